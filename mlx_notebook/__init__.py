@@ -1,0 +1,68 @@
+"""mlx_notebook: run local LLMs with MLX inside Jupyter.
+
+``%load_ext mlx_notebook`` registers ``%%generate`` and ``%mlx``. The engine
+can also be used from plain Python::
+
+    import mlx_notebook as mn
+    print(mn.generate("Name three rivers.", max_tokens=64).text)
+"""
+
+from . import _blas
+
+# Must precede the first `import mlx.core` in the process (see _blas).
+_blas.preload()
+
+from .engine import Engine, Finished, Job, Request, Result, Token  # noqa: E402
+
+__all__ = [
+    "Engine",
+    "Finished",
+    "Job",
+    "Panel",
+    "Request",
+    "Result",
+    "Token",
+    "generate",
+    "last",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
+__version__ = "0.1.0"
+
+
+def generate(prompt, **fields) -> Result:
+    """Generate on the process-wide engine and block for the `Result`.
+
+    Args:
+        prompt: A string or chat messages.
+        **fields: Any `Request` field (``model``, ``max_tokens``, ``stop``, ...).
+    """
+    return Engine.default().generate(prompt, **fields)
+
+
+def last():
+    """The most recent ``%%generate`` result handle, or None."""
+    from .notebook.handle import last_handle
+
+    return last_handle()
+
+
+def Panel(**traits):  # noqa: N802 - reads as the widget class it returns
+    """Create the control panel widget (see `mlx_notebook.notebook.panel.Panel`)."""
+    from .notebook.panel import Panel as _Panel
+
+    return _Panel(**traits)
+
+
+def load_ipython_extension(ipython) -> None:
+    """Register ``%%generate`` and ``%mlx`` (imports IPython only now)."""
+    from .notebook.magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """Unregister the magics and cancel running jobs."""
+    from .notebook.magics import unload
+
+    unload(ipython)

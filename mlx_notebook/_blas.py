@@ -1,0 +1,71 @@
+"""Load OpenBLAS ahead of MLX on Linux so MLX's CPU matmuls use it.
+
+The ``mlx-cpu`` wheel links a reference BLAS. Loading OpenBLAS with
+``RTLD_GLOBAL`` before ``mlx.core`` is imported makes the dynamic linker bind
+MLX's ``cblas_sgemm`` to OpenBLAS instead. This must run before the first
+``import mlx.core``, so ``mlx_notebook/__init__.py`` calls `preload` first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import warnings
+
+ENV = "MLX_NOTEBOOK_BLAS"
+CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    "/usr/lib64/libopenblas.so.0",
+)
+FIX = (
+    "install it with 'apt-get install libopenblas0-pthread', and import mlx_notebook "
+    "(or run %load_ext mlx_notebook) before anything imports mlx; restart the kernel "
+    "if mlx was already imported"
+)
+
+_state: dict = {"active": False, "path": None, "reason": "not attempted"}
+_warned = False
+
+
+def preload() -> None:
+    """Load OpenBLAS globally if we can; record why not otherwise. Idempotent."""
+    global _warned
+    if _state["active"] or _state["reason"] != "not attempted":
+        return
+    if not sys.platform.startswith("linux"):
+        _state["reason"] = "not needed off Linux (macOS uses Accelerate/Metal)"
+        return
+    env = os.environ.get(ENV, "")
+    if env == "0":
+        _state["reason"] = f"disabled by {ENV}=0"
+        return
+    paths = [env] if env else [p for p in CANDIDATES if os.path.exists(p)]
+    if not paths or not os.path.exists(paths[0]):
+        _state["reason"] = f"no OpenBLAS found ({env or 'Debian paths'}); " + FIX
+        return
+    if "mlx.core" in sys.modules:
+        _state["reason"] = "mlx.core was imported before mlx_notebook"
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                "mlx_notebook: mlx.core was imported first, so OpenBLAS could not be "
+                "loaded and CPU generation runs on the slow reference BLAS; " + FIX,
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return
+    try:
+        ctypes.CDLL(paths[0], mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        _state["reason"] = f"could not load {paths[0]}: {exc}"
+        return
+    _state.update(active=True, path=paths[0], reason="loaded before mlx.core")
+
+
+def status() -> dict:
+    """``{"active": bool, "path": str | None, "reason": str}``."""
+    return dict(_state)

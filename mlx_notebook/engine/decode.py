@@ -1,0 +1,87 @@
+"""Token generators: normal decoding with async-eval pipelining and cancel points.
+
+A token generator yields ``(token_id, from_draft)``. It owns the committed
+history, and keeps its `CachedSequence` equal to what the cache holds at every
+yield and every cancel point, so the consumer may stop at any yield.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import mlx.core as mx
+
+from .prefill import CancelCheck
+from .sequence import CachedSequence
+
+Sampler = Callable[[mx.array], mx.array]
+Processor = Callable[[mx.array, mx.array], mx.array]
+TokenStream = Iterator[tuple[int, bool]]
+
+
+def make_step(
+    seq: CachedSequence, sampler: Sampler, processors: list[Processor] | None, history: list[int]
+) -> Callable[[mx.array], mx.array]:
+    """Build ``step(input_ids) -> sampled`` for the last position, as mlx-lm does.
+
+    Logits processors see the full token context, prompt included.
+    """
+    ctx = mx.array(history[:-1], dtype=mx.uint32) if processors else None
+
+    def step(ids: mx.array) -> mx.array:
+        nonlocal ctx
+        logits = seq.forward(ids)[:, -1, :]
+        if processors:
+            ctx = mx.concatenate([ctx, ids])
+            for p in processors:
+                logits = p(ctx, logits)
+        return sampler(logits - mx.logsumexp(logits, keepdims=True))
+
+    return step
+
+
+def normal_tokens(
+    seq: CachedSequence,
+    history: list[int],
+    *,
+    sampler: Sampler,
+    processors: list[Processor] | None,
+    max_tokens: int,
+    check: CancelCheck,
+    stream,
+) -> TokenStream:
+    """Yield tokens one at a time, evaluating step n+1 while n is consumed.
+
+    Args:
+        seq: Main model; must hold ``history[:-1]``.
+        history: Prompt tokens. The generator appends generated tokens to it.
+        sampler: From `mlx_lm.sample_utils.make_sampler`.
+        processors: From `make_logits_processors`, or None.
+        max_tokens: Most tokens to yield.
+        check: Cancel point; raises `Cancelled`.
+        stream: The MLX stream of the worker thread.
+    """
+    step = make_step(seq, sampler, processors, history)
+    with mx.stream(stream):
+        check()
+        y = step(mx.array(history[-1:], dtype=mx.uint32))
+        seq.record(history[-1:])
+        mx.async_eval(y)
+        n = 0
+        while True:
+            check()  # before building the next step, so a cancel wastes none
+            nxt = None
+            if n + 1 < max_tokens:
+                nxt = step(y)
+                mx.async_eval(nxt)
+            tok = y.item()
+            if nxt is not None:
+                seq.record([tok])
+            history.append(tok)
+            yield tok, False
+            n += 1
+            if nxt is None:
+                return
+            if n % 256 == 0:
+                mx.clear_cache()
+            y = nxt

@@ -1,0 +1,114 @@
+"""Typed events a job emits, from `Queued` to exactly one terminal `Finished`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class Queued:
+    """The job waits in the engine's queue.
+
+    Attributes:
+        position: Jobs ahead of this one, the running job included (0 = next).
+    """
+
+    position: int
+
+
+@dataclass(frozen=True)
+class Started:
+    """The worker picked the job up."""
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """Prompt tokens processed so far.
+
+    Attributes:
+        done: Prompt tokens in the KV cache (reused tokens count as done).
+        total: Prompt tokens in all.
+        model: ``"main"`` or ``"draft"``: which model is prefilling.
+    """
+
+    done: int
+    total: int
+    model: str = "main"
+
+
+@dataclass(frozen=True)
+class Token:
+    """One generated token.
+
+    Attributes:
+        text: Text released by this token. Empty while the detokenizer waits for
+            more bytes or while the text could still start a stop string.
+        token_id: The token id.
+        from_draft: True when the token was a draft token accepted by the main model.
+        index: 0-based position among the generated tokens.
+    """
+
+    text: str
+    token_id: int
+    from_draft: bool
+    index: int
+
+
+@dataclass
+class Stats:
+    """Timing and size figures of one job.
+
+    Attributes:
+        prompt_tokens: Tokens in the prompt.
+        cached_tokens: Prompt tokens reused from the prompt cache, not recomputed.
+        generation_tokens: Tokens generated.
+        ttft_s: Seconds from start to the first token.
+        prompt_tps: Prompt tokens computed per second.
+        generation_tps: Generated tokens per second after the first one.
+        peak_memory: Peak memory of the MLX allocator, in GB.
+        draft_tokens_proposed: Draft tokens proposed (speculative decoding only).
+        draft_tokens_accepted: Draft tokens accepted (speculative decoding only).
+    """
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generation_tokens: int = 0
+    ttft_s: float | None = None
+    prompt_tps: float = 0.0
+    generation_tps: float = 0.0
+    peak_memory: float = 0.0
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / proposed draft tokens, or None when nothing was proposed."""
+        if not self.draft_tokens_proposed:
+            return None
+        return self.draft_tokens_accepted / self.draft_tokens_proposed
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The terminal event: always the last one, exactly once.
+
+    Attributes:
+        text: The whole generated text, stop string excluded.
+        finish_reason: ``"stop"`` (EOS or stop string), ``"length"``,
+            ``"cancelled"`` or ``"error"``.
+        matched_stop: The stop string that ended the job, if any.
+        error: The error text when ``finish_reason == "error"``.
+        stats: Timing and size figures.
+    """
+
+    text: str
+    finish_reason: FinishReason
+    matched_stop: str | None = None
+    error: str | None = None
+    stats: Stats = field(default_factory=Stats)
+
+
+Event = Queued | Started | PrefillProgress | Token | Finished

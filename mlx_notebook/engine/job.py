@@ -1,0 +1,186 @@
+"""A submitted request: its cancel flag, its event log and the blocking result."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from .events import Event, Finished, Stats, Token
+from .request import Request
+
+Listener = Callable[[Event], None]
+
+
+@dataclass
+class Result:
+    """What `Job.result` gathers from the event stream.
+
+    Attributes:
+        text: The generated text (stop string excluded).
+        finish_reason: ``"stop"``, ``"length"``, ``"cancelled"`` or ``"error"``.
+        matched_stop: The stop string that ended generation, if any.
+        error: Error text when ``finish_reason == "error"``.
+        stats: Timing and size figures.
+        token_ids: Every generated token id, in order.
+        from_draft: For each token, whether it was an accepted draft token.
+    """
+
+    text: str
+    finish_reason: str
+    matched_stop: str | None
+    error: str | None
+    stats: Stats
+    token_ids: list[int] = field(default_factory=list)
+    from_draft: list[bool] = field(default_factory=list)
+
+
+class Job:
+    """Handle for one request on the engine.
+
+    Every consumer (`events`, `result`, listeners) reads the same append-only
+    event log, so the blocking call and the live view see one execution path.
+    """
+
+    def __init__(self, request: Request, job_id: int) -> None:
+        self.request = request
+        self.id = job_id
+        self._cancel = threading.Event()
+        self._cond = threading.Condition()
+        self._log: list[Event] = []
+        self._listeners: list[Listener] = []
+        self._on_cancel: Callable[[Job], None] | None = None
+
+    # -- cancellation -------------------------------------------------------
+    def cancel(self) -> None:
+        """Ask the job to stop. Safe from any thread, idempotent, never blocks.
+
+        A queued job is dropped; a running one stops at its next safe point.
+        """
+        if self._cancel.is_set() or self.done:
+            return
+        self._cancel.set()
+        hook = self._on_cancel
+        if hook is not None:
+            hook(self)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether `cancel` was called."""
+        return self._cancel.is_set()
+
+    # -- event log ----------------------------------------------------------
+    def add_listener(self, fn: Listener, replay: bool = True) -> None:
+        """Call ``fn(event)`` for each event, on the emitting (worker) thread.
+
+        Keep it cheap: the worker waits for it. With ``replay`` it first gets the
+        events emitted so far, on the caller's thread.
+        """
+        with self._cond:
+            past = list(self._log) if replay else []
+            self._listeners.append(fn)
+        for ev in past:
+            fn(ev)
+
+    def _emit(self, event: Event) -> None:
+        with self._cond:
+            if self._log and isinstance(self._log[-1], Finished):
+                return  # exactly one terminal event
+            self._log.append(event)
+            listeners = list(self._listeners)
+            self._cond.notify_all()
+        for fn in listeners:
+            try:
+                fn(event)
+            except Exception:  # a broken listener must not kill the worker
+                pass
+
+    @property
+    def done(self) -> bool:
+        """Whether the terminal `Finished` event has been emitted."""
+        log = self._log
+        return bool(log) and isinstance(log[-1], Finished)
+
+    @property
+    def finished(self) -> Finished | None:
+        """The terminal event, or None while the job is unfinished."""
+        return self._log[-1] if self.done else None  # type: ignore[return-value]
+
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
+        """Iterate over all events from the first, ending with `Finished`.
+
+        Each call has its own cursor, so several consumers may iterate at once.
+
+        Args:
+            timeout: Seconds to wait for the whole stream; None waits forever.
+
+        Raises:
+            TimeoutError: When the job has not finished within ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        i = 0
+        while True:
+            with self._cond:
+                while i >= len(self._log):
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"job {self.id} did not finish in {timeout} s")
+                    # A bounded wait keeps the main thread responsive to Ctrl-C.
+                    self._cond.wait(0.1 if left is None else min(left, 0.1))
+                batch = self._log[i:]
+            i += len(batch)
+            for ev in batch:
+                yield ev
+                if isinstance(ev, Finished):
+                    return
+
+    def wait(self, timeout: float | None = None) -> Finished:
+        """Block until the job ends; return its `Finished` event."""
+        for ev in self.events(timeout):
+            if isinstance(ev, Finished):
+                return ev
+        raise AssertionError("event stream ended without Finished")  # pragma: no cover
+
+    def result(self, timeout: float | None = None) -> Result:
+        """Block until the job ends and gather its events into a `Result`.
+
+        On KeyboardInterrupt the job is cancelled and the worker is waited for,
+        so the engine is idle again when the interrupt propagates.
+
+        Args:
+            timeout: Seconds to wait; None waits forever.
+
+        Raises:
+            TimeoutError: When the job has not finished within ``timeout``.
+        """
+        ids: list[int] = []
+        drafts: list[bool] = []
+        try:
+            for ev in self.events(timeout):
+                if isinstance(ev, Token):
+                    ids.append(ev.token_id)
+                    drafts.append(ev.from_draft)
+                elif isinstance(ev, Finished):
+                    return Result(
+                        ev.text, ev.finish_reason, ev.matched_stop, ev.error, ev.stats,
+                        ids, drafts,
+                    )
+        except KeyboardInterrupt:
+            self.cancel()
+            self._wait_terminal()
+            raise
+        raise AssertionError("event stream ended without Finished")  # pragma: no cover
+
+    def _wait_terminal(self) -> None:
+        # Waits out further Ctrl-C presses: the worker stops within one step.
+        while not self.done:
+            try:
+                with self._cond:
+                    self._cond.wait(0.05)
+            except KeyboardInterrupt:
+                continue
+
+    def __repr__(self) -> str:
+        state = self.finished.finish_reason if self.done else "running/queued"
+        return f"<Job {self.id} {self.request.mode} {state}>"

@@ -1,0 +1,118 @@
+"""What to generate: the `Request` dataclass and its validation."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LOOKUP = "lookup"
+
+
+@dataclass
+class Request:
+    """One generation request.
+
+    Args:
+        prompt: A string, or chat messages (``[{"role": ..., "content": ...}]``).
+        model: Model spec: ``"default"``, a local directory, a ``.gguf`` file or a hub id.
+        system: Optional system prompt (chat mode only).
+        chat: Apply the tokenizer's chat template. Default: True.
+        max_tokens: Most tokens to generate. Default: 256.
+        temperature: 0 means greedy. Default: 0.0.
+        top_p: Nucleus sampling in (0, 1]; 1 disables it. Default: 1.0.
+        top_k: Keep the k most likely tokens; 0 disables it. Default: 0.
+        min_p: Min-p sampling in [0, 1); 0 disables it. Default: 0.0.
+        repetition_penalty: Multiplicative penalty (> 0); None or 1 disables it.
+        seed: Seed for MLX's random generator; the same seed gives the same text.
+        stop: Stop strings. Generation ends before the first one; it is not emitted.
+        draft: Draft model spec, ``"lookup"`` for prompt-lookup drafting, or None.
+        num_draft_tokens: Tokens drafted per step, 1..16. Default: 3.
+        lookup_ngram: n-gram size for prompt lookup, 1..8. Default: 3.
+        prefill_target_s: Seconds of compute per prefill chunk, which bounds the
+            cancel latency during prefill. Default: 0.25.
+    """
+
+    prompt: str | Sequence[dict[str, Any]]
+    model: str = "default"
+    system: str | None = None
+    chat: bool = True
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    draft: str | None = None
+    num_draft_tokens: int = 3
+    lookup_ngram: int = 3
+    prefill_target_s: float = 0.25
+
+    @property
+    def mode(self) -> str:
+        """``"normal"``, ``"lookup"`` or ``"draft"``."""
+        if self.draft is None:
+            return "normal"
+        return LOOKUP if self.draft == LOOKUP else "draft"
+
+    def validate(self) -> None:
+        """Check every field; raise `ValueError` naming the first bad one."""
+
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
+
+        if isinstance(self.prompt, str):
+            if not self.prompt.strip():
+                raise bad("prompt", "must not be empty")
+        else:
+            msgs = list(self.prompt)
+            if not msgs:
+                raise bad("prompt", "must not be empty")
+            for m in msgs:
+                if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                    raise bad("prompt", "chat messages need 'role' and 'content'")
+            if not self.chat:
+                raise bad("chat", "chat messages need chat=True")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise bad("model", "must be a non-empty spec")
+        if self.system is not None and not isinstance(self.system, str):
+            raise bad("system", "must be a string")
+        if not _is_int(self.max_tokens) or self.max_tokens <= 0:
+            raise bad("max_tokens", "must be a positive integer")
+        if not _is_num(self.temperature) or self.temperature < 0:
+            raise bad("temperature", "must be >= 0")
+        if not _is_num(self.top_p) or not 0 < self.top_p <= 1:
+            raise bad("top_p", "must be in (0, 1]")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise bad("top_k", "must be an integer >= 0")
+        if not _is_num(self.min_p) or not 0 <= self.min_p < 1:
+            raise bad("min_p", "must be in [0, 1)")
+        if self.repetition_penalty is not None and (
+            not _is_num(self.repetition_penalty) or self.repetition_penalty <= 0
+        ):
+            raise bad("repetition_penalty", "must be > 0")
+        if self.seed is not None and not _is_int(self.seed):
+            raise bad("seed", "must be an integer")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise bad("stop", "must be a list of non-empty strings")
+        if self.draft is not None and (not isinstance(self.draft, str) or not self.draft):
+            raise bad("draft", "must be a model spec or 'lookup'")
+        if not _is_int(self.num_draft_tokens) or not 1 <= self.num_draft_tokens <= 16:
+            raise bad("num_draft_tokens", "must be in 1..16")
+        if not _is_int(self.lookup_ngram) or not 1 <= self.lookup_ngram <= 8:
+            raise bad("lookup_ngram", "must be in 1..8")
+        if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
+            raise bad("prefill_target_s", "must be > 0")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))

@@ -1,0 +1,184 @@
+"""Runs one job on the worker thread: prompt, prefill, token stream, text, stats."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import mlx.core as mx
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from .decode import normal_tokens
+from .drafts import DraftModel, DraftSource, PromptLookup
+from .errors import Cancelled
+from .events import Finished, PrefillProgress, Stats, Token
+from .job import Job
+from .prefill import ChunkSizer, prefill
+from .prompt_cache import PromptCache
+from .request import Request
+from .sequence import CachedSequence
+from .speculative import DraftCounters, speculative_tokens
+from .stops import StopMatcher
+
+
+def encode_prompt(request: Request, tokenizer) -> list[int]:
+    """Token ids for the request, with the chat template when asked and available."""
+    prompt = request.prompt
+    if request.chat and getattr(tokenizer, "has_chat_template", False):
+        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        if request.system:
+            msgs = [{"role": "system", "content": request.system}, *msgs]
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    else:
+        text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+        if request.system:
+            text = f"{request.system}\n\n{text}"
+    # The same rule as mlx_lm.stream_generate, so results match it token for token.
+    bos = getattr(tokenizer, "bos_token", None)
+    ids = tokenizer.encode(text, add_special_tokens=bos is None or not text.startswith(bos))
+    if not ids:
+        raise ValueError("prompt: encodes to no tokens")
+    return list(ids)
+
+
+def run_job(
+    job: Job,
+    main,
+    draft,
+    cache_for: Callable[[object], PromptCache],
+    stream,
+) -> Finished:
+    """Generate for ``job`` and return its terminal event (not yet emitted).
+
+    Args:
+        job: The job; events other than `Finished` are emitted here.
+        main: Loaded main model (``.model``, ``.tokenizer``).
+        draft: Loaded draft model, or None.
+        cache_for: Returns the `PromptCache` of a loaded model.
+        stream: The worker's MLX stream.
+    """
+    req, tok = job.request, main.tokenizer
+    t0 = time.perf_counter()
+    stats = Stats()
+    pieces: list[str] = []
+    reason, matched, error = "length", None, None
+    seqs: list[tuple[PromptCache, CachedSequence]] = []
+    detok, stops = None, StopMatcher(req.stop)
+    t_first = t_last = None
+    finalized = False
+
+    def check() -> None:
+        if job.cancelled:
+            raise Cancelled
+
+    try:
+        check()
+        prompt = encode_prompt(req, tok)
+        stats.prompt_tokens = len(prompt)
+        if req.seed is not None:
+            mx.random.seed(req.seed)
+        sampler = make_sampler(
+            req.temperature,
+            top_p=req.top_p if req.top_p < 1 else 0.0,
+            min_p=req.min_p,
+            top_k=req.top_k,
+        )
+        processors = None
+        if req.repetition_penalty not in (None, 1, 1.0):
+            processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
+
+        main_cache = cache_for(main)
+        seq, stats.cached_tokens = main_cache.fetch(main.model, prompt)
+        seqs.append((main_cache, seq))
+        source: DraftSource | None = None
+        if req.mode == "lookup":
+            source = PromptLookup(req.lookup_ngram)
+        elif req.mode == "draft":
+            draft_cache = cache_for(draft)
+            dseq, _ = draft_cache.fetch(draft.model, prompt)
+            seqs.append((draft_cache, dseq))
+            source = DraftModel(dseq, sampler, ChunkSizer(req.prefill_target_s))
+            source.prefill(
+                prompt, check, lambda d, t: job._emit(PrefillProgress(d, t, "draft"))
+            )
+        prefill(
+            seq,
+            prompt,
+            check=check,
+            progress=lambda d, t: job._emit(PrefillProgress(d, t, "main")),
+            sizer=ChunkSizer(req.prefill_target_s),
+        )
+        history = list(prompt)
+        common = dict(
+            sampler=sampler,
+            processors=processors,
+            max_tokens=req.max_tokens,
+            check=check,
+            stream=stream,
+        )
+        counters = DraftCounters()
+        if source is None:
+            tokens = normal_tokens(seq, history, **common)
+        else:
+            tokens = speculative_tokens(
+                seq, history, source, num_draft=req.num_draft_tokens, counters=counters, **common
+            )
+
+        detok = tok.detokenizer
+        eos = set(tok.eos_token_ids)
+        try:
+            for i, (tid, from_draft) in enumerate(tokens):
+                t_last = time.perf_counter()
+                if t_first is None:
+                    t_first = t_last
+                stats.generation_tokens = i + 1
+                if tid in eos:
+                    reason = "stop"
+                    job._emit(Token("", tid, from_draft, i))
+                    break
+                detok.add_token(tid)
+                if i + 1 == req.max_tokens:
+                    detok.finalize()
+                    finalized = True
+                text, matched = stops.feed(detok.last_segment)
+                pieces.append(text)
+                job._emit(Token(text, tid, from_draft, i))
+                if matched is not None:
+                    reason = "stop"
+                    break
+        finally:
+            tokens.close()  # runs the generator's cleanup on this thread
+        stats.draft_tokens_proposed = counters.proposed
+        stats.draft_tokens_accepted = counters.accepted
+    except Cancelled:
+        reason = "cancelled"
+    except Exception as exc:  # travels as a value; the worker lives on
+        reason, error = "error", f"{type(exc).__name__}: {exc}"
+        seqs = [(c, s) for c, s in seqs if s.consistent()]
+    finally:
+        for cache, s in seqs:
+            cache.store(s)
+    if matched is None:
+        # Release bytes the detokenizer still holds and text withheld as a
+        # possible stop-string start.
+        if detok is not None and not finalized:
+            detok.finalize()
+            text, matched = stops.feed(detok.last_segment)
+            pieces.append(text)
+        if matched is None:
+            pieces.append(stops.flush())
+        else:
+            reason = "stop"
+    _fill_timing(stats, t0, t_first, t_last)
+    return Finished("".join(pieces), reason, matched, error, stats)
+
+
+def _fill_timing(stats: Stats, t0: float, t_first, t_last) -> None:
+    stats.peak_memory = mx.get_peak_memory() / 1e9
+    if t_first is None:
+        return
+    stats.ttft_s = t_first - t0
+    computed = stats.prompt_tokens - stats.cached_tokens
+    stats.prompt_tps = computed / max(stats.ttft_s, 1e-9)
+    if stats.generation_tokens > 1 and t_last > t_first:
+        stats.generation_tps = (stats.generation_tokens - 1) / (t_last - t_first)

@@ -1,0 +1,100 @@
+"""Speculative decoding: draft k, verify in one main pass, accept the agreeing prefix.
+
+Acceptance follows mlx-lm: a draft token is accepted while the main model's
+sampled token at that position equals it, then the main model's own token is
+taken. With greedy sampling the output is exactly the main model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .decode import Processor, Sampler, TokenStream
+from .drafts import DraftSource
+from .prefill import CancelCheck
+from .sequence import CachedSequence
+
+
+@dataclass
+class DraftCounters:
+    """Running totals for the stats line."""
+
+    proposed: int = 0
+    accepted: int = 0
+
+
+def speculative_tokens(
+    seq: CachedSequence,
+    history: list[int],
+    source: DraftSource,
+    *,
+    num_draft: int,
+    sampler: Sampler,
+    processors: list[Processor] | None,
+    max_tokens: int,
+    check: CancelCheck,
+    stream,
+    counters: DraftCounters,
+) -> TokenStream:
+    """Yield ``(token, from_draft)`` using ``source`` for drafts.
+
+    Cancel points sit where both caches equal their recorded tokens: at the top
+    of each round, i.e. before drafting and after the previous round's rewind.
+
+    Args:
+        seq: Main model; must hold ``history[:-1]``.
+        history: Prompt tokens. The generator appends generated tokens to it.
+        source: Where drafts come from.
+        num_draft: Most draft tokens per round.
+        sampler: The job's sampler.
+        processors: Logits processors, or None.
+        max_tokens: Most tokens to yield.
+        check: Cancel point; raises `Cancelled`.
+        stream: The MLX stream of the worker thread.
+        counters: Updated with proposed/accepted draft counts.
+    """
+    n = 0
+    with mx.stream(stream):
+        while n < max_tokens:
+            check()
+            # Leave room for the main model's own token after the drafts.
+            drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
+            sampled = _verify(seq, history, drafts, sampler, processors)
+            accepted = 0
+            while accepted < len(drafts) and sampled[accepted] == drafts[accepted]:
+                accepted += 1
+            counters.proposed += len(drafts)
+            counters.accepted += accepted
+            # Keep history + accepted drafts; the main token is fed next round.
+            seq.trim_to(len(history) + accepted)
+            for i in range(accepted + 1):
+                history.append(sampled[i])
+                n += 1
+                yield sampled[i], i < accepted
+
+
+def _verify(
+    seq: CachedSequence,
+    history: list[int],
+    drafts: list[int],
+    sampler: Sampler,
+    processors: list[Processor] | None,
+) -> list[int]:
+    """One main-model pass over the last token and the drafts; sample every row."""
+    logits = seq.forward([history[-1], *drafts])[0]
+    if processors:
+        rows = []
+        ctx = list(history)
+        for i in range(logits.shape[0]):
+            row = logits[i : i + 1]
+            ctx_arr = mx.array(ctx, dtype=mx.uint32)
+            for p in processors:
+                row = p(ctx_arr, row)
+            rows.append(row)
+            if i < len(drafts):
+                ctx.append(drafts[i])
+        logits = mx.concatenate(rows, axis=0)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return sampler(logprobs).tolist()

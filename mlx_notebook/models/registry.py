@@ -1,0 +1,158 @@
+"""Loaded models, cached by resolved spec, with an LRU limit. Loads on the worker."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate.
+
+    Attributes:
+        name: Canonical spec (absolute path, ``default`` or hub id).
+        model: The mlx-lm model.
+        tokenizer: mlx-lm's `TokenizerWrapper`.
+        path: Where it was loaded from, if local.
+        nbytes: Bytes of its parameters.
+        dtype: Dtype of its first floating parameter, e.g. ``float32``.
+        vocab_key: Fingerprint of the vocabulary, for draft compatibility.
+        vocab_size: Tokens in the vocabulary.
+    """
+
+    name: str
+    model: Any
+    tokenizer: Any
+    path: str | None
+    nbytes: int
+    dtype: str
+    vocab_key: str
+    vocab_size: int
+
+
+class Registry:
+    """Keeps up to ``max_loaded`` models; the least recently used goes first.
+
+    `get` must run on the engine's worker thread (it loads with MLX); `peek`
+    and `snapshot` are safe from any thread.
+
+    Args:
+        max_loaded: Most models kept at once (at least 2: a main and a draft).
+        loader: ``spec -> (key, model, tokenizer, path)``; mlx-lm loading by default.
+    """
+
+    def __init__(self, max_loaded: int = 2, loader: Callable | None = None) -> None:
+        if max_loaded < 1:
+            raise ValueError("max_loaded: must be >= 1")
+        self.max_loaded = max_loaded
+        self._loader = loader
+        self._lock = threading.Lock()
+        self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._aliases: dict[str, str] = {}
+
+    def get(self, spec: str, pin: str | None = None) -> LoadedModel:
+        """Return the loaded model for ``spec``, loading it if needed.
+
+        Args:
+            spec: Model spec.
+            pin: Name of a model that must not be evicted to make room.
+        """
+        found = self.peek(spec)
+        if found is not None:
+            with self._lock:
+                self._models.move_to_end(found.name)
+            return found
+        loader = self._loader
+        if loader is None:
+            from .loader import load_spec as loader
+        key, model, tok, path = loader(spec)
+        lm = describe(key, model, tok, path)
+        with self._lock:
+            self._models[key] = lm
+            self._aliases[spec] = key
+            self._evict(keep={key, pin})
+        return lm
+
+    def register(self, name: str, model, tokenizer) -> LoadedModel:
+        """Add an already built model under ``name``."""
+        lm = describe(name, model, tokenizer, None)
+        with self._lock:
+            self._models[name] = lm
+            self._aliases[name] = name
+            self._evict(keep={name})
+        return lm
+
+    def peek(self, spec: str | None) -> LoadedModel | None:
+        """The loaded model for ``spec`` without loading, or None."""
+        if spec is None:
+            return None
+        with self._lock:
+            key = self._aliases.get(spec, spec)
+            return self._models.get(key)
+
+    def unload(self, spec: str | None = None) -> list[str]:
+        """Forget one model (or all); return the names unloaded."""
+        with self._lock:
+            if spec is None:
+                names = list(self._models)
+            else:
+                key = self._aliases.get(spec, spec)
+                names = [key] if key in self._models else []
+            for n in names:
+                del self._models[n]
+            self._aliases = {a: k for a, k in self._aliases.items() if k in self._models}
+        if names:
+            import mlx.core as mx
+
+            mx.clear_cache()
+        return names
+
+    def clear(self) -> None:
+        """Forget every model."""
+        with self._lock:
+            self._models.clear()
+            self._aliases.clear()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """One dict per loaded model, most recently used last."""
+        with self._lock:
+            return [
+                {
+                    "name": m.name,
+                    "path": m.path,
+                    "memory_mb": round(m.nbytes / 2**20, 1),
+                    "dtype": m.dtype,
+                    "vocab_size": m.vocab_size,
+                }
+                for m in self._models.values()
+            ]
+
+    def _evict(self, keep: set) -> None:
+        while len(self._models) > self.max_loaded:
+            victim = next((n for n in self._models if n not in keep), None)
+            if victim is None:
+                return
+            del self._models[victim]
+            self._aliases = {a: k for a, k in self._aliases.items() if k != victim}
+
+
+def describe(name: str, model, tokenizer, path) -> LoadedModel:
+    """Measure a model for the registry."""
+    from mlx.utils import tree_flatten
+
+    params = tree_flatten(model.parameters())
+    nbytes = sum(v.nbytes for _, v in params)
+    dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")
+    vocab = tokenizer.get_vocab()
+    digest = hashlib.sha1()
+    for tok, i in sorted(vocab.items(), key=lambda kv: kv[1]):
+        digest.update(f"{i}\t{tok}\n".encode())
+    return LoadedModel(
+        name, model, tokenizer, None if path is None else str(path), nbytes, dtype,
+        digest.hexdigest(), len(vocab),
+    )

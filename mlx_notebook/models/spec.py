@@ -1,0 +1,63 @@
+"""Model specs: ``"default"``, a local directory, a ``.gguf`` file or a hub id."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT = "default"
+
+
+class ModelNotFound(RuntimeError):
+    """A spec that names no local model and could not be fetched."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A resolved model spec.
+
+    Attributes:
+        kind: ``"default"``, ``"dir"``, ``"gguf"`` or ``"hub"``.
+        key: Canonical name: absolute path for local files, else the spec.
+        path: Local path, or None for the default model and hub ids.
+    """
+
+    kind: str
+    key: str
+    path: Path | None = None
+
+
+def resolve(spec: str) -> Spec:
+    """Resolve ``spec`` in order: default, directory, .gguf file, hub id.
+
+    Raises:
+        FileNotFoundError: A path-like spec that does not exist.
+    """
+    spec = spec.strip()
+    if spec == DEFAULT:
+        return Spec("default", DEFAULT)
+    p = Path(os.path.expanduser(spec))
+    if p.is_dir():
+        return Spec("dir", str(p.resolve()), p.resolve())
+    if p.is_file():
+        if p.suffix.lower() == ".gguf":
+            return Spec("gguf", str(p.resolve()), p.resolve())
+        raise ValueError(f"model: {spec!r} is a file but not a .gguf file")
+    if _looks_like_path(spec):
+        raise FileNotFoundError(f"model: no such file or directory: {spec!r}")
+    return Spec("hub", spec)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.startswith(("/", "./", "../", "~", "\\"))
+        or spec.lower().endswith(".gguf")
+        or spec.count("/") > 1
+        or os.sep in spec and not _hub_like(spec)
+    )
+
+
+def _hub_like(spec: str) -> bool:
+    parts = spec.split("/")
+    return len(parts) == 2 and all(parts)

@@ -1,0 +1,172 @@
+"""Small real models for tests and benchmarks: no downloads, built in a second.
+
+- `build_tiny_model`: a random-weight llama with a real byte-level BPE
+  tokenizer, written as an mlx-lm model directory.
+- `ScriptedModel`: an mlx-lm-compatible module whose next token follows a
+  script, for deterministic stop-string, cancel and speculative tests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog. Hello world! Stop here. "
+    "Rivers flow to the sea; mountains rise above the clouds. 0123456789 "
+    "def main():\n    print('hello')\n<img src=x onerror=alert(1)> <script>x</script> "
+    "Paris is the capital of France. Speculative decoding drafts tokens, then verifies. "
+    "café naïve façade 東京 😀 — über straße ЖЖЖ\n"
+)
+
+
+def build_tokenizer(path: Path, vocab_size: int = 384) -> None:
+    """Train a byte-level BPE tokenizer and write tokenizer files to ``path``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([CORPUS] * 20, trainer)
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": None,
+                "eos_token": "<|im_end|>",
+                "unk_token": None,
+                "pad_token": "<|endoftext|>",
+                "chat_template": CHATML,
+                "model_max_length": 4096,
+            }
+        )
+    )
+    (path / "special_tokens_map.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
+    )
+
+
+def tiny_config(vocab_size: int, **over) -> dict:
+    """An mlx-lm llama config of a few hundred kB."""
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": vocab_size,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 4096,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def build_tiny_model(path: str | Path, seed: int = 0, **config) -> Path:
+    """Write a random-weight llama with a real BPE tokenizer to ``path``.
+
+    Weights are scaled so logits have clear margins: greedy decoding is then
+    stable under different prefill chunkings.
+
+    Returns:
+        The model directory, loadable with ``mlx_lm.load``.
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_map
+    from mlx_lm.models import llama
+
+    path = Path(path)
+    build_tokenizer(path)
+    vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
+    cfg = tiny_config(len(vocab) + len(SPECIALS), **config)
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(cfg))
+    model.update(tree_map(lambda p: p * 3.0, model.parameters()))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.eval(weights)
+    mx.save_safetensors(str(path / "model.safetensors"), weights)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
+class ScriptedModel:
+    """A fake-free stand-in for an LM: real KV cache, logits from a rule.
+
+    The token after position ``p`` (0-based, counting the prompt) is
+    ``rule(p, token_at_p)``. Build it on the worker thread (``engine.call``).
+
+    Args:
+        vocab_size: Logit width.
+        rule: ``(position, token) -> next token``.
+        delay_s: Sleep per forward call, to make cancel timing observable.
+        fail_at: Raise RuntimeError when a forward call reaches this position.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        rule: Callable[[int, int], int],
+        delay_s: float = 0.0,
+        fail_at: int | None = None,
+    ) -> None:
+        import mlx.nn as nn
+
+        self.vocab_size = vocab_size
+        self.rule = rule
+        self.delay_s = delay_s
+        self.fail_at = fail_at
+        self.layers = [nn.Identity()]  # one KV cache slot
+        self.calls = 0
+
+    def parameters(self):
+        """No weights."""
+        return {}
+
+    def set_dtype(self, dtype) -> None:
+        """Nothing to cast."""
+
+    def __call__(self, inputs, cache=None):
+        import mlx.core as mx
+
+        self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        c = cache[0]
+        start = c.offset
+        ids = inputs[0].tolist()
+        if self.fail_at is not None and start + len(ids) > self.fail_at:
+            raise RuntimeError(f"scripted failure at position {self.fail_at}")
+        kv = mx.zeros((1, 1, len(ids), 1))
+        c.update_and_fetch(kv, kv)
+        rows = [self.rule(start + i, t) for i, t in enumerate(ids)]
+        logits = mx.full((1, len(ids), self.vocab_size), -30.0)
+        return logits + 60.0 * mx.eye(self.vocab_size)[mx.array(rows)][None]
+
+
+def script_rule(prompt_len: int, outputs: Sequence[int], fill: int) -> Callable[[int, int], int]:
+    """Rule that emits ``outputs`` right after a prompt of ``prompt_len`` tokens."""
+
+    def rule(pos: int, _tok: int) -> int:
+        k = pos - (prompt_len - 1)
+        return outputs[k] if 0 <= k < len(outputs) else fill
+
+    return rule
