@@ -118,6 +118,7 @@ class ScriptedModel:
         vocab_size: Logit width.
         rule: ``(position, token) -> next token``.
         delay_s: Sleep per forward call, to make cancel timing observable.
+        token_delay_s: Extra sleep per input token, so prefill cost grows with length.
         fail_at: Raise RuntimeError when a forward call reaches this position.
     """
 
@@ -126,6 +127,7 @@ class ScriptedModel:
         vocab_size: int,
         rule: Callable[[int, int], int],
         delay_s: float = 0.0,
+        token_delay_s: float = 0.0,
         fail_at: int | None = None,
     ) -> None:
         import mlx.nn as nn
@@ -133,6 +135,7 @@ class ScriptedModel:
         self.vocab_size = vocab_size
         self.rule = rule
         self.delay_s = delay_s
+        self.token_delay_s = token_delay_s
         self.fail_at = fail_at
         self.layers = [nn.Identity()]  # one KV cache slot
         self.calls = 0
@@ -148,11 +151,11 @@ class ScriptedModel:
         import mlx.core as mx
 
         self.calls += 1
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        ids = inputs[0].tolist()
+        if self.delay_s or self.token_delay_s:
+            time.sleep(self.delay_s + self.token_delay_s * len(ids))
         c = cache[0]
         start = c.offset
-        ids = inputs[0].tolist()
         if self.fail_at is not None and start + len(ids) > self.fail_at:
             raise RuntimeError(f"scripted failure at position {self.fail_at}")
         kv = mx.zeros((1, 1, len(ids), 1))

@@ -1,0 +1,53 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import mlx_notebook  # noqa: E402,F401 - loads OpenBLAS before mlx
+import pytest  # noqa: E402
+
+from mlx_notebook.engine import Engine  # noqa: E402
+from mlx_notebook.testing import ScriptedModel, build_tiny_model, script_rule  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_dir):
+    from pathlib import Path
+
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(Path(tiny_dir))
+
+
+@pytest.fixture
+def engine():
+    eng = Engine()
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def scripted(engine, tiny_tokenizer):
+    """register(name, outputs=..., prompt=..., **kw) -> (prompt_ids, name)."""
+
+    def register(name, *, outputs=(), prompt="Hello", rule=None, **kw):
+        ids = tiny_tokenizer.encode(prompt, add_special_tokens=False)
+        fill = tiny_tokenizer.encode(" x", add_special_tokens=False)[0]
+        rule = rule or script_rule(len(ids), list(outputs), fill)
+        vocab = len(tiny_tokenizer.get_vocab())
+
+        def build():
+            engine.registry.register(name, ScriptedModel(vocab, rule, **kw), tiny_tokenizer)
+
+        engine.call(build).result()
+        return ids
+
+    return register
+
+
+def encode(tok, text):
+    return tok.encode(text, add_special_tokens=False)
