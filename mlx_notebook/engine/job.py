@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .events import Event, Finished, Stats, Token
+from .events import Event, Finished, Queued, Stats, Token
 from .request import Request
 
 Listener = Callable[[Event], None]
@@ -95,6 +95,16 @@ class Job:
                 fn(event)
             except Exception:  # a broken listener must not kill the worker
                 pass
+
+    @property
+    def position(self) -> int | None:
+        """Jobs ahead while queued (from the latest `Queued` event), else None."""
+        for ev in reversed(self._log):
+            if isinstance(ev, Queued):
+                return ev.position
+            if not isinstance(ev, Queued):
+                return None
+        return None
 
     @property
     def done(self) -> bool:

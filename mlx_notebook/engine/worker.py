@@ -171,7 +171,8 @@ class Engine:
         # Called with the lock held: tell waiting jobs their new place.
         base = self._running is not None
         for i, j in enumerate(self._queue):
-            j._emit(Queued(base + i))
+            if j.position != base + i:
+                j._emit(Queued(base + i))
 
     def _loop(self) -> None:
         import mlx.core as mx
