@@ -99,12 +99,8 @@ class Job:
     @property
     def position(self) -> int | None:
         """Jobs ahead while queued (from the latest `Queued` event), else None."""
-        for ev in reversed(self._log):
-            if isinstance(ev, Queued):
-                return ev.position
-            if not isinstance(ev, Queued):
-                return None
-        return None
+        last = self._log[-1] if self._log else None
+        return last.position if isinstance(last, Queued) else None
 
     @property
     def done(self) -> bool:

@@ -1,0 +1,66 @@
+"""Stop strings through the engine, on a scripted model."""
+
+import pytest
+
+from mlx_notebook.engine import Request, Token
+
+SENTENCE = " The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture
+def sentence(scripted, tiny_tokenizer):
+    ids = tiny_tokenizer.encode(SENTENCE, add_special_tokens=False)
+    scripted("sentence", outputs=ids)
+    detok = tiny_tokenizer.detokenizer  # mlx-lm trims the first token's leading space
+    texts = []
+    for t in ids:
+        detok.add_token(t)
+        texts.append(detok.last_segment)
+    detok.finalize()
+    texts[-1] += detok.last_segment
+    return ids, texts
+
+
+def run(engine, stop, max_tokens=60):
+    job = engine.submit(Request("Hello", model="sentence", chat=False, max_tokens=max_tokens, stop=stop))
+    streamed = [e.text for e in job.events(timeout=30) if isinstance(e, Token)]
+    return job.result(), streamed
+
+
+def test_stop_string_spanning_three_tokens(engine, sentence):
+    ids, texts = sentence
+    stop = "".join(texts[3:6])
+    r, streamed = run(engine, [stop])
+    assert r.finish_reason == "stop" and r.matched_stop == stop
+    assert r.text == "".join(texts[:3])
+    assert "".join(streamed) == r.text
+    assert len(r.token_ids) == 6  # stopped at the token completing the match
+
+
+def test_stop_string_at_the_very_start(engine, sentence):
+    _, texts = sentence
+    r, streamed = run(engine, [texts[0] + texts[1]])
+    assert r.text == "" and "".join(streamed) == "" and r.finish_reason == "stop"
+
+
+def test_overlapping_candidates(engine, sentence):
+    r, streamed = run(engine, ["quick brown cat", "brown fox", "lazy"])
+    assert r.matched_stop == "brown fox"
+    assert r.text == "The quick "
+    assert "".join(streamed) == r.text
+
+
+def test_no_partial_stop_leaks_into_stream(engine, sentence):
+    r, streamed = run(engine, ["fox jumps"])
+    assert r.text == "The quick brown "
+    joined = ""
+    for piece in streamed:
+        joined += piece
+        assert "fox" not in joined
+
+
+def test_unmatched_candidate_is_released_at_the_end(engine, sentence):
+    ids, texts = sentence
+    r, streamed = run(engine, ["dog!"], max_tokens=len(ids))
+    assert r.finish_reason == "length" and r.text == "".join(texts) == SENTENCE.lstrip()
+    assert "".join(streamed) == r.text
