@@ -81,7 +81,7 @@ def tiny_config(vocab_size: int, **over) -> dict:
     return cfg
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, **config) -> Path:
+def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 384, **config) -> Path:
     """Write a random-weight llama with a real BPE tokenizer to ``path``.
 
     Weights are scaled so logits have clear margins: greedy decoding is then
@@ -95,9 +95,9 @@ def build_tiny_model(path: str | Path, seed: int = 0, **config) -> Path:
     from mlx_lm.models import llama
 
     path = Path(path)
-    build_tokenizer(path)
+    build_tokenizer(path, vocab_size)
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
-    cfg = tiny_config(len(vocab) + len(SPECIALS), **config)
+    cfg = tiny_config(len(vocab), **config)
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(cfg))
     model.update(tree_map(lambda p: p * 3.0, model.parameters()))

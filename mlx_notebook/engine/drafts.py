@@ -86,6 +86,8 @@ class DraftModel:
 
     def propose(self, history: Sequence[int], k: int) -> list[int]:
         """Draft ``k`` tokens autoregressively after ``history``."""
+        if k <= 0:
+            return []
         seq = self.seq
         keep = min(common_prefix(seq.tokens, history, self._synced), len(history) - 1)
         seq.trim_to(keep)

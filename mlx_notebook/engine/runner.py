@@ -63,6 +63,7 @@ def run_job(
     pieces: list[str] = []
     reason, matched, error = "length", None, None
     seqs: list[tuple[PromptCache, CachedSequence]] = []
+    counters = DraftCounters()
     detok, stops = None, StopMatcher(req.stop)
     t_first = t_last = None
     finalized = False
@@ -116,7 +117,6 @@ def run_job(
             check=check,
             stream=stream,
         )
-        counters = DraftCounters()
         if source is None:
             tokens = normal_tokens(seq, history, **common)
         else:
@@ -148,8 +148,6 @@ def run_job(
                     break
         finally:
             tokens.close()  # runs the generator's cleanup on this thread
-        stats.draft_tokens_proposed = counters.proposed
-        stats.draft_tokens_accepted = counters.accepted
     except Cancelled:
         reason = "cancelled"
     except Exception as exc:  # travels as a value; the worker lives on
@@ -169,6 +167,8 @@ def run_job(
             pieces.append(stops.flush())
         else:
             reason = "stop"
+    stats.draft_tokens_proposed = counters.proposed
+    stats.draft_tokens_accepted = counters.accepted
     _fill_timing(stats, t0, t_first, t_last)
     return Finished("".join(pieces), reason, matched, error, stats)
 

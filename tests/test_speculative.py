@@ -1,0 +1,121 @@
+"""Speculative decoding: exactness, acceptance, stops inside drafts, progress."""
+
+import pytest
+
+from mlx_notebook.engine import Engine, PrefillProgress, Request
+from mlx_notebook.testing import build_tiny_model, script_rule
+
+PROMPT = "Hello world. The quick brown fox jumps over the lazy dog. Hello world. The quick"
+
+
+@pytest.fixture(scope="module")
+def draft_dir(tmp_path_factory):
+    # Same tokenizer, different weights: a draft that often disagrees.
+    return str(build_tiny_model(tmp_path_factory.mktemp("draft"), seed=1, num_hidden_layers=1))
+
+
+def greedy(engine, model, **kw):
+    r = Request(PROMPT, model=model, chat=False, max_tokens=kw.pop("max_tokens", 40), **kw)
+    return engine.submit(r).result(timeout=120)
+
+
+def test_greedy_speculative_is_exact_for_every_k(engine, tiny_dir, draft_dir):
+    base = greedy(engine, tiny_dir).token_ids
+    for k in range(1, 9):
+        for draft in ("lookup", draft_dir, tiny_dir):
+            r = greedy(engine, tiny_dir, draft=draft, num_draft_tokens=k, lookup_ngram=2)
+            assert r.token_ids == base, (k, draft)
+            assert r.stats.draft_tokens_proposed >= r.stats.draft_tokens_accepted
+    same = greedy(engine, tiny_dir, draft=tiny_dir, num_draft_tokens=4)
+    assert same.stats.acceptance_rate == 1.0
+    assert sum(same.from_draft) == same.stats.draft_tokens_accepted
+
+
+def words(tok):
+    # Distinct single-token words, so decoded text is plain ASCII.
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    return [i for t, i in vocab if t.startswith("Ġ") and t[1:].isalpha() and len(t) > 2]
+
+
+def register_pair(scripted, tiny_tokenizer, wrong_at=(), n=24):
+    pool = words(tiny_tokenizer)
+    assert len(pool) > 12
+    outputs, alt = [pool[i % 12] for i in range(n)], pool[12]
+    ids = scripted("main", outputs=outputs)
+    main_rule = script_rule(len(ids), outputs, alt)
+
+    def draft_rule(pos, tok):
+        return alt if pos - (len(ids) - 1) in wrong_at else main_rule(pos, tok)
+
+    scripted("draft", rule=draft_rule)
+    return outputs
+
+
+def test_scripted_draft_disagreeing_at_known_positions(engine, scripted, tiny_tokenizer):
+    outputs = register_pair(scripted, tiny_tokenizer, wrong_at={5, 12})
+    req = Request("Hello", model="main", draft="draft", num_draft_tokens=4, chat=False, max_tokens=24)
+    r = engine.submit(req).result(timeout=30)
+    assert r.token_ids == outputs
+    # Rounds: 4+main | 0 (idx 5 wrong)+main | 4+main | 1 (idx 12 wrong)+main | 4+main | 4+main | main
+    assert (r.stats.draft_tokens_proposed, r.stats.draft_tokens_accepted) == (24, 17)
+    assert r.stats.acceptance_rate == pytest.approx(17 / 24)
+    assert sum(r.from_draft) == 17
+    assert r.from_draft[:5] == [True] * 4 + [False]
+
+
+def test_draft_prefill_progress_reported_for_both_models(engine, tiny_dir, draft_dir):
+    job = engine.submit(
+        Request(PROMPT * 4, model=tiny_dir, draft=draft_dir, chat=False, max_tokens=3)
+    )
+    models = {e.model for e in job.events(timeout=60) if isinstance(e, PrefillProgress)}
+    assert models == {"main", "draft"}
+
+
+def test_stop_string_inside_accepted_draft_run(engine, scripted, tiny_tokenizer):
+    outputs = register_pair(scripted, tiny_tokenizer)
+    text = tiny_tokenizer.decode(outputs)
+    stop = tiny_tokenizer.decode(outputs[3:5])
+    req = Request(
+        "Hello", model="main", draft="draft", num_draft_tokens=8, chat=False, max_tokens=24, stop=[stop]
+    )
+    r = engine.submit(req).result(timeout=30)
+    assert r.matched_stop == stop
+    assert r.text == text[: text.index(stop)].lstrip()
+    assert len(r.token_ids) == 5  # nothing after the token completing the stop
+
+
+def test_eos_inside_accepted_draft_run(engine, scripted, tiny_tokenizer):
+    outputs = register_pair(scripted, tiny_tokenizer)
+    outputs[3] = tiny_tokenizer.eos_token_id
+    ids = scripted("main", outputs=outputs)
+    scripted("draft", outputs=outputs)
+    assert ids
+    for draft in ("draft", "lookup"):
+        req = Request("Hello", model="main", draft=draft, num_draft_tokens=8, chat=False, max_tokens=24)
+        r = engine.submit(req).result(timeout=30)
+        assert r.finish_reason == "stop" and r.token_ids == outputs[:4]
+
+
+def test_draft_with_another_vocabulary_is_rejected_naming_both(engine, tiny_dir, tmp_path):
+    other = str(build_tiny_model(tmp_path / "other", vocab_size=300))
+    r = engine.submit(Request("Hi", model=tiny_dir, draft=other, max_tokens=3)).result(timeout=30)
+    assert r.finish_reason == "error"
+    assert tiny_dir in r.error and other in r.error and "vocabulary" in r.error
+    # Once both are loaded the check happens in submit(), on the caller's thread.
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine.submit(Request("Hi", model=tiny_dir, draft=other, max_tokens=3))
+
+
+def test_sampling_speculative_runs_and_is_seeded(engine, tiny_dir):
+    def run():
+        r = Request(PROMPT, model=tiny_dir, chat=False, max_tokens=30, temperature=0.8, seed=3,
+                    draft="lookup", num_draft_tokens=4, lookup_ngram=1)
+        return engine.submit(r).result(timeout=60).token_ids
+
+    assert run() == run()
+
+
+def test_fresh_engine_default_is_closed_cleanly(tiny_dir):
+    eng = Engine()
+    eng.close()
+    assert eng.closed
