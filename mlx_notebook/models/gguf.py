@@ -1,0 +1,196 @@
+"""GGUF -> MLX model directory for the llama architecture, cached and written atomically.
+
+``mx.load`` already returns GGUF weights in MLX's quantized layout. llama.cpp
+stores Q/K rows in interleaved-RoPE order, so we set ``rope_traditional`` and
+keep them as they are (measured: perplexity 7.9 this way, 398 un-permuted
+with the default RoPE).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from .gguf_tokenizer import _scalar, write_tokenizer
+
+CACHE_ENV = "MLX_NOTEBOOK_CACHE"
+VERSION = "1"  # bump when the output format changes
+
+_NAMES = [
+    (r"^token_embd\.", "model.embed_tokens."),
+    (r"^output_norm\.", "model.norm."),
+    (r"^output\.", "lm_head."),
+    (r"^blk\.(\d+)\.attn_norm\.", r"model.layers.\1.input_layernorm."),
+    (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.post_attention_layernorm."),
+    (r"^blk\.(\d+)\.attn_q\.", r"model.layers.\1.self_attn.q_proj."),
+    (r"^blk\.(\d+)\.attn_k\.", r"model.layers.\1.self_attn.k_proj."),
+    (r"^blk\.(\d+)\.attn_v\.", r"model.layers.\1.self_attn.v_proj."),
+    (r"^blk\.(\d+)\.attn_output\.", r"model.layers.\1.self_attn.o_proj."),
+    (r"^blk\.(\d+)\.ffn_gate\.", r"model.layers.\1.mlp.gate_proj."),
+    (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.up_proj."),
+    (r"^blk\.(\d+)\.ffn_down\.", r"model.layers.\1.mlp.down_proj."),
+]
+
+
+def cache_root() -> Path:
+    """``$MLX_NOTEBOOK_CACHE`` or ``~/.cache/mlx_notebook``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mlx_notebook")
+
+
+def cache_path(gguf: Path, variant: str) -> Path:
+    """Where the conversion of ``gguf`` lives: keyed by path, size and mtime."""
+    gguf = Path(gguf).resolve()
+    st = gguf.stat()
+    ident = f"{gguf}|{st.st_size}|{st.st_mtime_ns}|{variant}|{VERSION}"
+    key = hashlib.sha1(ident.encode()).hexdigest()[:16]
+    return cache_root() / "gguf" / f"{gguf.stem}-{variant}-{key}"
+
+
+def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
+    """Convert once and return the MLX model directory (a cache hit is free).
+
+    Args:
+        gguf: Path to a llama-architecture ``.gguf`` file.
+        variant: ``"q"`` keeps each tensor's own quantization; ``"f32"`` dequantizes
+            everything to float32 (fastest on x86 CPUs with OpenBLAS).
+
+    Raises:
+        ValueError: For other architectures (the message names it).
+    """
+    out = cache_path(Path(gguf), variant)
+    if (out / "config.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        _convert_into(Path(gguf), tmp, variant)
+        try:
+            os.rename(tmp, out)  # atomic: readers see all or nothing
+        except OSError:
+            if not (out / "config.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _remove_stale(out: Path, age_s: float = 3600) -> None:
+    # Leftovers of killed conversions; young ones may belong to a live process.
+    import time
+
+    for d in out.parent.glob(f".{out.name}.*"):
+        try:
+            if time.time() - d.stat().st_mtime > age_s:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _convert_into(gguf: Path, out: Path, variant: str) -> None:
+    import mlx.core as mx
+
+    weights, md = mx.load(str(gguf), return_metadata=True)
+    arch = str(md.get("general.architecture"))
+    if arch != "llama":
+        raise ValueError(
+            f"GGUF architecture {arch!r} is not supported: only 'llama' can be converted "
+            f"({gguf.name})"
+        )
+    weights = {_rename(k): v for k, v in weights.items() if not k.startswith("rope_freqs")}
+    config = _config(md, weights)
+    quant = _quantization(weights, config)
+    if variant == "f32":
+        weights = _dequantize_all(weights, quant)
+    else:
+        config["quantization"] = quant
+    mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
+    write_tokenizer(md, out)
+    # config.json last: its presence marks a complete directory.
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def _rename(name: str) -> str:
+    for pat, rep in _NAMES:
+        new, n = re.subn(pat, rep, name)
+        if n:
+            return new
+    raise ValueError(f"unexpected GGUF tensor {name!r} for the llama architecture")
+
+
+def _config(md: dict, weights: dict) -> dict:
+    def g(key, default=None):
+        v = md.get(f"llama.{key}", default)
+        return _scalar(v) if v is not None else None
+
+    hidden = int(g("embedding_length"))
+    heads = int(g("attention.head_count"))
+    return {
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_hidden_layers": int(g("block_count")),
+        "intermediate_size": int(g("feed_forward_length")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(g("attention.head_count_kv", heads)),
+        "head_dim": int(g("attention.key_length", hidden // heads)),
+        "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(g("rope.freq_base", 10000.0)),
+        "rope_traditional": True,
+        "vocab_size": int(g("vocab_size", len(md.get("tokenizer.ggml.tokens", [])))),
+        "max_position_embeddings": int(g("context_length", 2048)),
+        "tie_word_embeddings": "lm_head.weight" not in weights,
+    }
+
+
+def _in_features(module: str, config: dict) -> int:
+    if module.endswith("down_proj"):
+        return config["intermediate_size"]
+    if module.endswith("o_proj"):
+        return config["num_attention_heads"] * config["head_dim"]
+    return config["hidden_size"]
+
+
+def _quantization(weights: dict, config: dict) -> dict:
+    """Per-module ``{"group_size", "bits"}`` read off the packed shapes."""
+    quant: dict = {}
+    for key in weights:
+        if not key.endswith(".scales"):
+            continue
+        module = key[: -len(".scales")]
+        packed = weights[f"{module}.weight"].shape[-1]
+        n_in = _in_features(module, config)
+        quant[module] = {"group_size": n_in // weights[key].shape[-1], "bits": packed * 32 // n_in}
+    if quant:
+        # A global default is required by mlx-lm; per-module entries override it.
+        first = next(iter(quant.values()))
+        quant = {**first, **quant}
+    return quant
+
+
+def _dequantize_all(weights: dict, quant: dict) -> dict:
+    import mlx.core as mx
+
+    out = {}
+    for key, w in weights.items():
+        if key.endswith((".scales", ".biases")) and key.rsplit(".", 1)[0] in quant:
+            continue
+        module = key.rsplit(".", 1)[0]
+        if key.endswith(".weight") and module in quant:
+            q = quant[module]
+            w = mx.dequantize(
+                w,
+                weights[f"{module}.scales"].astype(mx.float32),
+                weights[f"{module}.biases"].astype(mx.float32),
+                group_size=q["group_size"],
+                bits=q["bits"],
+            )
+        out[key] = w.astype(mx.float32)
+    mx.eval(out)
+    return out

@@ -1,0 +1,90 @@
+"""Build a Hugging Face ``tokenizer.json`` from a GGUF file's tokenizer metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user-defined.
+SPECIAL_TYPES = (3, 4)
+
+
+def _pre_tokenizer(pre: str):
+    from tokenizers import pre_tokenizers as pt
+
+    byte_level = pt.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    # llama.cpp splits single digits first for these, then applies the GPT-2 regex.
+    if pre in ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone"):
+        return pt.Sequence([pt.Digits(individual_digits=True), byte_level])
+    if pre in ("gpt-2", "gpt2", "default", "mpt", "olmo", "jais"):
+        return byte_level
+    raise ValueError(
+        f"GGUF tokenizer pre-type {pre!r} is not supported yet (supported: gpt2 and smollm families)"
+    )
+
+
+def _scalar(v: Any):
+    return v.item() if hasattr(v, "item") else v
+
+
+def write_tokenizer(md: dict, out: Path) -> None:
+    """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``.
+
+    Args:
+        md: Metadata from ``mx.load(path, return_metadata=True)``.
+        out: Target directory.
+
+    Raises:
+        ValueError: For tokenizer models other than byte-level BPE (``gpt2``).
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
+    kind = md.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (only 'gpt2' BPE)")
+    tokens: list[str] = list(md["tokenizer.ggml.tokens"])
+    merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
+    types = md.get("tokenizer.ggml.token_type")
+    types = types.tolist() if hasattr(types, "tolist") else list(types or [1] * len(tokens))
+
+    tok = Tokenizer(
+        models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
+    )
+    tok.pre_tokenizer = _pre_tokenizer(str(md.get("tokenizer.ggml.pre", "default")))
+    tok.decoder = decoders.ByteLevel()
+    specials = [t for t, ty in zip(tokens, types) if ty in SPECIAL_TYPES]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+
+    def name(key: str) -> str | None:
+        i = md.get(f"tokenizer.ggml.{key}_token_id")
+        return None if i is None else tokens[int(_scalar(i))]
+
+    bos, eos, unk, pad = name("bos"), name("eos"), name("unknown"), name("padding")
+    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", False)))
+    if add_bos and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, tokens.index(bos))],
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": bos,
+        "eos_token": eos,
+        "unk_token": unk,
+        "pad_token": pad,
+        "add_bos_token": add_bos,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": int(_scalar(md.get("llama.context_length", 2048))),
+        "additional_special_tokens": [t for t in specials if t not in (bos, eos, unk, pad)],
+    }
+    if "tokenizer.chat_template" in md:
+        cfg["chat_template"] = str(md["tokenizer.chat_template"])
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=1))
+    smap = {k: v for k, v in (("bos_token", bos), ("eos_token", eos), ("unk_token", unk),
+                              ("pad_token", pad)) if v is not None}
+    (out / "special_tokens_map.json").write_text(json.dumps(smap, ensure_ascii=False))
