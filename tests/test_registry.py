@@ -1,0 +1,52 @@
+import pytest
+
+from mlx_notebook.models import Registry
+from mlx_notebook.testing import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return [str(build_tiny_model(tmp_path_factory.mktemp(f"m{i}"), seed=i)) for i in range(3)]
+
+
+def test_cached_by_resolved_spec_and_lru(engine, dirs):
+    reg = Registry(max_loaded=2)
+
+    def run():
+        a = reg.get(dirs[0])
+        assert reg.get(dirs[0]) is a
+        reg.get(dirs[1])
+        reg.get(dirs[0])  # touch a: b becomes least recently used
+        reg.get(dirs[2])
+        return [m["name"] for m in reg.snapshot()]
+
+    names = engine.call(run).result()
+    assert names == [dirs[0], dirs[2]]
+
+
+def test_pinned_model_is_not_evicted(engine, dirs):
+    reg = Registry(max_loaded=1)
+
+    def run():
+        a = reg.get(dirs[0])
+        reg.get(dirs[1], pin=a.name)
+        return [m["name"] for m in reg.snapshot()]
+
+    assert engine.call(run).result() == [dirs[0], dirs[1]]
+
+
+def test_unload_and_snapshot(engine, dirs):
+    from mlx_notebook.engine import Request
+
+    engine.submit(Request("hi", model=dirs[0], max_tokens=2)).result(timeout=30)
+    info = engine.info()["models"]
+    assert info[0]["name"] == dirs[0] and info[0]["memory_mb"] > 0 and info[0]["dtype"] == "float32"
+    assert engine.unload(dirs[0]) == [dirs[0]]
+    assert engine.info()["models"] == []
+    assert engine.unload("nothing") == []
+
+
+def test_same_tokenizer_same_vocab_key(engine, dirs):
+    reg = Registry(max_loaded=3)
+    keys = engine.call(lambda: {reg.get(d).vocab_key for d in dirs}).result()
+    assert len(keys) == 1
