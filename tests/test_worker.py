@@ -95,8 +95,10 @@ def test_chunks_are_sized_by_time(engine, scripted):
     done = [e.done for e in job.events(timeout=30) if isinstance(e, PrefillProgress)]
     sizes = [b - a for a, b in zip(done, done[1:])]
     assert sizes[0] == 32  # the measuring chunk
-    # 0.05 s / 0.2 ms per token ~ 250 tokens per chunk afterwards
-    assert all(150 <= s <= 300 for s in sizes[1:-1]), sizes
+    assert all(b <= 2 * a for a, b in zip(sizes, sizes[1:-1]))  # growth is capped
+    # 0.05 s at 0.2 ms per token, aimed 20% low: ~200 tokens per chunk once settled
+    settled = sizes[4:-1]
+    assert settled and all(150 <= s <= 260 for s in settled), sizes
 
 
 def test_queued_job_cancelled_never_runs(engine, scripted):
