@@ -32,9 +32,9 @@ def decode_tps(times):
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else float("nan")
 
 
-def ours(engine, model, prompt, n, **kw):
+def ours(engine, model, prompt, n, chat=False, **kw):
     times = []
-    job = engine.submit(Request(prompt, model=model, max_tokens=n, chat=False, **kw))
+    job = engine.submit(Request(prompt, model=model, max_tokens=n, chat=chat, **kw))
     job.add_listener(lambda ev: isinstance(ev, Token) and times.append(time.perf_counter()))
     r = job.result()
     return decode_tps(times), r
@@ -71,14 +71,17 @@ def cancel_latency(engine, model, trials, step_s):
     between, prefill, chunk_target = [], [], 0.25
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 800
     for i in range(trials):
-        job = engine.submit(Request("Tell me a story.", model=model, max_tokens=100000, chat=False))
-        stop_at, t_fin = 3 + i % 5, []
+        job = engine.submit(Request("Count from 1 to 1000: 1, 2, 3, 4,", model=model,
+                                    max_tokens=100000, chat=False))
+        stop_at, t_fin, t0 = 3 + i % 5, [], None
         job.add_listener(lambda ev: isinstance(ev, Finished) and t_fin.append(time.perf_counter()))
         for ev in job.events():
             if isinstance(ev, Token) and ev.index == stop_at:
+                time.sleep(step_s * (i % 3) / 3)  # land at varied points inside a step
                 t0 = time.perf_counter()
                 job.cancel()
-        between.append(t_fin[0] - t0)
+        if t0 is not None and job.finished.finish_reason == "cancelled":
+            between.append(t_fin[0] - t0)
     for i in range(trials):
         job = engine.submit(Request(long_prompt, model=model, max_tokens=5, chat=False,
                                     prefill_target_s=chunk_target))
@@ -103,12 +106,14 @@ def cancel_latency(engine, model, trials, step_s):
 
 
 def bench_speculative(engine, model, draft, n):
-    base_tps, base = ours(engine, model, COPY_PROMPT, n)
+    ours(engine, model, COPY_PROMPT, 4, chat=True)  # warm-up
+    base_tps, base = ours(engine, model, COPY_PROMPT, n, chat=True)
     print(f"(c) speculative vs normal on a copy-heavy prompt, greedy, {n} tokens "
           f"(normal {base_tps:.1f} tok/s):")
     modes = [("lookup", k) for k in (2, 4, 8)] + ([(draft, k) for k in (2, 4)] if draft else [])
     for spec, k in modes:
-        tps, r = ours(engine, model, COPY_PROMPT, n, draft=spec, num_draft_tokens=k, lookup_ngram=2)
+        tps, r = ours(engine, model, COPY_PROMPT, n, chat=True, draft=spec, num_draft_tokens=k,
+                      lookup_ngram=2)
         same = r.token_ids == base.token_ids
         name = "lookup" if spec == "lookup" else f"draft {spec}"
         print(f"    {name:<28} k={k}: {tps / base_tps:5.2f}x  acceptance "

@@ -1,0 +1,251 @@
+"""``%%generate`` and ``%mlx``: thin magics that build a Request and show a view."""
+
+from __future__ import annotations
+
+import re
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
+from traitlets import Float, Int, Unicode
+
+from ..engine.request import Request
+from ..engine.worker import Engine
+from .handle import GenerationHandle, remember
+from .render import FORMATS, ViewState
+from .view import GenerationView
+
+_NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ESCAPES = re.compile(r"\\(n|t|\\)")
+
+
+def parse(magic, line: str):
+    """Parse with the magic's `magic_arguments` parser, shell-style (quotes removed).
+
+    Raises:
+        UsageError: From the parser, for unknown options or bad values.
+    """
+    return magic.parser.parse_args(arg_split(line, posix=True, strict=False))
+
+
+def unescape(s: str) -> str:
+    """``\\n``, ``\\t`` and ``\\\\`` in stop strings, as a user types them."""
+    return _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], s)
+
+HELP = """mlx_notebook magics
+
+%%generate [options]        the cell body is the prompt; {name} is filled from your variables
+  -m/--model SPEC           default | /path/to/mlx-dir | /path/file.gguf | hub/id
+  --draft SPEC | --lookup   speculative decoding with a draft model or prompt lookup
+  -k/--num-draft N          draft tokens per step (1-16)
+  -n/--max-tokens N  -t/--temperature T  --top-p P  --seed S
+  -s/--system TEXT          system prompt        --raw   no chat template
+  --stop STR                stop string (repeatable)
+  -o/--out NAME             bind a result handle (.text .done .wait() .cancel())
+  --wait                    block until done (interrupt the kernel to stop)
+  -f/--format markdown|text|code
+  --compare                 run normal and speculative decoding side by side
+
+%mlx status | stop | models | unload [MODEL] | panel | help
+"""
+
+
+@magics_class
+class MLXNotebook(Magics):
+    """The extension's magics and settings (``%config MLXNotebook.max_tokens = 512``)."""
+
+    default_model = Unicode("default", help="Model spec used when -m is not given.").tag(
+        config=True
+    )
+    max_tokens = Int(256, help="Default maximum number of generated tokens.").tag(config=True)
+    temperature = Float(0.0, help="Default sampling temperature (0 = greedy).").tag(config=True)
+    refresh_hz = Float(20.0, help="Most view refreshes per second.").tag(config=True)
+    num_draft_tokens = Int(3, help="Default draft tokens per speculative step.").tag(config=True)
+
+    def __init__(self, shell=None, engine: Engine | None = None, **kw):
+        super().__init__(shell=shell, **kw)
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        """The engine jobs go to (the process-wide one unless injected)."""
+        if self._engine is None or self._engine.closed:
+            self._engine = Engine.default()
+        return self._engine
+
+    # -- %%generate ---------------------------------------------------------
+    @magic_arguments()
+    @argument("-m", "--model", default=None, help="model spec")
+    @argument("--draft", default=None, help="draft model spec")
+    @argument("--lookup", action="store_true", help="prompt-lookup drafting")
+    @argument("-k", "--num-draft", type=int, default=None, help="draft tokens per step")
+    @argument("--ngram", type=int, default=3, help="n-gram size for --lookup")
+    @argument("-n", "--max-tokens", type=int, default=None, help="max generated tokens")
+    @argument("-t", "--temperature", type=float, default=None, help="sampling temperature")
+    @argument("--top-p", type=float, default=1.0, help="nucleus sampling")
+    @argument("--seed", type=int, default=None, help="random seed")
+    @argument("-s", "--system", default=None, help="system prompt")
+    @argument("--raw", action="store_true", help="no chat template")
+    @argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    @argument("-o", "--out", default=None, help="name to bind the result handle to")
+    @argument("--wait", action="store_true", help="block until done")
+    @argument("-f", "--format", default="markdown", help="markdown, text or code")
+    @argument("--compare", action="store_true", help="normal vs speculative side by side")
+    @cell_magic
+    def generate(self, line: str, cell: str):
+        """Generate from the cell body; see ``%mlx help``."""
+        args = parse(self.generate, line)
+        request = self.build_request(args, cell)
+        if args.compare:
+            return self._compare(args, request)
+        return self.run(request, out=args.out, wait=args.wait, fmt=args.format)
+
+    def build_request(self, args, cell: str) -> Request:
+        """Turn parsed options and the cell body into a validated Request.
+
+        Raises:
+            UsageError: One clear line for any bad option or value.
+        """
+        if args.format not in FORMATS:
+            raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
+        if args.draft and args.lookup:
+            raise UsageError("use either --draft MODEL or --lookup, not both")
+        if args.out is not None and not args.out.isidentifier():
+            raise UsageError(f"-o/--out needs a Python name (got {args.out!r})")
+        if args.compare and not (args.draft or args.lookup):
+            args.lookup = True  # compare against prompt lookup unless a draft is given
+        request = Request(
+            prompt=self.interpolate(cell),
+            model=args.model or self.default_model,
+            system=args.system,
+            chat=not args.raw,
+            max_tokens=args.max_tokens if args.max_tokens is not None else self.max_tokens,
+            temperature=args.temperature if args.temperature is not None else self.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            stop=[unescape(x) for x in args.stop],
+            draft="lookup" if args.lookup else args.draft,
+            num_draft_tokens=args.num_draft if args.num_draft is not None else self.num_draft_tokens,
+            lookup_ngram=args.ngram,
+        )
+        try:
+            request.validate()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return request
+
+    def interpolate(self, text: str) -> str:
+        """Fill ``{name}`` from the user namespace; unknown names stay as written."""
+        ns = self.shell.user_ns if self.shell is not None else {}
+        return _NAME.sub(lambda m: str(ns[m.group(1)]) if m.group(1) in ns else m.group(0), text)
+
+    def run(self, request: Request, out: str | None = None, wait: bool = False,
+            fmt: str = "markdown") -> GenerationHandle | None:
+        """Submit, display the view, bind the handle; block with ``wait``."""
+        from IPython.display import display
+
+        try:
+            job = self.engine.submit(request)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        state = ViewState(model=request.model, mode=request.mode, k=request.num_draft_tokens,
+                          fmt=fmt)
+        view = GenerationView(state, refresh_hz=self.refresh_hz)
+        display(view.widget)
+        view.attach(job)
+        handle = GenerationHandle(job, request.model)
+        remember(handle)
+        if out:
+            self.shell.user_ns[out] = handle
+        if wait:
+            try:
+                job.result()
+            except KeyboardInterrupt:
+                pass  # job.result() cancelled it and waited: the view shows "stopped"
+            view.wait_rendered(2.0)
+        return None
+
+    def _compare(self, args, request: Request):
+        from .compare import CompareView
+
+        view = CompareView(self.engine, request, refresh_hz=self.refresh_hz, fmt=args.format)
+        view.start()
+        from IPython.display import display
+
+        display(view.widget)
+        if args.wait:
+            try:
+                view.wait()
+            except KeyboardInterrupt:
+                view.stop()
+                view.wait()
+        return None
+
+    # -- %mlx ---------------------------------------------------------------
+    @magic_arguments()
+    @argument("command", nargs="?", default="status",
+              help="status | stop | models | unload | panel | help")
+    @argument("target", nargs="?", default=None, help="model for unload")
+    @line_magic
+    def mlx(self, line: str):
+        """Engine status and control; ``%mlx help`` lists the commands."""
+        args = parse(self.mlx, line)
+        cmd = args.command
+        if cmd == "help":
+            print(HELP)
+        elif cmd == "stop":
+            print(f"cancelled {self.engine.cancel_all()} job(s)")
+        elif cmd == "status":
+            print(format_status(self.engine.info()))
+        elif cmd == "models":
+            models = self.engine.info()["models"]
+            print("\n".join(f"{m['name']}  {m['dtype']}  {m['memory_mb']} MB" for m in models)
+                  or "no models loaded")
+        elif cmd == "unload":
+            names = self.engine.unload(args.target)
+            print(f"unloaded: {', '.join(names)}" if names else "nothing to unload")
+        elif cmd == "panel":
+            from .panel import Panel
+
+            return Panel(engine=self.engine)
+        else:
+            raise UsageError(f"unknown %mlx command {cmd!r}; try %mlx help")
+        return None
+
+
+def format_status(info: dict) -> str:
+    """Human-readable ``%mlx status``."""
+    blas = info["blas"]
+    lines = [
+        f"worker: {'alive' if info['worker_alive'] else 'stopped'}; running job: "
+        f"{info['running'] if info['running'] is not None else 'none'}; queued: {info['queued']}",
+        f"device: {info['device']}",
+        f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
+        "models:" if info["models"] else "models: none loaded",
+    ]
+    for m in info["models"]:
+        lines.append(f"  {m['name']}  {m['dtype']}  {m['memory_mb']} MB")
+    return "\n".join(lines)
+
+
+def load(ipython) -> None:
+    """Register the magics and their settings."""
+    magics = MLXNotebook(shell=ipython, config=ipython.config)
+    ipython.register_magics(magics)
+    if magics not in ipython.configurables:
+        ipython.configurables.append(magics)
+
+
+def unload(ipython) -> None:
+    """Unregister the magics and cancel running jobs."""
+    mm = ipython.magics_manager
+    mm.magics["cell"].pop("generate", None)
+    mm.magics["line"].pop("mlx", None)
+    for c in [c for c in ipython.configurables if isinstance(c, MLXNotebook)]:
+        ipython.configurables.remove(c)
+        if c._engine is not None:
+            c._engine.cancel_all()
+    mm.registry.pop("MLXNotebook", None)
+    if Engine._default is not None:
+        Engine._default.cancel_all()
