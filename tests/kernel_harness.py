@@ -1,0 +1,119 @@
+"""A real Jupyter kernel driven through jupyter_client, acting as a widget frontend."""
+
+import os
+import queue
+import threading
+import time
+
+from jupyter_client.manager import KernelManager
+
+
+class Harness:
+    """Starts a kernel, records widget state from iopub, clicks buttons by comm message."""
+
+    def __init__(self, startup_timeout=60):
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=startup_timeout)
+        self.state = {}  # comm_id -> latest widget state
+        self.updates = []  # (time, comm_id, changed state)
+        self.outputs = {}  # parent msg_id -> list of iopub messages
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        while not self._stop.is_set():
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            except Exception:
+                return
+            kind, content = msg["msg_type"], msg["content"]
+            parent = msg.get("parent_header", {}).get("msg_id")
+            with self._lock:
+                self.outputs.setdefault(parent, []).append(msg)
+                if kind == "comm_open" and content.get("target_name") == "jupyter.widget":
+                    self.state[content["comm_id"]] = dict(content["data"].get("state", {}))
+                elif kind == "comm_msg" and content["data"].get("method") == "update":
+                    cid = content["comm_id"]
+                    self.state.setdefault(cid, {}).update(content["data"]["state"])
+                    self.updates.append((time.monotonic(), cid, content["data"]["state"]))
+
+    def execute(self, code, timeout=60, wait=True):
+        msg_id = self.kc.execute(code)
+        if not wait:
+            return msg_id
+        return self.reply(msg_id, timeout)
+
+    def reply(self, msg_id, timeout=60):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no execute_reply for {msg_id} within {timeout} s")
+            try:
+                msg = self.kc.get_shell_msg(timeout=min(left, 1))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg["content"]
+
+    def texts(self, msg_id):
+        """stdout/stderr text, results and errors produced by one execution."""
+        out = []
+        with self._lock:
+            msgs = list(self.outputs.get(msg_id, []))
+        for m in msgs:
+            c = m["content"]
+            if m["msg_type"] == "stream":
+                out.append(c["text"])
+            elif m["msg_type"] in ("execute_result", "display_data"):
+                out.append(c["data"].get("text/plain", ""))
+            elif m["msg_type"] == "error":
+                out.append("\n".join(c["traceback"]))
+        return "".join(out)
+
+    def widgets(self, model_name, **match):
+        with self._lock:
+            return [
+                cid for cid, st in self.state.items()
+                if st.get("_model_name") == model_name
+                and all(st.get(k) == v for k, v in match.items())
+            ]
+
+    def value(self, cid, key):
+        with self._lock:
+            return self.state.get(cid, {}).get(key)
+
+    def wait_for(self, what, predicate, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = predicate()
+            if result:
+                return result
+            time.sleep(0.02)
+        raise TimeoutError(f"timed out after {timeout} s waiting for: {what}")
+
+    def click(self, cid):
+        """What a browser sends when the button is clicked."""
+        msg = self.kc.session.msg(
+            "comm_msg",
+            {"comm_id": cid, "data": {"method": "custom", "content": {"event": "click"}}},
+        )
+        self.kc.shell_channel.send(msg)
+
+    def interrupt(self):
+        self.km.interrupt_kernel()
+
+    def close(self):
+        self._stop.set()
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=True)

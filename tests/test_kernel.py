@@ -1,0 +1,145 @@
+"""The notebook layer in a REAL kernel: streaming, Stop via comm message, queueing, interrupt."""
+
+import time
+
+import pytest
+
+from kernel_harness import Harness
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def kernel(tiny_dir):
+    h = Harness()
+    try:
+        r = h.execute("%load_ext mlx_notebook")
+        assert r["status"] == "ok"
+        yield h
+    finally:
+        h.close()
+
+
+def new_views(k, before):
+    """(html_id, button_id) pairs created since ``before`` (a set of comm ids)."""
+    htmls = [c for c in k.widgets("HTMLModel") if c not in before and "mlxnb" in (k.value(c, "value") or "")]
+    buttons = [c for c in k.widgets("ButtonModel", description="Stop") if c not in before]
+    return htmls, buttons
+
+
+def start(k, line, prompt="Hello"):
+    before = set(k.state)
+    msg_id = k.execute(f"%%generate {line}\n{prompt}", wait=False)
+    return msg_id, before
+
+
+def view_of(k, before, n=1):
+    def found():
+        h, b = new_views(k, before)
+        return (h, b) if len(h) >= n and len(b) >= n else None
+
+    return k.wait_for(f"{n} new generation view(s)", found)
+
+
+def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
+    k = kernel
+    msg_id, before = start(k, f"-m {tiny_dir} -n 100000 --raw")
+    reply = k.reply(msg_id, 30)
+    assert reply["status"] == "ok"  # the cell returned at once
+    (html,), (button,) = view_of(k, before)
+    k.wait_for("streamed text", lambda: "generating" in (k.value(html, "value") or ""))
+    t_first = time.monotonic()
+    time.sleep(1.0)
+    k.click(button)
+    k.wait_for("stopped state", lambda: "stopped" in (k.value(html, "value") or ""))
+    k.wait_for("button disabled", lambda: k.value(button, "disabled") is True)
+    final = k.value(html, "value")
+    assert 'class="txt"' in final and len(final) > 800  # partial text kept
+    assert k.value(button, "description") == "Stopped"
+    # at most 20 updates/s of the view, whatever the token rate
+    ups = [t for t, cid, st in k.updates if cid == html and "value" in st]
+    span = ups[-1] - ups[0]
+    assert len(ups) <= 20 * span + 3, (len(ups), span)
+    assert ups[-1] - t_first > 0.5
+    # the kernel is responsive
+    t0 = time.monotonic()
+    mid = k.execute("1+1", wait=False)
+    assert k.reply(mid, 5)["status"] == "ok"
+    assert time.monotonic() - t0 < 1.0
+    assert "2" in k.texts(mid)
+    # and the next generation works
+    msg_id, before = start(k, f"-m {tiny_dir} -n 20 --raw -o second")
+    (html2,), _ = view_of(k, before)
+    k.wait_for("second generation done", lambda: "done (max tokens)" in (k.value(html2, "value") or ""))
+    mid = k.execute("print(second.finish_reason, second.stats.generation_tokens)", wait=False)
+    k.reply(mid, 10)
+    assert "length 20" in k.texts(mid)
+
+
+def test_queueing_two_cells(kernel, tiny_dir):
+    k = kernel
+    m1, b1 = start(k, f"-m {tiny_dir} -n 100000 --raw")
+    k.reply(m1)
+    (h1,), (s1,) = view_of(k, b1)
+    k.wait_for("first generating", lambda: "generating" in (k.value(h1, "value") or ""))
+    m2, b2 = start(k, f"-m {tiny_dir} -n 10 --raw")
+    k.reply(m2)
+    (h2,), (s2,) = view_of(k, b2)
+    k.wait_for("second queued", lambda: "queued (1 ahead)" in (k.value(h2, "value") or ""))
+    # a third, stopped while queued, never runs
+    m3, b3 = start(k, f"-m {tiny_dir} -n 10 --raw")
+    k.reply(m3)
+    (h3,), (s3,) = view_of(k, b3)
+    k.wait_for("third queued", lambda: "queued (2 ahead)" in (k.value(h3, "value") or ""))
+    k.click(s3)
+    k.wait_for("third stopped", lambda: "stopped" in (k.value(h3, "value") or ""))
+    k.click(s1)
+    k.wait_for("second done", lambda: "done (max tokens)" in (k.value(h2, "value") or ""))
+    assert "stopped" in k.value(h1, "value")
+    assert 'class="stats"' not in k.value(h3, "value") or "0 tokens" in k.value(h3, "value")
+
+
+def test_wait_then_kernel_interrupt(kernel, tiny_dir):
+    k = kernel
+    msg_id, before = start(k, f"-m {tiny_dir} -n 100000 --raw --wait -o waited")
+    (html,), (button,) = view_of(k, before)
+    k.wait_for("streaming while the cell blocks",
+               lambda: "generating" in (k.value(html, "value") or ""))
+    time.sleep(0.5)
+    k.interrupt()
+    reply = k.reply(msg_id, 20)
+    assert reply["status"] == "ok"  # no traceback
+    assert "Traceback" not in k.texts(msg_id) and "KeyboardInterrupt" not in k.texts(msg_id)
+    k.wait_for("stopped after interrupt", lambda: "stopped" in (k.value(html, "value") or ""))
+    mid = k.execute("print(waited.finish_reason, len(waited.text) > 0)", wait=False)
+    k.reply(mid, 10)
+    assert "cancelled True" in k.texts(mid)
+    # the engine is usable at once
+    mid = k.execute(f"%%generate -m {tiny_dir} -n 5 --raw --wait -o after\nHi", wait=False)
+    assert k.reply(mid, 30)["status"] == "ok"
+    mid = k.execute("print(after.finish_reason)", wait=False)
+    k.reply(mid, 10)
+    assert "length" in k.texts(mid)
+
+
+def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
+    k = kernel
+    m, before = start(k, f"-m {tiny_dir} -n 100000 --raw -o bg")
+    k.reply(m)
+    view_of(k, before)
+    mid = k.execute("bg.wait()", wait=False)
+    time.sleep(1.0)
+    k.interrupt()
+    reply = k.reply(mid, 20)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    mid = k.execute("print(bg.finish_reason)", wait=False)
+    k.reply(mid, 10)
+    assert "cancelled" in k.texts(mid)
+
+
+def test_mlx_status_in_kernel(kernel):
+    mid = kernel.execute("%mlx status", wait=False)
+    kernel.reply(mid, 10)
+    out = kernel.texts(mid)
+    assert "device: cpu" in out or "device: gpu" in out
+    assert "BLAS acceleration" in out
