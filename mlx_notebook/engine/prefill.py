@@ -33,7 +33,7 @@ class ChunkSizer:
     MARGIN = 0.8
     GROWTH = 2.0
 
-    def __init__(self, target_s: float = 0.25, first: int = 32, lo: int = 8, hi: int = 2048):
+    def __init__(self, target_s: float = 0.25, first: int = 8, lo: int = 1, hi: int = 2048):
         self.target_s, self.lo, self.hi = target_s, lo, hi
         self.size = max(lo, min(first, hi))
 
