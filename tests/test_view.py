@@ -1,28 +1,32 @@
-"""The view's refresh clock, without a kernel."""
+"""The view's refresh clock, without a kernel: real Jobs fed synthetic events."""
 
 import threading
 import time
 
+from mlx_notebook.engine import Request
 from mlx_notebook.engine.events import Finished, Started, Stats, Token
+from mlx_notebook.engine.job import Job
 from mlx_notebook.notebook.render import ViewState
-from mlx_notebook.notebook.view import GenerationView
-
+from mlx_notebook.notebook.view import generation_view
 
 
 def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
-    view = GenerationView(ViewState(fmt="text"), refresh_hz=20)
+    job = Job(Request("x"), 1)
+    view = generation_view(ViewState(fmt="text"), refresh_hz=20).attach(job)
     values = []
     view.html.observe(lambda ch: values.append(time.monotonic()), names="value")
-    view._thread = threading.Thread(target=view._loop, daemon=True)
-    view._thread.start()
     pieces = [f"tok{i} " for i in range(1500)]
+
+    def produce():  # a worker emitting 1000 tokens/s
+        job._emit(Started())
+        for i, p in enumerate(pieces):
+            job._emit(Token(p, i, False, i))
+            time.sleep(0.001)
+        job._emit(Finished("".join(pieces), "length", stats=Stats(generation_tokens=1500)))
+
     t0 = time.monotonic()
-    view.push(Started())
-    for i, p in enumerate(pieces):  # 1000 tokens/s from a producer thread's point of view
-        view.push(Token(p, i, False, i))
-        time.sleep(0.001)
-    view.push(Finished("".join(pieces), "length", stats=Stats(generation_tokens=1500)))
-    assert view.wait_rendered(5)
+    threading.Thread(target=produce).start()
+    assert view.wait_rendered(10)
     elapsed = time.monotonic() - t0
     assert view.updates == len(values)
     assert view.updates <= 20 * elapsed + 2, (view.updates, elapsed)
@@ -32,22 +36,23 @@ def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
 
 
 def test_stop_button_cancels_and_marks_stopped():
-    cancelled = []
-    view = GenerationView(ViewState(), start_thread=False)
-    view._on_stop = lambda: cancelled.append(True)
+    job = Job(Request("x"), 1)
+    view = generation_view(ViewState(), start_thread=False).attach(job)
+    job._emit(Started())
     view.stop_button.click()
-    assert cancelled == [True] and view.stop_button.disabled
+    assert job.cancelled and view.stop_button.disabled
     view.refresh()
     assert "stopping" in view.html.value
-    view.push(Finished("partial", "cancelled"))
+    job._emit(Finished("partial", "cancelled"))
     view.refresh()
     assert "stopped" in view.html.value and "partial" in view.html.value
     assert view.stop_button.description == "Stopped"
 
 
 def test_no_update_when_nothing_changed():
-    view = GenerationView(ViewState(), start_thread=False)
-    view.push(Started())
+    job = Job(Request("x"), 1)
+    view = generation_view(ViewState(), start_thread=False).attach(job)
+    job._emit(Started())
     view.refresh()
     n = view.updates
     assert not view.refresh() and view.updates == n

@@ -14,7 +14,7 @@ from ..engine.request import Request
 from ..engine.worker import Engine
 from .handle import GenerationHandle, remember
 from .render import FORMATS, ViewState
-from .view import GenerationView
+from .view import generation_view
 
 _NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ESCAPES = re.compile(r"\\(n|t|\\)")
@@ -151,7 +151,7 @@ class MLXNotebook(Magics):
             raise UsageError(str(exc)) from None
         state = ViewState(model=request.model, mode=request.mode, k=request.num_draft_tokens,
                           fmt=fmt)
-        view = GenerationView(state, refresh_hz=self.refresh_hz)
+        view = generation_view(state, refresh_hz=self.refresh_hz)
         display(view.widget)
         view.attach(job)
         handle = GenerationHandle(job, request.model)

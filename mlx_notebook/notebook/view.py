@@ -1,7 +1,7 @@
-"""The streaming generation widget: refreshes on its own clock, never per token.
+"""Live widgets for jobs: refresh on their own clock, never per token.
 
 The worker thread only appends events to a list (lock-free in CPython); a
-refresh thread folds them into a `ViewState` at most ``refresh_hz`` times a
+refresh thread folds them into a renderer at most ``refresh_hz`` times a
 second and sends one widget update per refresh, plus one final refresh.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 import ipywidgets as widgets
 
@@ -17,65 +18,88 @@ from ..engine.job import Job
 from .render import ViewState
 
 
-class GenerationView:
-    """Streams one job into a cell's output.
+class Renderer(Protocol):
+    """Folds events from the jobs it shows and renders them as one HTML string."""
+
+    def apply_from(self, index: int, ev: Event) -> None:
+        """Fold event ``ev`` of job number ``index``."""
+
+    def html(self) -> str:
+        """The whole view."""
+
+    def set_stopping(self) -> None:
+        """Mark that Stop was pressed."""
+
+
+class LiveView:
+    """One HTML widget and a Stop button following one or more jobs.
 
     Args:
-        state: What to show (model, mode, format).
+        renderer: What to show.
         refresh_hz: Most refreshes per second. Default: 20.
-        start_thread: Start the refresh thread on `attach` (tests drive `refresh`).
+        start_thread: Start the refresh thread on `attach` (tests call `refresh`).
+        on_done: Called on the refresh thread after the final refresh.
     """
 
-    def __init__(self, state: ViewState, refresh_hz: float = 20, start_thread: bool = True):
-        self.state = state
+    def __init__(self, renderer: Renderer, refresh_hz: float = 20, start_thread: bool = True,
+                 on_done: Callable[[], None] | None = None):
+        self.renderer = renderer
         self.refresh_hz = refresh_hz
         self.start_thread = start_thread
+        self.on_done = on_done
         self.updates = 0
-        self._events: list[Event] = []
+        self._events: list[tuple[int, Event]] = []
         self._seen = 0
+        self._open = 0
         self._done = threading.Event()
-        self._on_stop: Callable[[], None] | None = None
+        self._jobs: list[Job] = []
         self._thread: threading.Thread | None = None
-        self.html = widgets.HTML(value=state.html())
+        self.html = widgets.HTML(value=renderer.html())
         self.stop_button = widgets.Button(
             description="Stop", icon="stop", button_style="danger", tooltip="Stop generating",
             layout=widgets.Layout(width="auto"),
         )
-        self.stop_button.on_click(self._clicked)
+        self.stop_button.on_click(lambda _b: self.stop())
         self.widget = widgets.VBox([self.html, self.stop_button])
         self.widget.add_class("mlxnb-view")
 
-    # -- wiring -------------------------------------------------------------
-    def attach(self, job: Job) -> GenerationView:
-        """Follow ``job``: Stop cancels it; its events feed this view."""
-        self._on_stop = job.cancel
-        job.add_listener(self.push)
+    def attach(self, *jobs: Job) -> LiveView:
+        """Follow ``jobs``: Stop cancels them all; their events feed the renderer."""
+        self._jobs = list(jobs)
+        self._open = len(jobs)
+        for i, job in enumerate(jobs):
+            job.add_listener(lambda ev, i=i: self.push(ev, i))
         if self.start_thread:
             self._thread = threading.Thread(target=self._loop, name="mlxnb-view", daemon=True)
             self._thread.start()
         return self
 
-    def push(self, ev: Event) -> None:
+    def push(self, ev: Event, index: int = 0) -> None:
         """Listener, called on the worker thread: append only, never touch widgets."""
-        self._events.append(ev)
+        self._events.append((index, ev))
         if isinstance(ev, Finished):
-            self._done.set()
+            self._open -= 1
+            if self._open <= 0:
+                self._done.set()
 
     def stop(self) -> None:
-        """What the Stop button does: cancel the job (never blocks)."""
-        self.state.stopping = True
+        """What the Stop button does: cancel every job (never blocks)."""
+        self.renderer.set_stopping()
         self.stop_button.disabled = True
-        if self._on_stop is not None:
-            self._on_stop()
+        for job in self._jobs:
+            job.cancel()
 
-    def _clicked(self, _button) -> None:
-        self.stop()
+    @property
+    def done(self) -> bool:
+        """Whether every job has finished."""
+        return self._done.is_set()
 
-    # -- refreshing ---------------------------------------------------------
     def _loop(self) -> None:
         while not self._done.wait(1 / self.refresh_hz):
             self.refresh()
         self.refresh()  # the final one, with the complete text
+        if self.on_done is not None:
+            self.on_done()
 
     def wait_rendered(self, timeout: float | None = None) -> bool:
         """Block until the final refresh has been sent."""
@@ -87,25 +111,49 @@ class GenerationView:
     def refresh(self) -> bool:
         """Fold new events and send at most one update; return whether one was sent."""
         n = len(self._events)
-        for ev in self._events[self._seen : n]:
-            self.state.apply(ev)
+        for index, ev in self._events[self._seen : n]:
+            self.renderer.apply_from(index, ev)
         self._seen = n
-        html = self.state.html()
-        sent = False
-        if html != self.html.value:
+        html = self.renderer.html()
+        sent = html != self.html.value
+        if sent:
             self.html.value = html
             self.updates += 1
-            sent = True
-        fin = self.state.finished
-        if fin is not None and self.stop_button.description == "Stop":
+        if self._done.is_set() and self._seen == len(self._events) and (
+            self.stop_button.description == "Stop"
+        ):
+            stopped = any(j.finished and j.finished.finish_reason == "cancelled" for j in self._jobs)
             with self.stop_button.hold_sync():  # one message for both traits
                 self.stop_button.disabled = True
-                self.stop_button.description = (
-                    "Stopped" if fin.finish_reason == "cancelled" else "Done"
-                )
+                self.stop_button.description = "Stopped" if stopped else "Done"
         return sent
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         display(self.widget)
+
+
+class SingleJob:
+    """Renderer for one job: a `ViewState`."""
+
+    def __init__(self, state: ViewState) -> None:
+        self.state = state
+
+    def apply_from(self, index: int, ev: Event) -> None:
+        """Fold an event."""
+        self.state.apply(ev)
+
+    def html(self) -> str:
+        """Render."""
+        return self.state.html()
+
+    def set_stopping(self) -> None:
+        """Stop was pressed."""
+        self.state.stopping = True
+
+
+def generation_view(state: ViewState, refresh_hz: float = 20, start_thread: bool = True,
+                    on_done: Callable[[], None] | None = None) -> LiveView:
+    """A live view of one job."""
+    return LiveView(SingleJob(state), refresh_hz, start_thread, on_done)
