@@ -79,6 +79,12 @@ def test_identical_prompt_reuses_all_but_last_token(engine, tiny_dir):
     assert a.token_ids == b.token_ids
 
 
+def test_reuse_cache_false_prefills_from_scratch(engine, tiny_dir):
+    a = engine.submit(make(tiny_dir, P1)).result(timeout=30)
+    b = engine.submit(make(tiny_dir, P1, reuse_cache=False)).result(timeout=30)
+    assert b.stats.cached_tokens == 0 and a.token_ids == b.token_ids
+
+
 class RotatingScripted(ScriptedModel):
     def make_cache(self):
         return [RotatingKVCache(max_size=8, keep=0)]

@@ -23,15 +23,17 @@ class PromptCache:
         """Tokens held by the stored cache (empty when none is stored)."""
         return list(self._seq.tokens) if self._seq else []
 
-    def fetch(self, model, tokens: Sequence[int]) -> tuple[CachedSequence, int]:
-        """Take the cache for a job on ``tokens``.
+    def fetch(
+        self, model, tokens: Sequence[int], reuse: bool = True
+    ) -> tuple[CachedSequence, int]:
+        """Take the cache for a job on ``tokens`` (a fresh one unless ``reuse``).
 
         Returns:
             ``(seq, reused)``: the sequence holding ``tokens[:reused]``. At least
             the last prompt token is always left to compute.
         """
         seq, self._seq = self._seq, None
-        if seq is None or seq.model is not model or not seq.trimmable:
+        if not reuse or seq is None or seq.model is not model or not seq.trimmable:
             return CachedSequence(model), 0
         keep = min(common_prefix(seq.tokens, tokens), len(tokens) - 1)
         seq.trim_to(keep)

@@ -32,6 +32,8 @@ class Request:
         lookup_ngram: n-gram size for prompt lookup, 1..8. Default: 3.
         prefill_target_s: Seconds of compute per prefill chunk, which bounds the
             cancel latency during prefill. Default: 0.25.
+        reuse_cache: Reuse the model's KV cache from earlier jobs for a common
+            prompt prefix. False prefills from scratch (fair timing comparisons).
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -50,6 +52,7 @@ class Request:
     num_draft_tokens: int = 3
     lookup_ngram: int = 3
     prefill_target_s: float = 0.25
+    reuse_cache: bool = True
 
     @property
     def mode(self) -> str:

@@ -89,14 +89,14 @@ def run_job(
             processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
 
         main_cache = cache_for(main)
-        seq, stats.cached_tokens = main_cache.fetch(main.model, prompt)
+        seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
         source: DraftSource | None = None
         if req.mode == "lookup":
             source = PromptLookup(req.lookup_ngram)
         elif req.mode == "draft":
             draft_cache = cache_for(draft)
-            dseq, _ = draft_cache.fetch(draft.model, prompt)
+            dseq, _ = draft_cache.fetch(draft.model, prompt, req.reuse_cache)
             seqs.append((draft_cache, dseq))
             source = DraftModel(dseq, sampler, ChunkSizer(req.prefill_target_s))
             source.prefill(

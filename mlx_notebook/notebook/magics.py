@@ -167,19 +167,23 @@ class MLXNotebook(Magics):
         return None
 
     def _compare(self, args, request: Request):
-        from .compare import CompareView
-
-        view = CompareView(self.engine, request, refresh_hz=self.refresh_hz, fmt=args.format)
-        view.start()
         from IPython.display import display
 
-        display(view.widget)
+        from .compare import CompareRun
+
+        try:
+            run = CompareRun(self.engine, request, refresh_hz=self.refresh_hz).start()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        display(run.widget)
+        if args.out:
+            self.shell.user_ns[args.out] = run
         if args.wait:
             try:
-                view.wait()
+                run.wait()
             except KeyboardInterrupt:
-                view.stop()
-                view.wait()
+                run.stop()
+                run.wait()
         return None
 
     # -- %mlx ---------------------------------------------------------------

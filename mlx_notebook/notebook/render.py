@@ -88,6 +88,7 @@ class ViewState:
     tokens: int = 0
     finished: Finished | None = None
     stopping: bool = False
+    highlight_drafts: bool = False
 
     def apply(self, ev: Event) -> None:
         """Fold one event in."""
@@ -157,6 +158,8 @@ class ViewState:
 
     def _body_html(self) -> str:
         text = self.text
+        if self.highlight_drafts:
+            return f'<div class="txt">{self._draft_marked()}</div>'
         if self.finished is not None and self.finished.finish_reason != "cancelled":
             if self.fmt == "markdown":
                 return f'<div class="md">{markdown_html(text)}</div>'
@@ -170,6 +173,9 @@ class ViewState:
         out = []
         for piece, d in zip(self.pieces, self.drafts):
             out.append(f'<span class="draft">{escape(piece)}</span>' if d else escape(piece))
+        streamed = "".join(self.pieces)
+        if self.finished is not None and self.finished.text.startswith(streamed):
+            out.append(escape(self.finished.text[len(streamed):]))  # withheld tail, if any
         return "".join(out)
 
 

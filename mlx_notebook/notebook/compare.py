@@ -1,0 +1,188 @@
+"""Compare mode: normal and speculative decoding on the same prompt, side by side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..engine.events import Event
+from ..engine.job import Job, Result
+from ..engine.request import Request
+from ..engine.worker import Engine
+from .render import ViewState, escape
+from .view import LiveView
+
+
+@dataclass
+class CompareResult:
+    """Outcome of one comparison; either side may be None if it never ran."""
+
+    normal: Result | None
+    speculative: Result | None
+    greedy: bool
+    margin: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Both runs ended normally (not cancelled or failed)."""
+        ok = ("stop", "length")
+        return bool(self.normal and self.speculative and self.normal.finish_reason in ok
+                    and self.speculative.finish_reason in ok)
+
+    @property
+    def speedup(self) -> float | None:
+        """Speculative generation tok/s over normal generation tok/s."""
+        if not self.complete or not self.normal.stats.generation_tps:
+            return None
+        return self.speculative.stats.generation_tps / self.normal.stats.generation_tps
+
+    @property
+    def identical(self) -> bool | None:
+        """Whether both runs produced the same tokens (None until both complete)."""
+        if not self.complete:
+            return None
+        return self.normal.token_ids == self.speculative.token_ids
+
+    @property
+    def diverged_at(self) -> int | None:
+        """Index of the first differing token, if any."""
+        if not self.complete or self.identical:
+            return None
+        a, b = self.normal.token_ids, self.speculative.token_ids
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    def summary(self) -> str:
+        """One line for logs and notebooks."""
+        if not self.complete:
+            return "comparison incomplete (stopped or failed)"
+        acc = self.speculative.stats.acceptance_rate
+        same = "identical text" if self.identical else f"texts differ at token {self.diverged_at}"
+        return (f"normal {self.normal.stats.generation_tps:.1f} tok/s, speculative "
+                f"{self.speculative.stats.generation_tps:.1f} tok/s -> {self.speedup:.2f}x; "
+                f"acceptance {acc or 0:.0%}; {same}")
+
+
+def compare_requests(request: Request) -> tuple[Request, Request]:
+    """The normal and speculative requests; both prefill from scratch for fair timing."""
+    if request.mode == "normal":
+        raise ValueError("draft: Compare needs a draft model or 'lookup'")
+    return (replace(request, draft=None, reuse_cache=False),
+            replace(request, reuse_cache=False))
+
+
+class CompareRenderer:
+    """Two columns plus a verdict row."""
+
+    def __init__(self, request: Request, fmt: str = "text") -> None:
+        self.request = request
+        self.left = ViewState(model=request.model, mode="normal", fmt=fmt)
+        self.right = ViewState(model=request.model, mode=request.mode,
+                               k=request.num_draft_tokens, fmt=fmt, highlight_drafts=True)
+        self.result: CompareResult | None = None
+
+    def apply_from(self, index: int, ev: Event) -> None:
+        """Fold an event of the normal (0) or speculative (1) job."""
+        (self.left if index == 0 else self.right).apply(ev)
+
+    def set_stopping(self) -> None:
+        """Stop was pressed."""
+        self.left.stopping = self.right.stopping = True
+
+    def html(self) -> str:
+        """Both columns in one HTML string."""
+        cols = "".join(
+            f'<td style="vertical-align:top;width:50%;padding:4px 8px">{s.html()}</td>'
+            for s in (self.left, self.right)
+        )
+        return (f'<div class="mlxnb-compare">{self._verdict()}'
+                f'<table style="width:100%;table-layout:fixed"><tr>{cols}</tr></table></div>')
+
+    def _verdict(self) -> str:
+        r = self.result
+        if r is None:
+            return '<div class="mlxnb"><b>Compare</b>: normal, then speculative…</div>'
+        if not r.complete:
+            return '<div class="mlxnb"><b>Compare</b>: stopped; what ran is kept.</div>'
+        acc = r.speculative.stats.acceptance_rate or 0
+        if r.identical:
+            same = '<span class="same" style="color:#15803d;font-weight:600">✔ identical text</span>'
+        else:
+            margin = "" if r.margin is None else f", top-2 logit margin there {r.margin:.3g}"
+            why = ("with greedy sampling this means a bug unless the margin is a near-tie"
+                   if r.greedy else "expected with sampling")
+            same = (f'<span class="warn">✘ texts differ at token {r.diverged_at}{margin} '
+                    f'({escape(why)})</span>')
+        return (f'<div class="mlxnb"><b>speedup {r.speedup:.2f}×</b> · acceptance {acc:.0%} · '
+                f"{same}</div>")
+
+
+class CompareRun:
+    """Submits the two jobs and shows them in a `LiveView`.
+
+    Args:
+        engine: Where to run.
+        request: A speculative request (draft model or lookup).
+        refresh_hz: View refresh rate.
+        fmt: Text format of the columns.
+        on_done: Called (on the refresh thread) once both finished and rendered.
+    """
+
+    def __init__(self, engine: Engine, request: Request, refresh_hz: float = 20,
+                 fmt: str = "text", on_done=None) -> None:
+        self.engine = engine
+        self.request = request
+        self.renderer = CompareRenderer(request, fmt)
+        self._on_done = on_done
+        self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish)
+        self.widget = self.view.widget
+        self.jobs: list[Job] = []
+
+    def start(self) -> CompareRun:
+        """Queue normal then speculative: FIFO keeps their timings apart."""
+        normal, spec = compare_requests(self.request)
+        self.jobs = [self.engine.submit(normal), self.engine.submit(spec)]
+        self.view.attach(*self.jobs)
+        return self
+
+    def _result(self) -> CompareResult:
+        results = [j.result() if j.done else None for j in self.jobs]
+        return CompareResult(results[0], results[1], greedy=self.request.temperature == 0)
+
+    def _finish(self) -> None:
+        res = self._result()
+        if res.complete and not res.identical:
+            res.margin = self._margin(res)
+        self.renderer.result = res
+        self.view.refresh()
+        if self._on_done is not None:
+            self._on_done(res)
+
+    def _margin(self, res: CompareResult) -> float | None:
+        from ..engine.runner import encode_prompt
+
+        prefix = res.normal.token_ids[: res.diverged_at]
+
+        def top2_gap() -> float:
+            import mlx.core as mx
+
+            lm = self.engine.registry.get(self.request.model)
+            ids = encode_prompt(self.request, lm.tokenizer) + prefix
+            logits = lm.model(mx.array([ids]))[0, -1].astype(mx.float32)
+            top = mx.sort(logits)[-2:].tolist()
+            return top[1] - top[0]
+
+        try:
+            return self.engine.call(top2_gap).result(timeout=60)
+        except Exception:
+            return None
+
+    def stop(self) -> None:
+        """Cancel both; whatever finished is kept."""
+        self.view.stop()
+
+    def wait(self, timeout: float | None = None) -> CompareResult:
+        """Block until both jobs ended and the view is final."""
+        for j in self.jobs:
+            j.result(timeout)
+        self.view.wait_rendered(timeout)
+        return self.renderer.result or self._result()
+

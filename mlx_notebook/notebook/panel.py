@@ -1,0 +1,325 @@
+"""The control panel: generation settings, Generate / Stop / Compare / Sweep k, history."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import ipywidgets as widgets
+from traitlets import Bool, Enum, Float, Int, Unicode, observe
+
+from ..engine.job import Job, Result
+from ..engine.request import Request
+from ..engine.worker import Engine
+from .charts import history_table, sweep_chart
+from .compare import CompareResult, CompareRun
+from .magics import unescape
+from .render import ViewState, escape
+from .view import LiveView, generation_view
+
+_recent: list[str] = []
+
+
+class Panel(widgets.VBox):
+    """Widget panel for generation and speculative decoding.
+
+    Every setting is a trait, so ``panel.num_draft_tokens = 5`` works from code
+    and moves the slider too. Actions run on the engine's worker; the panel only
+    submits jobs and renders their events.
+    """
+
+    prompt = Unicode("", help="The prompt (user message in chat mode).")
+    system = Unicode("", help="Optional system prompt.")
+    model = Unicode("default", help="Main model spec.")
+    draft_source = Enum(["none", "lookup", "model"], "none", help="Where drafts come from.")
+    draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.")
+    lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).")
+    num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).")
+    temperature = Float(0.0, help="Sampling temperature; 0 is greedy.")
+    top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].")
+    max_tokens = Int(128, help="Most tokens to generate.")
+    seed = Int(0, help="Random seed (the same seed gives the same text).")
+    stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).")
+    chat = Bool(True, help="Apply the chat template.")
+    sweep_from = Int(1, help="First k of a sweep.")
+    sweep_to = Int(8, help="Last k of a sweep.")
+    running = Bool(False, help="Whether an action is running.")
+
+    def __init__(self, engine: Engine | None = None, refresh_hz: float = 20, **traits):
+        self.engine = engine or Engine.default()
+        self.refresh_hz = refresh_hz
+        self.history: list[dict] = []
+        self.last_result = None
+        self._active: list[Job] = []
+        self._view: LiveView | None = None
+        self._finished = threading.Event()
+        self._finished.set()
+        self._build()
+        super().__init__(children=self._layout(), **traits)
+        self.add_class("mlxnb-panel")
+        self._link_controls()
+        self._sync_enabled()
+
+    # -- construction -------------------------------------------------------
+    def _build(self) -> None:
+        W = widgets
+        wide = W.Layout(width="98%")
+        self.prompt_box = W.Textarea(placeholder="Prompt", layout=W.Layout(width="98%", height="90px"))
+        self.system_box = W.Text(placeholder="System prompt (optional)", layout=wide)
+        self.model_box = W.Combobox(options=self._model_options(), description="model",
+                                    ensure_option=False)
+        self.draft_kind = W.ToggleButtons(
+            options=[("none", "none"), ("prompt lookup", "lookup"), ("draft model", "model")],
+            description="drafts")
+        self.draft_box = W.Combobox(options=self._model_options(), description="draft model",
+                                    ensure_option=False)
+        self.ngram_slider = W.IntSlider(min=1, max=8, description="n-gram")
+        self.k_slider = W.IntSlider(min=1, max=16, description="draft k")
+        self.temp_slider = W.FloatSlider(min=0, max=2, step=0.05, description="temperature")
+        self.top_p_slider = W.FloatSlider(min=0.05, max=1, step=0.05, description="top-p")
+        self.max_box = W.BoundedIntText(min=1, max=32768, description="max tokens")
+        self.seed_box = W.IntText(description="seed")
+        self.stop_box = W.Textarea(placeholder="Stop strings, one per line", description="stop")
+        self.chat_box = W.Checkbox(description="chat template")
+        self.sweep_range = W.IntRangeSlider(min=1, max=16, description="sweep k")
+        self.generate_button = W.Button(description="Generate", icon="play", button_style="primary")
+        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
+        self.compare_button = W.Button(description="Compare", icon="columns", button_style="info")
+        self.sweep_button = W.Button(description="Sweep k", icon="line-chart")
+        self.status = W.HTML()
+        self.output = W.VBox()
+        self.chart = W.HTML()
+        self.history_html = W.HTML()
+        pairs = [("prompt", self.prompt_box), ("system", self.system_box), ("model", self.model_box),
+                 ("draft_source", self.draft_kind), ("draft_model", self.draft_box),
+                 ("lookup_ngram", self.ngram_slider), ("num_draft_tokens", self.k_slider),
+                 ("temperature", self.temp_slider), ("top_p", self.top_p_slider),
+                 ("max_tokens", self.max_box), ("seed", self.seed_box),
+                 ("stop_strings", self.stop_box), ("chat", self.chat_box)]
+        self._inputs = [w for _, w in pairs] + [self.sweep_range]
+        self._pairs = pairs
+        self.generate_button.on_click(lambda _b: self.generate())
+        self.stop_button.on_click(lambda _b: self.stop())
+        self.compare_button.on_click(lambda _b: self.compare())
+        self.sweep_button.on_click(lambda _b: self.sweep())
+
+    def _layout(self):
+        W = widgets
+        return [
+            self.prompt_box, self.system_box,
+            W.HBox([self.model_box, self.chat_box]),
+            self.draft_kind, W.HBox([self.draft_box, self.ngram_slider]),
+            W.HBox([self.k_slider, self.temp_slider, self.top_p_slider]),
+            W.HBox([self.max_box, self.seed_box]), self.stop_box,
+            W.HBox([self.generate_button, self.stop_button, self.compare_button,
+                    self.sweep_button, self.sweep_range]),
+            self.status, self.output, self.chart, self.history_html,
+        ]
+
+    @observe("model", "draft_model")
+    def _remember(self, change) -> None:
+        v = change["new"]
+        if v and v not in _recent:
+            _recent.append(v)
+
+    def _model_options(self) -> list[str]:
+        loaded = [m["name"] for m in self.engine.info()["models"]]
+        return list(dict.fromkeys(["default", *loaded, *_recent]))
+
+    def _link_controls(self) -> None:
+        for name, w in self._pairs:
+            widgets.link((self, name), (w, "value"))
+        self.sweep_range.value = (self.sweep_from, self.sweep_to)
+        self.sweep_range.observe(self._range_changed, names="value")
+        self.observe(self._bounds_changed, names=["sweep_from", "sweep_to"])
+        self.observe(lambda _c: self._sync_enabled(), names=["running", "draft_source"])
+
+    def _range_changed(self, change) -> None:
+        self.sweep_from, self.sweep_to = change["new"]
+
+    def _bounds_changed(self, _change) -> None:
+        lo, hi = sorted((max(1, min(16, self.sweep_from)), max(1, min(16, self.sweep_to))))
+        self.sweep_range.value = (lo, hi)
+
+    def _sync_enabled(self) -> None:
+        busy = self.running
+        with self.hold_sync():
+            for w in self._inputs:
+                w.disabled = busy
+            self.generate_button.disabled = busy
+            self.compare_button.disabled = busy or self.draft_source == "none"
+            self.sweep_button.disabled = busy or self.draft_source == "none"
+            self.stop_button.disabled = not busy
+            self.draft_box.disabled = busy or self.draft_source != "model"
+            self.ngram_slider.disabled = busy or self.draft_source != "lookup"
+            self.k_slider.disabled = busy or self.draft_source == "none"
+
+    # -- requests -----------------------------------------------------------
+    def request(self) -> Request:
+        """The Request the current settings describe (validated).
+
+        Raises:
+            ValueError: A setting is invalid (the message names it).
+        """
+        draft = {"none": None, "lookup": "lookup", "model": self.draft_model or None}
+        req = Request(
+            prompt=self.prompt, model=self.model or "default", system=self.system or None,
+            chat=self.chat, max_tokens=self.max_tokens, temperature=self.temperature,
+            top_p=self.top_p, seed=self.seed,
+            stop=[unescape(s) for s in self.stop_strings.splitlines() if s],
+            draft=draft[self.draft_source], num_draft_tokens=self.num_draft_tokens,
+            lookup_ngram=self.lookup_ngram,
+        )
+        if self.draft_source == "model" and not self.draft_model:
+            raise ValueError("draft_model: choose a draft model, or another draft source")
+        req.validate()
+        return req
+
+    def _begin(self, kind: str):
+        if self.running:
+            return None
+        try:
+            req = self.request()
+        except ValueError as exc:
+            self.status.value = f'<span style="color:#b91c1c">{escape(str(exc))}</span>'
+            return None
+        self.status.value = f"<span>{escape(kind)}…</span>"
+        self._finished.clear()
+        self.running = True
+        return req
+
+    def _end(self, status: str) -> None:
+        # Runs on a view's refresh thread: only widget traits are touched.
+        self.history_html.value = history_table(self.history)
+        self.status.value = escape(status)
+        self.running = False
+        self._finished.set()
+
+    # -- actions ------------------------------------------------------------
+    def generate(self) -> None:
+        """Run the current settings once (speculative if a draft source is set)."""
+        req = self._begin("generating")
+        if req is None:
+            return
+        job = self.engine.submit(req)
+        self._active = [job]
+
+        def done() -> None:
+            res = job.result()
+            self.last_result = res
+            self._record(req, res)
+            self._end(f"done: {res.finish_reason}")
+
+        state = ViewState(model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown")
+        self._show(generation_view(state, self.refresh_hz, on_done=done).attach(job))
+
+    def compare(self) -> None:
+        """Normal, then speculative, on the same prompt, seed and parameters."""
+        req = self._begin("comparing")
+        if req is None:
+            return
+
+        def done(res: CompareResult) -> None:
+            self.last_result = res
+            for sub, r in ((replace(req, draft=None), res.normal), (req, res.speculative)):
+                if r is not None:
+                    self._record(sub, r)
+            self._end(res.summary())
+
+        run = CompareRun(self.engine, req, self.refresh_hz, on_done=done).start()
+        self._active = run.jobs
+        self._view = run.view
+        self.output.children = [run.widget]
+
+    def sweep(self) -> None:
+        """Speculative decoding for each k in the sweep range, plus a normal baseline."""
+        req = self._begin("sweeping k")
+        if req is None:
+            return
+        ks = list(range(self.sweep_from, self.sweep_to + 1))
+        reqs = [replace(req, draft=None, reuse_cache=False)] + [
+            replace(req, num_draft_tokens=k, reuse_cache=False) for k in ks]
+        jobs = [self.engine.submit(r) for r in reqs]
+        self._active = jobs
+        renderer = SweepRenderer(reqs)
+
+        def done() -> None:
+            results = [j.result() for j in jobs]
+            self.last_result = results
+            for r, res in zip(reqs[1:], results[1:]):  # the baseline is the chart's dashed line
+                self._record(r, res)
+            base = results[0].stats.generation_tps if results[0].finish_reason in (
+                "stop", "length") else None
+            pts = [(r.num_draft_tokens, res.stats.generation_tps, res.stats.acceptance_rate)
+                   for r, res in zip(reqs[1:], results[1:]) if res.finish_reason in ("stop", "length")]
+            self.chart.value = sweep_chart(pts, base)
+            best = max(pts, key=lambda p: p[1], default=None)
+            self._end(f"sweep done; best k = {best[0]} ({best[1]:.1f} tok/s)" if best
+                      else "sweep stopped")
+
+        self._show(LiveView(renderer, self.refresh_hz, on_done=done).attach(*jobs))
+
+    def stop(self) -> None:
+        """Cancel the running action; whatever finished is kept."""
+        if self._view is not None:
+            self._view.stop()
+        for j in self._active:
+            j.cancel()
+
+    def wait(self, timeout: float | None = None):
+        """Block until the current action ends; return its result."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError("panel action still running")
+        return self.last_result
+
+    def history_text(self) -> str:
+        """The run history as plain text."""
+        lines = ["mode      k   tok/s  accept  TTFT   finish"]
+        for r in self.history:
+            acc = "" if r["acceptance"] is None else f"{r['acceptance']:.0%}"
+            ttft = "" if r["ttft"] is None else f"{r['ttft']:.2f}"
+            lines.append(f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
+                         f"{acc:>6} {ttft:>5}  {r['finish']}")
+        return "\n".join(lines)
+
+    def _show(self, view: LiveView) -> None:
+        self._view = view
+        self.output.children = [view.widget]
+
+    def _record(self, req: Request, res: Result) -> None:
+        self.history.append({
+            "mode": req.mode, "k": None if req.mode == "normal" else req.num_draft_tokens,
+            "tps": res.stats.generation_tps, "acceptance": res.stats.acceptance_rate,
+            "ttft": res.stats.ttft_s, "finish": res.finish_reason,
+        })
+
+
+class SweepRenderer:
+    """Progress of a sweep: one line per run."""
+
+    def __init__(self, requests: list[Request]) -> None:
+        self.requests = requests
+        self.states = [ViewState(model=r.model, mode=r.mode, k=r.num_draft_tokens)
+                       for r in requests]
+
+    def apply_from(self, index: int, ev) -> None:
+        """Fold an event of run ``index``."""
+        self.states[index].apply(ev)
+
+    def set_stopping(self) -> None:
+        """Stop was pressed."""
+        for s in self.states:
+            s.stopping = True
+
+    def html(self) -> str:
+        """One line per run."""
+        rows = []
+        for r, s in zip(self.requests, self.states):
+            name = "normal" if r.mode == "normal" else f"{r.mode} k={r.num_draft_tokens}"
+            f = s.finished
+            detail = (f"{f.stats.generation_tps:.1f} tok/s" + (
+                f", acceptance {f.stats.acceptance_rate:.0%}"
+                if f.stats.acceptance_rate is not None else "") + f", {f.finish_reason}"
+                if f else f"{s.state_label()}, {s.tokens} tokens")
+            rows.append(f"<div>{escape(name)}: {escape(detail)}</div>")
+        return '<div class="mlxnb mlxnb-sweep">' + "".join(rows) + "</div>"
