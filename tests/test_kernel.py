@@ -143,3 +143,27 @@ def test_mlx_status_in_kernel(kernel):
     out = kernel.texts(mid)
     assert "device: cpu" in out or "device: gpu" in out
     assert "BLAS acceleration" in out
+
+
+def test_panel_compare_by_comm_click(kernel, tiny_dir):
+    k = kernel
+    before = set(k.state)
+    code = (
+        "import mlx_notebook\n"
+        f"panel = mlx_notebook.Panel(prompt='Hello world. Hello world. Hello', model={tiny_dir!r},"
+        " draft_source='lookup', lookup_ngram=1, max_tokens=30, chat=False)\npanel"
+    )
+    assert k.execute(code)["status"] == "ok"
+    (compare,) = k.wait_for(
+        "Compare button",
+        lambda: [c for c in k.widgets("ButtonModel", description="Compare") if c not in before],
+    )
+    k.click(compare)
+    k.wait_for("comparison verdict", lambda: any(
+        "identical text" in (k.value(c, "value") or "") and "speedup" in k.value(c, "value")
+        for c in k.widgets("HTMLModel") if c not in before), timeout=60)
+    mid = k.execute("r = panel.wait(30); print(r.identical, r.speedup > 0, panel.running)",
+                    wait=False)
+    k.reply(mid, 40)
+    assert "True True False" in k.texts(mid)
+    assert k.value(compare, "disabled") is False  # controls re-enabled

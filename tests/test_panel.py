@@ -1,0 +1,106 @@
+"""Panel state and actions without a frontend (button.click())."""
+
+import time
+
+import pytest
+
+import mlx_notebook
+from mlx_notebook.engine import Token
+from mlx_notebook.notebook.compare import CompareResult
+
+COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello world."
+
+
+@pytest.fixture
+def panel(engine, tiny_dir):
+    return mlx_notebook.Panel(engine=engine, prompt=COPY, model=tiny_dir, draft_source="lookup",
+                              lookup_ngram=2, num_draft_tokens=3, max_tokens=40, chat=False)
+
+
+def test_traits_drive_controls_and_back(panel):
+    panel.num_draft_tokens = 5
+    assert panel.k_slider.value == 5
+    panel.temp_slider.value = 0.7
+    assert panel.temperature == 0.7
+    panel.draft_source = "none"
+    assert panel.compare_button.disabled and panel.k_slider.disabled
+    panel.draft_source = "model"
+    assert not panel.draft_box.disabled and panel.ngram_slider.disabled
+
+
+def test_compare_greedy_lookup_is_identical_with_speedup(panel):
+    panel.compare_button.click()
+    assert panel.running and panel.generate_button.disabled and not panel.stop_button.disabled
+    assert panel.prompt_box.disabled
+    res = panel.wait(60)
+    assert isinstance(res, CompareResult) and res.identical is True
+    assert res.speedup is not None and res.speedup > 0
+    html = panel.output.children[0].children[0].value
+    assert "identical text" in html and "speedup" in html and "×" in html
+    assert not panel.running and not panel.generate_button.disabled and panel.stop_button.disabled
+    assert [r["mode"] for r in panel.history] == ["normal", "lookup"]
+
+
+def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_tokenizer):
+    vocab = sorted(tiny_tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    pool = [i for t, i in vocab if t.startswith("\u0120") and t[1:].isalpha() and len(t) > 2]
+    outputs, alt = [pool[i % 12] for i in range(24)], pool[12]
+    ids = scripted("main", outputs=outputs)
+    from mlx_notebook.testing import script_rule
+
+    main_rule = script_rule(len(ids), outputs, alt)
+    scripted("draft", rule=lambda p, t: alt if p - (len(ids) - 1) in (5, 12) else main_rule(p, t))
+    panel = mlx_notebook.Panel(engine=engine, prompt="Hello", model="main", draft_source="model",
+                               draft_model="draft", num_draft_tokens=4, max_tokens=24, chat=False)
+    panel.compare_button.click()
+    res = panel.wait(60)
+    assert res.identical and res.speculative.stats.acceptance_rate == pytest.approx(17 / 24)
+    html = panel.output.children[0].children[0].value
+    assert "acceptance 71%" in html and "accepted 71% of 24 drafts" in html
+    assert html.count('class="draft"') == 17  # accepted draft tokens highlighted
+
+
+def test_stop_during_second_half_keeps_first(engine, scripted):
+    scripted("slow", delay_s=0.02)
+    panel = mlx_notebook.Panel(engine=engine, prompt="Hello", model="slow", draft_source="lookup",
+                               max_tokens=15, chat=False)
+    panel.compare_button.click()
+    normal, spec = panel._active
+    normal.wait(30)
+    for ev in spec.events(timeout=30):
+        if isinstance(ev, Token):
+            break
+    panel.stop_button.click()
+    res = panel.wait(30)
+    assert res.normal.finish_reason == "length" and len(res.normal.token_ids) == 15
+    assert res.speculative.finish_reason == "cancelled"
+    assert not res.complete and res.speedup is None
+    html = panel.output.children[0].children[0].value
+    assert "stopped" in html and "done (max tokens)" in html
+
+
+def test_sweep_k_1_to_4(panel):
+    panel.sweep_from, panel.sweep_to = 1, 4
+    assert panel.sweep_range.value == (1, 4)
+    panel.sweep_button.click()
+    results = panel.wait(120)
+    assert len(results) == 5  # baseline + 4
+    assert [r["k"] for r in panel.history] == [1, 2, 3, 4]
+    assert "<svg" in panel.chart.value and panel.chart.value.count("<circle") >= 4
+    assert panel.history_html.value.count("<tr>") == 5  # header + 4 rows
+    assert "lookup" in panel.history_text()
+
+
+def test_bad_setting_shows_error_and_runs_nothing(panel):
+    panel.prompt = "   "
+    panel.generate_button.click()
+    assert not panel.running and "prompt" in panel.status.value
+    assert panel.engine.info()["queued"] == 0
+
+
+def test_generate_button(panel):
+    panel.draft_source = "none"
+    panel.generate_button.click()
+    res = panel.wait(60)
+    assert res.finish_reason == "length" and panel.history[-1]["mode"] == "normal"
+    time.sleep(0)
