@@ -3,10 +3,12 @@
 import nbformat as nbf
 
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
 def quickstart():
     nb = nbf.v4.new_notebook()
+    nb.metadata["kernelspec"] = KERNELSPEC
     nb.cells = [
         md("# mlx_notebook quickstart\n\nRun a local LLM with MLX inside Jupyter. Text streams "
            "into the cell from a background worker, so the kernel stays free; every view has a "
@@ -44,6 +46,7 @@ def quickstart():
 
 def speculative():
     nb = nbf.v4.new_notebook()
+    nb.metadata["kernelspec"] = KERNELSPEC
     nb.cells = [
         md("# Speculative vs normal decoding\n\nThe panel runs normal and speculative decoding "
            "on the same prompt, one after the other on the worker, and shows them side by side: "

@@ -33,6 +33,12 @@ def test_generate_binds_handle_and_last(ip, tiny_dir):
     assert repr(res).startswith("<Generation") and "length" in repr(res)
 
 
+def test_trailing_newline_added_by_ipython_is_not_part_of_the_prompt(magics):
+    args = parse(magics.generate, "")
+    assert magics.build_request(args, "Hello\n").prompt == "Hello"
+    assert magics.build_request(args, "Hello\n\n").prompt == "Hello\n"
+
+
 def test_interpolation_from_namespace(ip, magics):
     ip.user_ns["topic"] = "rivers"
     assert magics.interpolate("Tell me about {topic} and {unknown} {0} {}") == (

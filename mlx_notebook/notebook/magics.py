@@ -115,8 +115,10 @@ class MLXNotebook(Magics):
             raise UsageError(f"-o/--out needs a Python name (got {args.out!r})")
         if args.compare and not (args.draft or args.lookup):
             args.lookup = True  # compare against prompt lookup unless a draft is given
+        # IPython ends every cell with a newline the user did not type.
+        body = cell[:-1] if cell.endswith("\n") else cell
         request = Request(
-            prompt=self.interpolate(cell),
+            prompt=self.interpolate(body),
             model=args.model or self.default_model,
             system=args.system,
             chat=not args.raw,
