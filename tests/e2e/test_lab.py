@@ -38,11 +38,20 @@ def notebook(path, tiny_dir):
     nbformat.write(nb, path)
 
 
-def run_cell(page, i):
+def run_cell(page, i, tries=4):
+    """Run cell ``i`` the way a user does; retry if the keypress was lost while Lab settled."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-    return cell
+    prompt = cell.locator(".jp-InputPrompt")
+    before = prompt.inner_text().strip()
+    for _ in range(tries):
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+Enter")
+        try:
+            step(f"cell {i} starts", lambda: prompt.inner_text().strip() != before, 5)
+            return cell
+        except AssertionError:
+            continue
+    raise AssertionError(f"step 'run cell {i}' stalled: the cell never started")
 
 
 @pytest.fixture
