@@ -63,18 +63,23 @@ def bench_speed(engine, model, n, rounds):
         a.append(ours(engine, model, prompt, n)[0])
         b.append(reference(engine, model, prompt, n))
     ratio = statistics.median(x / y for x, y in zip(a, b))
-    print(f"(a) decode tok/s: ours {statistics.median(a):.1f}, mlx_lm {statistics.median(b):.1f}"
-          f" -> ratio {ratio:.3f} (median of {rounds} interleaved pairs; target >= 0.97)")
+    print(
+        f"(a) decode tok/s: ours {statistics.median(a):.1f}, mlx_lm {statistics.median(b):.1f}"
+        f" -> ratio {ratio:.3f} (median of {rounds} interleaved pairs; target >= 0.97)"
+    )
 
 
 def cancel_latency(engine, model, trials, step_s):
     between, prefill, chunk_target = [], [], 0.25
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 800
     for i in range(trials):
-        job = engine.submit(Request("Count from 1 to 1000: 1, 2, 3, 4,", model=model,
-                                    max_tokens=100000, chat=False))
+        job = engine.submit(
+            Request("Count from 1 to 1000: 1, 2, 3, 4,", model=model, max_tokens=100000, chat=False)
+        )
         stop_at, t_fin, t0 = 3 + i % 5, [], None
-        job.add_listener(lambda ev: isinstance(ev, Finished) and t_fin.append(time.perf_counter()))
+        job.add_listener(
+            lambda ev, t_fin=t_fin: isinstance(ev, Finished) and t_fin.append(time.perf_counter())
+        )
         for ev in job.events():
             if isinstance(ev, Token) and ev.index == stop_at:
                 time.sleep(step_s * (i % 3) / 3)  # land at varied points inside a step
@@ -83,10 +88,15 @@ def cancel_latency(engine, model, trials, step_s):
         if t0 is not None and job.finished.finish_reason == "cancelled":
             between.append(t_fin[0] - t0)
     for i in range(trials):
-        job = engine.submit(Request(long_prompt, model=model, max_tokens=5, chat=False,
-                                    prefill_target_s=chunk_target))
+        job = engine.submit(
+            Request(
+                long_prompt, model=model, max_tokens=5, chat=False, prefill_target_s=chunk_target
+            )
+        )
         t_fin, seen = [], 0
-        job.add_listener(lambda ev: isinstance(ev, Finished) and t_fin.append(time.perf_counter()))
+        job.add_listener(
+            lambda ev, t_fin=t_fin: isinstance(ev, Finished) and t_fin.append(time.perf_counter())
+        )
         t0 = None
         for ev in job.events():
             if isinstance(ev, PrefillProgress) and ev.done > 0:
@@ -98,26 +108,35 @@ def cancel_latency(engine, model, trials, step_s):
         if t0 is not None and job.finished.finish_reason == "cancelled":
             prefill.append(t_fin[0] - t0)
     ms = lambda xs: f"median {1e3 * statistics.median(xs):.1f} ms, max {1e3 * max(xs):.1f} ms"  # noqa: E731
-    print(f"(b) cancel latency between tokens: {ms(between)} over {len(between)} trials "
-          f"(target <= one decode step {1e3 * step_s:.1f} ms + 20 ms)")
+    print(
+        f"(b) cancel latency between tokens: {ms(between)} over {len(between)} trials "
+        f"(target <= one decode step {1e3 * step_s:.1f} ms + 20 ms)"
+    )
     if prefill:
-        print(f"    cancel latency mid-prefill:   {ms(prefill)} over {len(prefill)} trials "
-              f"(target <= chunk {1e3 * chunk_target:.0f} ms + one decode step)")
+        print(
+            f"    cancel latency mid-prefill:   {ms(prefill)} over {len(prefill)} trials "
+            f"(target <= chunk {1e3 * chunk_target:.0f} ms + one decode step)"
+        )
 
 
 def bench_speculative(engine, model, draft, n):
     ours(engine, model, COPY_PROMPT, 4, chat=True)  # warm-up
     base_tps, base = ours(engine, model, COPY_PROMPT, n, chat=True)
-    print(f"(c) speculative vs normal on a copy-heavy prompt, greedy, {n} tokens "
-          f"(normal {base_tps:.1f} tok/s):")
+    print(
+        f"(c) speculative vs normal on a copy-heavy prompt, greedy, {n} tokens "
+        f"(normal {base_tps:.1f} tok/s):"
+    )
     modes = [("lookup", k) for k in (2, 4, 8)] + ([(draft, k) for k in (2, 4)] if draft else [])
     for spec, k in modes:
-        tps, r = ours(engine, model, COPY_PROMPT, n, chat=True, draft=spec, num_draft_tokens=k,
-                      lookup_ngram=2)
+        tps, r = ours(
+            engine, model, COPY_PROMPT, n, chat=True, draft=spec, num_draft_tokens=k, lookup_ngram=2
+        )
         same = r.token_ids == base.token_ids
         name = "lookup" if spec == "lookup" else f"draft {spec}"
-        print(f"    {name:<28} k={k}: {tps / base_tps:5.2f}x  acceptance "
-              f"{(r.stats.acceptance_rate or 0):.0%}  identical text: {same}")
+        print(
+            f"    {name:<28} k={k}: {tps / base_tps:5.2f}x  acceptance "
+            f"{(r.stats.acceptance_rate or 0):.0%}  identical text: {same}"
+        )
 
 
 def main():
@@ -134,8 +153,10 @@ def main():
 
         model = str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
     engine = Engine()
-    print(f"model={model} device={engine.call(lambda: None).result() or engine.info()['device']}"
-          f" blas={_blas.status()['active']} python={sys.version.split()[0]}")
+    print(
+        f"model={model} device={engine.call(lambda: None).result() or engine.info()['device']}"
+        f" blas={_blas.status()['active']} python={sys.version.split()[0]}"
+    )
     bench_speed(engine, model, args.tokens, args.rounds)
     step = 1 / ours(engine, model, "Hello", 16)[0]
     cancel_latency(engine, model, args.trials, step)

@@ -27,7 +27,8 @@ load_s = time.perf_counter() - t0
 tps = []
 for _ in range(int(sys.argv[2])):
     times = []
-    job = e.submit(Request("Write a short story about a lighthouse keeper.", max_tokens=int(sys.argv[1])))
+    prompt = "Write a short story about a lighthouse keeper."
+    job = e.submit(Request(prompt, max_tokens=int(sys.argv[1])))
     job.add_listener(lambda ev: isinstance(ev, Token) and times.append(time.perf_counter()))
     job.result()
     tps.append((len(times) - 1) / (times[-1] - times[0]))
@@ -38,11 +39,18 @@ e.close()
 
 
 def child(variant, blas, tokens, repeats, cache=None):
-    env = dict(os.environ, MLX_NOTEBOOK_DEFAULT_VARIANT=variant, MLX_NOTEBOOK_BLAS="" if blas else "0")
+    env = dict(
+        os.environ, MLX_NOTEBOOK_DEFAULT_VARIANT=variant, MLX_NOTEBOOK_BLAS="" if blas else "0"
+    )
     if cache:
         env["MLX_NOTEBOOK_CACHE"] = cache
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tokens), str(repeats)],
-                         env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tokens), str(repeats)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -56,17 +64,23 @@ def main():
         for blas in (True, False):
             r = child(variant, blas, args.tokens, args.repeats)
             rows[variant, blas] = statistics.median(r["tps"])
-            print(f"variant={variant:<4} openblas={'on ' if r['blas'] else 'off'} "
-                  f"dtype={r['dtype']:<8} decode {rows[variant, blas]:6.1f} tok/s "
-                  f"(median of {args.repeats})")
-    print(f"OpenBLAS speedup: f32 {rows['f32', True] / rows['f32', False]:.2f}x, "
-          f"4-bit {rows['q', True] / rows['q', False]:.2f}x (expected >= 1.5x on f32)")
+            print(
+                f"variant={variant:<4} openblas={'on ' if r['blas'] else 'off'} "
+                f"dtype={r['dtype']:<8} decode {rows[variant, blas]:6.1f} tok/s "
+                f"(median of {args.repeats})"
+            )
+    print(
+        f"OpenBLAS speedup: f32 {rows['f32', True] / rows['f32', False]:.2f}x, "
+        f"4-bit {rows['q', True] / rows['q', False]:.2f}x (expected >= 1.5x on f32)"
+    )
     print(f"f32 vs 4-bit with OpenBLAS: {rows['f32', True] / rows['q', True]:.2f}x")
     with tempfile.TemporaryDirectory() as cache:
         first = child("f32", True, 2, 1, cache)["load_s"]
         cached = child("f32", True, 2, 1, cache)["load_s"]
-    print(f"load time (process start to model ready): first conversion {first:.2f} s, "
-          f"cached {cached:.2f} s")
+    print(
+        f"load time (process start to model ready): first conversion {first:.2f} s, "
+        f"cached {cached:.2f} s"
+    )
 
 
 if __name__ == "__main__":

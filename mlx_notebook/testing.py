@@ -148,6 +148,7 @@ class ScriptedModel:
         """Nothing to cast."""
 
     def __call__(self, inputs, cache=None):
+        """Logits [1, L, vocab] peaked at the rule's next token for each input position."""
         import mlx.core as mx
 
         self.calls += 1

@@ -12,6 +12,7 @@ import nbformat
 from nbclient import NotebookClient
 
 TAG = re.compile(r"<[^>]+>")
+STYLE = re.compile(r"<style>.*?</style>", re.S)
 
 
 def main(path: str) -> int:
@@ -45,13 +46,16 @@ def main(path: str) -> int:
 
 
 def _final_views(nb) -> list[str]:
-    state = nb.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = (
+        nb.metadata.get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     out = []
     for model in state.values():
         value = model.get("state", {}).get("value", "")
         if model.get("model_name") == "HTMLModel" and "mlxnb" in value:
-            text = TAG.sub(" ", value.split("</style>", 1)[-1])
+            text = TAG.sub(" ", STYLE.sub("", value))
             out.append(re.sub(r"\s+", " ", _unescape(text)).strip())
     return out
 

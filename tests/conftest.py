@@ -2,9 +2,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import mlx_notebook  # noqa: E402,F401 - loads OpenBLAS before mlx
 import pytest  # noqa: E402
 
+import mlx_notebook  # noqa: E402,F401 - loads OpenBLAS before mlx
 from mlx_notebook.engine import Engine  # noqa: E402
 from mlx_notebook.testing import ScriptedModel, build_tiny_model, script_rule  # noqa: E402
 
@@ -51,3 +51,13 @@ def scripted(engine, tiny_tokenizer):
 
 def encode(tok, text):
     return tok.encode(text, add_special_tokens=False)
+
+
+@pytest.fixture(scope="session")
+def ipshell():
+    """The test InteractiveShell (IPython's global test app), started once."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    start_ipython()
+    return InteractiveShell.instance()

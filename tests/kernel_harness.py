@@ -82,7 +82,8 @@ class Harness:
     def widgets(self, model_name, **match):
         with self._lock:
             return [
-                cid for cid, st in self.state.items()
+                cid
+                for cid, st in self.state.items()
                 if st.get("_model_name") == model_name
                 and all(st.get(k) == v for k, v in match.items())
             ]

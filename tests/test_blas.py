@@ -17,7 +17,10 @@ SNIPPET = (
 
 def run(code, **env):
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         env={**os.environ, **env},
     )
     return out
@@ -44,9 +47,12 @@ def test_disabled_by_env():
 
 
 def test_warns_once_when_mlx_was_imported_first():
-    out = run("import warnings; warnings.simplefilter('always'); import mlx.core; "
-              "import mlx_notebook, json; from mlx_notebook import _blas; "
-              "_blas.preload(); print(json.dumps(_blas.status()))", MLX_NOTEBOOK_BLAS="")
+    out = run(
+        "import warnings; warnings.simplefilter('always'); import mlx.core; "
+        "import mlx_notebook, json; from mlx_notebook import _blas; "
+        "_blas.preload(); print(json.dumps(_blas.status()))",
+        MLX_NOTEBOOK_BLAS="",
+    )
     assert json.loads(out.stdout)["active"] is False
     if any(os.path.exists(p) for p in _blas.CANDIDATES):
         assert out.stderr.count("mlx.core was imported first") == 1

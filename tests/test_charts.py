@@ -2,8 +2,18 @@ from mlx_notebook.notebook.charts import history_table, sweep_chart
 
 
 def test_history_table_escapes():
-    html = history_table([{"mode": "<b>x</b>", "k": 3, "tps": 12.34, "acceptance": 0.5,
-                           "ttft": 0.2, "finish": "length"}])
+    html = history_table(
+        [
+            {
+                "mode": "<b>x</b>",
+                "k": 3,
+                "tps": 12.34,
+                "acceptance": 0.5,
+                "ttft": 0.2,
+                "finish": "length",
+            }
+        ]
+    )
     assert "&lt;b&gt;" in html and "<b>x" not in html and "12.3" in html and "50%" in html
 
 

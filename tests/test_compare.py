@@ -15,8 +15,17 @@ def test_compare_requests_are_fair():
 
 
 def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
-    req = Request(COPY, model=tiny_dir, chat=False, max_tokens=30, temperature=1.5, seed=1,
-                  draft="lookup", lookup_ngram=1, num_draft_tokens=4)
+    req = Request(
+        COPY,
+        model=tiny_dir,
+        chat=False,
+        max_tokens=30,
+        temperature=1.5,
+        seed=1,
+        draft="lookup",
+        lookup_ngram=1,
+        num_draft_tokens=4,
+    )
     run = CompareRun(engine, req).start()
     res = run.wait(60)
     assert res.complete and res.identical is False and res.diverged_at is not None
@@ -25,10 +34,8 @@ def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
     assert "texts differ at token" in html and "expected with sampling" in html
 
 
-def test_compare_magic(tiny_dir):
-    from IPython.testing.globalipapp import get_ipython
-
-    ip = get_ipython()
+def test_compare_magic(ipshell, tiny_dir):
+    ip = ipshell
     ip.run_line_magic("load_ext", "mlx_notebook")
     ip.run_cell_magic("generate", f"-m {tiny_dir} --compare --raw -n 20 --wait -o cmp", COPY)
     res = ip.user_ns["cmp"].wait()

@@ -15,9 +15,9 @@ def reference_ids(engine, model_dir, prompt, max_tokens, **kw):
 
 def test_greedy_is_token_identical_to_mlx_lm(engine, tiny_dir):
     for prompt in ["Hello world", "The quick brown fox " * 20]:
-        ours = engine.submit(
-            Request(prompt, model=tiny_dir, chat=False, max_tokens=40)
-        ).result(timeout=60)
+        ours = engine.submit(Request(prompt, model=tiny_dir, chat=False, max_tokens=40)).result(
+            timeout=60
+        )
         assert ours.token_ids == reference_ids(engine, tiny_dir, prompt, 40)
 
 
@@ -42,15 +42,25 @@ def test_same_seed_same_text(engine, tiny_dir):
 
 def test_sampling_options_run(engine, tiny_dir):
     r = Request(
-        "Hello", model=tiny_dir, chat=False, max_tokens=10, temperature=0.7, top_p=0.9,
-        top_k=20, min_p=0.05, repetition_penalty=1.3, seed=1,
+        "Hello",
+        model=tiny_dir,
+        chat=False,
+        max_tokens=10,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=20,
+        min_p=0.05,
+        repetition_penalty=1.3,
+        seed=1,
     )
     assert engine.submit(r).result(timeout=60).finish_reason == "length"
 
 
 def test_eos_ends_with_stop(engine, scripted, tiny_tokenizer):
     out = tiny_tokenizer.encode(" the sea", add_special_tokens=False) + [
-        tiny_tokenizer.eos_token_id, 5, 6,
+        tiny_tokenizer.eos_token_id,
+        5,
+        6,
     ]
     scripted("eos", outputs=out)
     r = engine.submit(Request("Hello", model="eos", chat=False, max_tokens=50)).result(timeout=30)

@@ -55,7 +55,13 @@ def test_capital_of_france(engine):
 def test_tokenizer_round_trip_on_real_vocab(engine):
     lm = engine.call(lambda: engine.registry.get("default")).result()
     tok = lm.tokenizer
-    for s in ["Hello, world!", "café naïve", "emoji 😀🎉", "東京タワー", "def f(x):\n    return x**2"]:
+    for s in [
+        "Hello, world!",
+        "café naïve",
+        "emoji 😀🎉",
+        "東京タワー",
+        "def f(x):\n    return x**2",
+    ]:
         assert tok.decode(tok.encode(s)) == s
     assert tok.encode("<|im_start|>", add_special_tokens=False) == [1]
     assert tok.eos_token == "<|im_end|>"

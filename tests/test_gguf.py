@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 import pytest
-
 from gguf_fixture import build_tiny_gguf
+
 from mlx_notebook.models import gguf as conv
 
 
@@ -128,9 +128,15 @@ def test_killed_conversion_leaves_no_entry(cache, tiny_gguf, tmp_path):
     assert not final.exists()  # only a hidden temporary directory remains
     # The next load converts cleanly.
     out = subprocess.run(
-        [sys.executable, "-c", f"import mlx_notebook; from mlx_notebook.models import gguf as c;"
-         f" print(c.convert_gguf({str(path)!r}, 'q'))"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            f"import mlx_notebook; from mlx_notebook.models import gguf as c;"
+            f" print(c.convert_gguf({str(path)!r}, 'q'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == str(final)
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()

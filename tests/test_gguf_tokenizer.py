@@ -3,9 +3,9 @@
 from pathlib import Path
 
 import pytest
+from gguf_fixture import build_tiny_gguf
 from mlx_lm.utils import load_tokenizer
 
-from gguf_fixture import build_tiny_gguf
 from mlx_notebook.models import gguf as conv
 
 SAMPLES = [

@@ -3,7 +3,6 @@
 import time
 
 import pytest
-
 from kernel_harness import Harness
 
 pytestmark = pytest.mark.kernel
@@ -22,7 +21,11 @@ def kernel(tiny_dir):
 
 def new_views(k, before):
     """(html_id, button_id) pairs created since ``before`` (a set of comm ids)."""
-    htmls = [c for c in k.widgets("HTMLModel") if c not in before and "mlxnb" in (k.value(c, "value") or "")]
+    htmls = [
+        c
+        for c in k.widgets("HTMLModel")
+        if c not in before and "mlxnb" in (k.value(c, "value") or "")
+    ]
     buttons = [c for c in k.widgets("ButtonModel", description="Stop") if c not in before]
     return htmls, buttons
 
@@ -70,7 +73,9 @@ def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
     # and the next generation works
     msg_id, before = start(k, f"-m {tiny_dir} -n 20 --raw -o second")
     (html2,), _ = view_of(k, before)
-    k.wait_for("second generation done", lambda: "done (max tokens)" in (k.value(html2, "value") or ""))
+    k.wait_for(
+        "second generation done", lambda: "done (max tokens)" in (k.value(html2, "value") or "")
+    )
     mid = k.execute("print(second.finish_reason, second.stats.generation_tokens)", wait=False)
     k.reply(mid, 10)
     assert "length 20" in k.texts(mid)
@@ -103,8 +108,9 @@ def test_wait_then_kernel_interrupt(kernel, tiny_dir):
     k = kernel
     msg_id, before = start(k, f"-m {tiny_dir} -n 100000 --raw --wait -o waited")
     (html,), (button,) = view_of(k, before)
-    k.wait_for("streaming while the cell blocks",
-               lambda: "generating" in (k.value(html, "value") or ""))
+    k.wait_for(
+        "streaming while the cell blocks", lambda: "generating" in (k.value(html, "value") or "")
+    )
     time.sleep(0.5)
     k.interrupt()
     reply = k.reply(msg_id, 20)
@@ -159,11 +165,18 @@ def test_panel_compare_by_comm_click(kernel, tiny_dir):
         lambda: [c for c in k.widgets("ButtonModel", description="Compare") if c not in before],
     )
     k.click(compare)
-    k.wait_for("comparison verdict", lambda: any(
-        "identical text" in (k.value(c, "value") or "") and "speedup" in k.value(c, "value")
-        for c in k.widgets("HTMLModel") if c not in before), timeout=60)
-    mid = k.execute("r = panel.wait(30); print(r.identical, r.speedup > 0, panel.running)",
-                    wait=False)
+    k.wait_for(
+        "comparison verdict",
+        lambda: any(
+            "identical text" in (k.value(c, "value") or "") and "speedup" in k.value(c, "value")
+            for c in k.widgets("HTMLModel")
+            if c not in before
+        ),
+        timeout=60,
+    )
+    mid = k.execute(
+        "r = panel.wait(30); print(r.identical, r.speedup > 0, panel.running)", wait=False
+    )
     k.reply(mid, 40)
     assert "True True False" in k.texts(mid)
     assert k.value(compare, "disabled") is False  # controls re-enabled

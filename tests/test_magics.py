@@ -2,15 +2,14 @@
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
 import mlx_notebook
 from mlx_notebook.notebook.magics import MLXNotebook, parse
 
 
 @pytest.fixture(scope="module")
-def ip():
-    shell = get_ipython()
+def ip(ipshell):
+    shell = ipshell
     shell.run_line_magic("load_ext", "mlx_notebook")
     yield shell
     shell.run_line_magic("unload_ext", "mlx_notebook")
@@ -54,7 +53,12 @@ def test_options_reach_the_request(ip, magics, tiny_dir):
     )
     r = magics.build_request(args, "Hi")
     assert (r.model, r.draft, r.num_draft_tokens, r.max_tokens, r.temperature) == (
-        tiny_dir, "lookup", 5, 9, 0.5)
+        tiny_dir,
+        "lookup",
+        5,
+        9,
+        0.5,
+    )
     assert (r.top_p, r.seed, r.system, r.chat) == (0.9, 3, "Be brief", False)
     assert r.stop == ["END", "\n\n"]
 
@@ -106,9 +110,14 @@ def test_config_settings(ip, magics, tiny_dir):
 
 def test_mlx_line_magic(ip, capsys, tiny_dir):
     gen(ip, f"-m {tiny_dir} -n 2 --raw --wait")
-    for cmd, expect in [("status", "device:"), ("models", tiny_dir), ("help", "%%generate"),
-                        ("stop", "cancelled"), (f"unload {tiny_dir}", "unloaded"),
-                        ("models", "no models")]:
+    for cmd, expect in [
+        ("status", "device:"),
+        ("models", tiny_dir),
+        ("help", "%%generate"),
+        ("stop", "cancelled"),
+        (f"unload {tiny_dir}", "unloaded"),
+        ("models", "no models"),
+    ]:
         ip.run_line_magic("mlx", cmd)
         assert expect in capsys.readouterr().out, cmd
     with pytest.raises(UsageError, match="unknown"):

@@ -13,8 +13,16 @@ COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hell
 
 @pytest.fixture
 def panel(engine, tiny_dir):
-    return mlx_notebook.Panel(engine=engine, prompt=COPY, model=tiny_dir, draft_source="lookup",
-                              lookup_ngram=2, num_draft_tokens=3, max_tokens=40, chat=False)
+    return mlx_notebook.Panel(
+        engine=engine,
+        prompt=COPY,
+        model=tiny_dir,
+        draft_source="lookup",
+        lookup_ngram=2,
+        num_draft_tokens=3,
+        max_tokens=40,
+        chat=False,
+    )
 
 
 def test_traits_drive_controls_and_back(panel):
@@ -50,8 +58,16 @@ def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_toke
 
     main_rule = script_rule(len(ids), outputs, alt)
     scripted("draft", rule=lambda p, t: alt if p - (len(ids) - 1) in (5, 12) else main_rule(p, t))
-    panel = mlx_notebook.Panel(engine=engine, prompt="Hello", model="main", draft_source="model",
-                               draft_model="draft", num_draft_tokens=4, max_tokens=24, chat=False)
+    panel = mlx_notebook.Panel(
+        engine=engine,
+        prompt="Hello",
+        model="main",
+        draft_source="model",
+        draft_model="draft",
+        num_draft_tokens=4,
+        max_tokens=24,
+        chat=False,
+    )
     panel.compare_button.click()
     res = panel.wait(60)
     assert res.identical and res.speculative.stats.acceptance_rate == pytest.approx(17 / 24)
@@ -62,8 +78,14 @@ def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_toke
 
 def test_stop_during_second_half_keeps_first(engine, scripted):
     scripted("slow", delay_s=0.02)
-    panel = mlx_notebook.Panel(engine=engine, prompt="Hello", model="slow", draft_source="lookup",
-                               max_tokens=15, chat=False)
+    panel = mlx_notebook.Panel(
+        engine=engine,
+        prompt="Hello",
+        model="slow",
+        draft_source="lookup",
+        max_tokens=15,
+        chat=False,
+    )
     panel.compare_button.click()
     normal, spec = panel._active
     normal.wait(30)

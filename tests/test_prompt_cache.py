@@ -33,10 +33,13 @@ def fresh_results(tiny_dir):
 def test_after_cancel_at_many_points_next_job_equals_fresh(engine, tiny_dir, fresh_results, mode):
     draft = tiny_dir if mode == "self-draft" else mode
     for point in [-1, 0, 1, 2, 5, 9, 17]:
-        job = engine.submit(make(tiny_dir, P1, max_tokens=200, draft=draft, lookup_ngram=1,
-                                 prefill_target_s=0.001))
+        job = engine.submit(
+            make(tiny_dir, P1, max_tokens=200, draft=draft, lookup_ngram=1, prefill_target_s=0.001)
+        )
         if point < 0:
-            job.add_listener(lambda ev, j=job: type(ev).__name__ == "PrefillProgress" and j.cancel())
+            job.add_listener(
+                lambda ev, j=job: type(ev).__name__ == "PrefillProgress" and j.cancel()
+            )
         else:
             job.add_listener(
                 lambda ev, j=job, p=point: isinstance(ev, Token) and ev.index == p and j.cancel()
@@ -93,7 +96,9 @@ class RotatingScripted(ScriptedModel):
 def test_untrimmable_cache_falls_back_without_error(engine, tiny_tokenizer):
     vocab = len(tiny_tokenizer.get_vocab())
     engine.call(
-        lambda: engine.registry.register("rot", RotatingScripted(vocab, lambda p, t: 40), tiny_tokenizer)
+        lambda: engine.registry.register(
+            "rot", RotatingScripted(vocab, lambda p, t: 40), tiny_tokenizer
+        )
     ).result()
     for _ in range(2):
         r = engine.submit(make("rot", P1, max_tokens=5)).result(timeout=30)

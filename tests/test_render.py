@@ -26,7 +26,7 @@ def test_model_output_is_never_raw_html():
 def test_markdown_renders_and_escapes():
     out = markdown_html("# Title\n\n**bold** `<b>` [x](javascript:alert(1))\n\n<div>raw</div>")
     assert "<h1>Title</h1>" in out and "<strong>bold</strong>" in out
-    assert "<code>&lt;b&gt;</code>" in out and "href=\"javascript" not in out
+    assert "<code>&lt;b&gt;</code>" in out and 'href="javascript' not in out
     assert "<div>" not in out
 
 
@@ -56,9 +56,24 @@ def test_states_and_progress():
 
 
 def test_stats_line():
-    s = Stats(prompt_tokens=10, cached_tokens=4, generation_tokens=20, ttft_s=0.5, prompt_tps=12,
-              generation_tps=8.25, draft_tokens_proposed=10, draft_tokens_accepted=7)
+    s = Stats(
+        prompt_tokens=10,
+        cached_tokens=4,
+        generation_tokens=20,
+        ttft_s=0.5,
+        prompt_tps=12,
+        generation_tps=8.25,
+        draft_tokens_proposed=10,
+        draft_tokens_accepted=7,
+    )
     line = stats_line(Finished("x", "stop", matched_stop="END", stats=s))
-    for part in ["TTFT 0.50 s", "prompt 12 tok/s", "8.2 tok/s", "20 tokens", "accepted 70%",
-                 "4 cached", "stop ('END')"]:
+    for part in [
+        "TTFT 0.50 s",
+        "prompt 12 tok/s",
+        "8.2 tok/s",
+        "20 tokens",
+        "accepted 70%",
+        "4 cached",
+        "stop ('END')",
+    ]:
         assert part in line

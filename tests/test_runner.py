@@ -22,7 +22,9 @@ def sentence(scripted, tiny_tokenizer):
 
 
 def run(engine, stop, max_tokens=60):
-    job = engine.submit(Request("Hello", model="sentence", chat=False, max_tokens=max_tokens, stop=stop))
+    job = engine.submit(
+        Request("Hello", model="sentence", chat=False, max_tokens=max_tokens, stop=stop)
+    )
     streamed = [e.text for e in job.events(timeout=30) if isinstance(e, Token)]
     return job.result(), streamed
 

@@ -53,10 +53,13 @@ def register_pair(scripted, tiny_tokenizer, wrong_at=(), n=24):
 
 def test_scripted_draft_disagreeing_at_known_positions(engine, scripted, tiny_tokenizer):
     outputs = register_pair(scripted, tiny_tokenizer, wrong_at={5, 12})
-    req = Request("Hello", model="main", draft="draft", num_draft_tokens=4, chat=False, max_tokens=24)
+    req = Request(
+        "Hello", model="main", draft="draft", num_draft_tokens=4, chat=False, max_tokens=24
+    )
     r = engine.submit(req).result(timeout=30)
     assert r.token_ids == outputs
-    # Rounds: 4+main | 0 (idx 5 wrong)+main | 4+main | 1 (idx 12 wrong)+main | 4+main | 4+main | main
+    # Rounds: 4+main | 0 (idx 5 wrong)+main | 4+main | 1 (idx 12 wrong)+main
+    #         | 4+main | 4+main | main
     assert (r.stats.draft_tokens_proposed, r.stats.draft_tokens_accepted) == (24, 17)
     assert r.stats.acceptance_rate == pytest.approx(17 / 24)
     assert sum(r.from_draft) == 17
@@ -76,7 +79,13 @@ def test_stop_string_inside_accepted_draft_run(engine, scripted, tiny_tokenizer)
     text = tiny_tokenizer.decode(outputs)
     stop = tiny_tokenizer.decode(outputs[3:5])
     req = Request(
-        "Hello", model="main", draft="draft", num_draft_tokens=8, chat=False, max_tokens=24, stop=[stop]
+        "Hello",
+        model="main",
+        draft="draft",
+        num_draft_tokens=8,
+        chat=False,
+        max_tokens=24,
+        stop=[stop],
     )
     r = engine.submit(req).result(timeout=30)
     assert r.matched_stop == stop
@@ -91,7 +100,9 @@ def test_eos_inside_accepted_draft_run(engine, scripted, tiny_tokenizer):
     scripted("draft", outputs=outputs)
     assert ids
     for draft in ("draft", "lookup"):
-        req = Request("Hello", model="main", draft=draft, num_draft_tokens=8, chat=False, max_tokens=24)
+        req = Request(
+            "Hello", model="main", draft=draft, num_draft_tokens=8, chat=False, max_tokens=24
+        )
         r = engine.submit(req).result(timeout=30)
         assert r.finish_reason == "stop" and r.token_ids == outputs[:4]
 
@@ -108,8 +119,17 @@ def test_draft_with_another_vocabulary_is_rejected_naming_both(engine, tiny_dir,
 
 def test_sampling_speculative_runs_and_is_seeded(engine, tiny_dir):
     def run():
-        r = Request(PROMPT, model=tiny_dir, chat=False, max_tokens=30, temperature=0.8, seed=3,
-                    draft="lookup", num_draft_tokens=4, lookup_ngram=1)
+        r = Request(
+            PROMPT,
+            model=tiny_dir,
+            chat=False,
+            max_tokens=30,
+            temperature=0.8,
+            seed=3,
+            draft="lookup",
+            num_draft_tokens=4,
+            lookup_ngram=1,
+        )
         return engine.submit(r).result(timeout=60).token_ids
 
     assert run() == run()

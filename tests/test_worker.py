@@ -18,7 +18,9 @@ def test_jobs_run_fifo_on_one_worker_thread(engine, tiny_dir):
     seen = []
     jobs = [engine.submit(req(tiny_dir, max_tokens=5)) for _ in range(3)]
     for j in jobs:
-        j.add_listener(lambda ev, j=j: seen.append((j.id, type(ev).__name__, threading.current_thread().name)))
+        j.add_listener(
+            lambda ev, j=j: seen.append((j.id, type(ev).__name__, threading.current_thread().name))
+        )
     for j in jobs:
         assert j.result(timeout=30).finish_reason == "length"
     started = [jid for jid, kind, _ in seen if kind == "Started"]
@@ -158,7 +160,9 @@ def test_missing_model_is_an_error_event(engine):
 def test_result_keyboard_interrupt_cancels_and_waits(engine, scripted):
     scripted("slow", delay_s=0.02)
     job = engine.submit(req("slow", max_tokens=1000))
-    job.add_listener(lambda ev: isinstance(ev, Token) and ev.index == 2 and _thread.interrupt_main())
+    job.add_listener(
+        lambda ev: isinstance(ev, Token) and ev.index == 2 and _thread.interrupt_main()
+    )
     with pytest.raises(KeyboardInterrupt):
         job.result(timeout=30)
     assert job.done and job.finished.finish_reason == "cancelled"

@@ -169,8 +169,13 @@ class Job:
                     drafts.append(ev.from_draft)
                 elif isinstance(ev, Finished):
                     return Result(
-                        ev.text, ev.finish_reason, ev.matched_stop, ev.error, ev.stats,
-                        ids, drafts,
+                        ev.text,
+                        ev.finish_reason,
+                        ev.matched_stop,
+                        ev.error,
+                        ev.stats,
+                        ids,
+                        drafts,
                     )
         except KeyboardInterrupt:
             self.cancel()

@@ -23,9 +23,7 @@ class PromptCache:
         """Tokens held by the stored cache (empty when none is stored)."""
         return list(self._seq.tokens) if self._seq else []
 
-    def fetch(
-        self, model, tokens: Sequence[int], reuse: bool = True
-    ) -> tuple[CachedSequence, int]:
+    def fetch(self, model, tokens: Sequence[int], reuse: bool = True) -> tuple[CachedSequence, int]:
         """Take the cache for a job on ``tokens`` (a fresh one unless ``reuse``).
 
         Returns:

@@ -99,9 +99,7 @@ def run_job(
             dseq, _ = draft_cache.fetch(draft.model, prompt, req.reuse_cache)
             seqs.append((draft_cache, dseq))
             source = DraftModel(dseq, sampler, ChunkSizer(req.prefill_target_s))
-            source.prefill(
-                prompt, check, lambda d, t: job._emit(PrefillProgress(d, t, "draft"))
-            )
+            source.prefill(prompt, check, lambda d, t: job._emit(PrefillProgress(d, t, "draft")))
         prefill(
             seq,
             prompt,

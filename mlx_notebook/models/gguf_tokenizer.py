@@ -20,7 +20,8 @@ def _pre_tokenizer(pre: str):
     if pre in ("gpt-2", "gpt2", "default", "mpt", "olmo", "jais"):
         return byte_level
     raise ValueError(
-        f"GGUF tokenizer pre-type {pre!r} is not supported yet (supported: gpt2 and smollm families)"
+        f"GGUF tokenizer pre-type {pre!r} is not supported yet "
+        "(supported: the gpt2 and smollm families)"
     )
 
 
@@ -85,6 +86,9 @@ def write_tokenizer(md: dict, out: Path) -> None:
     if "tokenizer.chat_template" in md:
         cfg["chat_template"] = str(md["tokenizer.chat_template"])
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=1))
-    smap = {k: v for k, v in (("bos_token", bos), ("eos_token", eos), ("unk_token", unk),
-                              ("pad_token", pad)) if v is not None}
+    smap = {
+        k: v
+        for k, v in (("bos_token", bos), ("eos_token", eos), ("unk_token", unk), ("pad_token", pad))
+        if v is not None
+    }
     (out / "special_tokens_map.json").write_text(json.dumps(smap, ensure_ascii=False))

@@ -153,6 +153,12 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
     for tok, i in sorted(vocab.items(), key=lambda kv: kv[1]):
         digest.update(f"{i}\t{tok}\n".encode())
     return LoadedModel(
-        name, model, tokenizer, None if path is None else str(path), nbytes, dtype,
-        digest.hexdigest(), len(vocab),
+        name,
+        model,
+        tokenizer,
+        None if path is None else str(path),
+        nbytes,
+        dtype,
+        digest.hexdigest(),
+        len(vocab),
     )

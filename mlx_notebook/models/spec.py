@@ -54,7 +54,8 @@ def _looks_like_path(spec: str) -> bool:
         spec.startswith(("/", "./", "../", "~", "\\"))
         or spec.lower().endswith(".gguf")
         or spec.count("/") > 1
-        or os.sep in spec and not _hub_like(spec)
+        or os.sep in spec
+        and not _hub_like(spec)
     )
 
 

@@ -12,22 +12,38 @@ def history_table(rows: list[dict]) -> str:
     head = "".join(f"<th style='padding:2px 8px;text-align:left'>{c}</th>" for c in COLUMNS)
     body = []
     for r in rows:
-        cells = [r["mode"], "" if r["k"] is None else str(r["k"]), f"{r['tps']:.1f}",
-                 "" if r["acceptance"] is None else f"{r['acceptance']:.0%}",
-                 "" if r["ttft"] is None else f"{r['ttft']:.2f}", r["finish"]]
-        body.append("<tr>" + "".join(f"<td style='padding:2px 8px'>{escape(str(c))}</td>"
-                                     for c in cells) + "</tr>")
-    return (f"<table class='mlxnb-history' style='font-size:12px;border-collapse:collapse'>"
-            f"<tr>{head}</tr>{''.join(body)}</table>")
+        cells = [
+            r["mode"],
+            "" if r["k"] is None else str(r["k"]),
+            f"{r['tps']:.1f}",
+            "" if r["acceptance"] is None else f"{r['acceptance']:.0%}",
+            "" if r["ttft"] is None else f"{r['ttft']:.2f}",
+            r["finish"],
+        ]
+        body.append(
+            "<tr>"
+            + "".join(f"<td style='padding:2px 8px'>{escape(str(c))}</td>" for c in cells)
+            + "</tr>"
+        )
+    return (
+        f"<table class='mlxnb-history' style='font-size:12px;border-collapse:collapse'>"
+        f"<tr>{head}</tr>{''.join(body)}</table>"
+    )
 
 
-def sweep_chart(points: list[tuple[int, float, float | None]], baseline: float | None,
-                width: int = 420, height: int = 200) -> str:
+def sweep_chart(
+    points: list[tuple[int, float, float | None]],
+    baseline: float | None,
+    width: int = 420,
+    height: int = 200,
+) -> str:
     """tok/s (blue, left axis) and acceptance (green, right axis) against k, as SVG.
 
     Args:
         points: ``(k, tokens_per_s, acceptance_rate)`` per speculative run.
         baseline: Normal decoding tok/s, drawn dashed.
+        width: SVG width in pixels.
+        height: SVG height in pixels.
     """
     if not points:
         return ""
@@ -48,34 +64,43 @@ def sweep_chart(points: list[tuple[int, float, float | None]], baseline: float |
 
     def poly(pts, color):
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py in pts)
-        dots = "".join(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{color}"/>'
-                       for px, py in pts)
+        dots = "".join(
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{color}"/>' for px, py in pts
+        )
         return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>{dots}'
 
-    parts = [f'<svg class="mlxnb-chart" width="{width}" height="{height}" '
-             f'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="sans-serif">',
-             f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" stroke="#ccc"/>']
+    parts = [
+        f'<svg class="mlxnb-chart" width="{width}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="sans-serif">',
+        f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" stroke="#ccc"/>',
+    ]
     parts.append(poly([(x(k), y_tps(t)) for k, t, _ in points], "#2563eb"))
     acc = [(x(k), y_acc(a)) for k, _, a in points if a is not None]
     if acc:
         parts.append(poly(acc, "#16a34a"))
     if baseline:
         yb = y_tps(baseline)
-        parts.append(f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{yb:.1f}" y2="{yb:.1f}" '
-                     f'stroke="#6b7280" stroke-dasharray="4 3"/>'
-                     f'<text x="{pad_l + 4}" y="{yb - 3:.1f}" fill="#6b7280">normal '
-                     f"{baseline:.1f} tok/s</text>")
+        parts.append(
+            f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{yb:.1f}" y2="{yb:.1f}" '
+            f'stroke="#6b7280" stroke-dasharray="4 3"/>'
+            f'<text x="{pad_l + 4}" y="{yb - 3:.1f}" fill="#6b7280">normal '
+            f"{baseline:.1f} tok/s</text>"
+        )
     for k in ks:
         parts.append(f'<text x="{x(k):.1f}" y="{height - 14}" text-anchor="middle">{k}</text>')
-    parts.append(f'<text x="{pad_l + w / 2}" y="{height - 2}" text-anchor="middle">'
-                 f"draft tokens k</text>")
+    parts.append(
+        f'<text x="{pad_l + w / 2}" y="{height - 2}" text-anchor="middle">draft tokens k</text>'
+    )
     for frac in (0, 0.5, 1):
         yy = pad_t + h * (1 - frac)
-        parts.append(f'<text x="{pad_l - 4}" y="{yy + 3:.1f}" text-anchor="end" fill="#2563eb">'
-                     f"{top * frac:.0f}</text>")
-        parts.append(f'<text x="{pad_l + w + 4}" y="{yy + 3:.1f}" fill="#16a34a">'
-                     f"{frac:.0%}</text>")
-    parts.append(f'<text x="{pad_l}" y="{pad_t - 2}" fill="#2563eb">tok/s</text>'
-                 f'<text x="{pad_l + w}" y="{pad_t - 2}" text-anchor="end" fill="#16a34a">'
-                 f"acceptance</text></svg>")
+        parts.append(
+            f'<text x="{pad_l - 4}" y="{yy + 3:.1f}" text-anchor="end" fill="#2563eb">'
+            f"{top * frac:.0f}</text>"
+        )
+        parts.append(f'<text x="{pad_l + w + 4}" y="{yy + 3:.1f}" fill="#16a34a">{frac:.0%}</text>')
+    parts.append(
+        f'<text x="{pad_l}" y="{pad_t - 2}" fill="#2563eb">tok/s</text>'
+        f'<text x="{pad_l + w}" y="{pad_t - 2}" text-anchor="end" fill="#16a34a">'
+        f"acceptance</text></svg>"
+    )
     return "".join(parts)

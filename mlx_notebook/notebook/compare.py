@@ -25,8 +25,12 @@ class CompareResult:
     def complete(self) -> bool:
         """Both runs ended normally (not cancelled or failed)."""
         ok = ("stop", "length")
-        return bool(self.normal and self.speculative and self.normal.finish_reason in ok
-                    and self.speculative.finish_reason in ok)
+        return bool(
+            self.normal
+            and self.speculative
+            and self.normal.finish_reason in ok
+            and self.speculative.finish_reason in ok
+        )
 
     @property
     def speedup(self) -> float | None:
@@ -56,17 +60,18 @@ class CompareResult:
             return "comparison incomplete (stopped or failed)"
         acc = self.speculative.stats.acceptance_rate
         same = "identical text" if self.identical else f"texts differ at token {self.diverged_at}"
-        return (f"normal {self.normal.stats.generation_tps:.1f} tok/s, speculative "
-                f"{self.speculative.stats.generation_tps:.1f} tok/s -> {self.speedup:.2f}x; "
-                f"acceptance {acc or 0:.0%}; {same}")
+        return (
+            f"normal {self.normal.stats.generation_tps:.1f} tok/s, speculative "
+            f"{self.speculative.stats.generation_tps:.1f} tok/s -> {self.speedup:.2f}x; "
+            f"acceptance {acc or 0:.0%}; {same}"
+        )
 
 
 def compare_requests(request: Request) -> tuple[Request, Request]:
     """The normal and speculative requests; both prefill from scratch for fair timing."""
     if request.mode == "normal":
         raise ValueError("draft: Compare needs a draft model or 'lookup'")
-    return (replace(request, draft=None, reuse_cache=False),
-            replace(request, reuse_cache=False))
+    return (replace(request, draft=None, reuse_cache=False), replace(request, reuse_cache=False))
 
 
 class CompareRenderer:
@@ -75,8 +80,13 @@ class CompareRenderer:
     def __init__(self, request: Request, fmt: str = "text") -> None:
         self.request = request
         self.left = ViewState(model=request.model, mode="normal", fmt=fmt)
-        self.right = ViewState(model=request.model, mode=request.mode,
-                               k=request.num_draft_tokens, fmt=fmt, highlight_drafts=True)
+        self.right = ViewState(
+            model=request.model,
+            mode=request.mode,
+            k=request.num_draft_tokens,
+            fmt=fmt,
+            highlight_drafts=True,
+        )
         self.result: CompareResult | None = None
 
     def apply_from(self, index: int, ev: Event) -> None:
@@ -93,8 +103,10 @@ class CompareRenderer:
             f'<td style="vertical-align:top;width:50%;padding:4px 8px">{s.html()}</td>'
             for s in (self.left, self.right)
         )
-        return (f'<div class="mlxnb-compare">{self._verdict()}'
-                f'<table style="width:100%;table-layout:fixed"><tr>{cols}</tr></table></div>')
+        return (
+            f'<div class="mlxnb-compare">{self._verdict()}'
+            f'<table style="width:100%;table-layout:fixed"><tr>{cols}</tr></table></div>'
+        )
 
     def _verdict(self) -> str:
         r = self.result
@@ -104,15 +116,24 @@ class CompareRenderer:
             return '<div class="mlxnb"><b>Compare</b>: stopped; what ran is kept.</div>'
         acc = r.speculative.stats.acceptance_rate or 0
         if r.identical:
-            same = '<span class="same" style="color:#15803d;font-weight:600">✔ identical text</span>'
+            same = (
+                '<span class="same" style="color:#15803d;font-weight:600">✔ identical text</span>'
+            )
         else:
             margin = "" if r.margin is None else f", top-2 logit margin there {r.margin:.3g}"
-            why = ("with greedy sampling this means a bug unless the margin is a near-tie"
-                   if r.greedy else "expected with sampling")
-            same = (f'<span class="warn">✘ texts differ at token {r.diverged_at}{margin} '
-                    f'({escape(why)})</span>')
-        return (f'<div class="mlxnb"><b>speedup {r.speedup:.2f}×</b> · acceptance {acc:.0%} · '
-                f"{same}</div>")
+            why = (
+                "with greedy sampling this means a bug unless the margin is a near-tie"
+                if r.greedy
+                else "expected with sampling"
+            )
+            same = (
+                f'<span class="warn">✘ texts differ at token {r.diverged_at}{margin} '
+                f"({escape(why)})</span>"
+            )
+        return (
+            f'<div class="mlxnb"><b>speedup {r.speedup:.2f}×</b> · acceptance {acc:.0%} · '
+            f"{same}</div>"
+        )
 
 
 class CompareRun:
@@ -126,8 +147,14 @@ class CompareRun:
         on_done: Called (on the refresh thread) once both finished and rendered.
     """
 
-    def __init__(self, engine: Engine, request: Request, refresh_hz: float = 20,
-                 fmt: str = "text", on_done=None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        request: Request,
+        refresh_hz: float = 20,
+        fmt: str = "text",
+        on_done=None,
+    ) -> None:
         self.engine = engine
         self.request = request
         self.renderer = CompareRenderer(request, fmt)
@@ -185,4 +212,3 @@ class CompareRun:
             j.result(timeout)
         self.view.wait_rendered(timeout)
         return self.renderer.result or self._result()
-

@@ -30,8 +30,9 @@ def parse(magic, line: str):
 
 
 def unescape(s: str) -> str:
-    """``\\n``, ``\\t`` and ``\\\\`` in stop strings, as a user types them."""
+    r"""Turn ``\n``, ``\t`` and ``\\`` typed in a stop string into the characters."""
     return _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], s)
+
 
 HELP = """mlx_notebook magics
 
@@ -128,7 +129,9 @@ class MLXNotebook(Magics):
             seed=args.seed,
             stop=[unescape(x) for x in args.stop],
             draft="lookup" if args.lookup else args.draft,
-            num_draft_tokens=args.num_draft if args.num_draft is not None else self.num_draft_tokens,
+            num_draft_tokens=args.num_draft
+            if args.num_draft is not None
+            else self.num_draft_tokens,
             lookup_ngram=args.ngram,
         )
         try:
@@ -142,8 +145,9 @@ class MLXNotebook(Magics):
         ns = self.shell.user_ns if self.shell is not None else {}
         return _NAME.sub(lambda m: str(ns[m.group(1)]) if m.group(1) in ns else m.group(0), text)
 
-    def run(self, request: Request, out: str | None = None, wait: bool = False,
-            fmt: str = "markdown") -> GenerationHandle | None:
+    def run(
+        self, request: Request, out: str | None = None, wait: bool = False, fmt: str = "markdown"
+    ) -> GenerationHandle | None:
         """Submit, display the view, bind the handle; block with ``wait``."""
         from IPython.display import display
 
@@ -151,8 +155,9 @@ class MLXNotebook(Magics):
             job = self.engine.submit(request)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        state = ViewState(model=request.model, mode=request.mode, k=request.num_draft_tokens,
-                          fmt=fmt)
+        state = ViewState(
+            model=request.model, mode=request.mode, k=request.num_draft_tokens, fmt=fmt
+        )
         view = generation_view(state, refresh_hz=self.refresh_hz)
         display(view.widget)
         view.attach(job)
@@ -190,8 +195,12 @@ class MLXNotebook(Magics):
 
     # -- %mlx ---------------------------------------------------------------
     @magic_arguments()
-    @argument("command", nargs="?", default="status",
-              help="status | stop | models | unload | panel | help")
+    @argument(
+        "command",
+        nargs="?",
+        default="status",
+        help="status | stop | models | unload | panel | help",
+    )
     @argument("target", nargs="?", default=None, help="model for unload")
     @line_magic
     def mlx(self, line: str):
@@ -206,8 +215,10 @@ class MLXNotebook(Magics):
             print(format_status(self.engine.info()))
         elif cmd == "models":
             models = self.engine.info()["models"]
-            print("\n".join(f"{m['name']}  {m['dtype']}  {m['memory_mb']} MB" for m in models)
-                  or "no models loaded")
+            print(
+                "\n".join(f"{m['name']}  {m['dtype']}  {m['memory_mb']} MB" for m in models)
+                or "no models loaded"
+            )
         elif cmd == "unload":
             names = self.engine.unload(args.target)
             print(f"unloaded: {', '.join(names)}" if names else "nothing to unload")

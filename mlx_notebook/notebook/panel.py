@@ -64,15 +64,20 @@ class Panel(widgets.VBox):
     def _build(self) -> None:
         W = widgets
         wide = W.Layout(width="98%")
-        self.prompt_box = W.Textarea(placeholder="Prompt", layout=W.Layout(width="98%", height="90px"))
+        self.prompt_box = W.Textarea(
+            placeholder="Prompt", layout=W.Layout(width="98%", height="90px")
+        )
         self.system_box = W.Text(placeholder="System prompt (optional)", layout=wide)
-        self.model_box = W.Combobox(options=self._model_options(), description="model",
-                                    ensure_option=False)
+        self.model_box = W.Combobox(
+            options=self._model_options(), description="model", ensure_option=False
+        )
         self.draft_kind = W.ToggleButtons(
             options=[("none", "none"), ("prompt lookup", "lookup"), ("draft model", "model")],
-            description="drafts")
-        self.draft_box = W.Combobox(options=self._model_options(), description="draft model",
-                                    ensure_option=False)
+            description="drafts",
+        )
+        self.draft_box = W.Combobox(
+            options=self._model_options(), description="draft model", ensure_option=False
+        )
         self.ngram_slider = W.IntSlider(min=1, max=8, description="n-gram")
         self.k_slider = W.IntSlider(min=1, max=16, description="draft k")
         self.temp_slider = W.FloatSlider(min=0, max=2, step=0.05, description="temperature")
@@ -90,12 +95,21 @@ class Panel(widgets.VBox):
         self.output = W.VBox()
         self.chart = W.HTML()
         self.history_html = W.HTML()
-        pairs = [("prompt", self.prompt_box), ("system", self.system_box), ("model", self.model_box),
-                 ("draft_source", self.draft_kind), ("draft_model", self.draft_box),
-                 ("lookup_ngram", self.ngram_slider), ("num_draft_tokens", self.k_slider),
-                 ("temperature", self.temp_slider), ("top_p", self.top_p_slider),
-                 ("max_tokens", self.max_box), ("seed", self.seed_box),
-                 ("stop_strings", self.stop_box), ("chat", self.chat_box)]
+        pairs = [
+            ("prompt", self.prompt_box),
+            ("system", self.system_box),
+            ("model", self.model_box),
+            ("draft_source", self.draft_kind),
+            ("draft_model", self.draft_box),
+            ("lookup_ngram", self.ngram_slider),
+            ("num_draft_tokens", self.k_slider),
+            ("temperature", self.temp_slider),
+            ("top_p", self.top_p_slider),
+            ("max_tokens", self.max_box),
+            ("seed", self.seed_box),
+            ("stop_strings", self.stop_box),
+            ("chat", self.chat_box),
+        ]
         self._inputs = [w for _, w in pairs] + [self.sweep_range]
         self._pairs = pairs
         self.generate_button.on_click(lambda _b: self.generate())
@@ -106,14 +120,27 @@ class Panel(widgets.VBox):
     def _layout(self):
         W = widgets
         return [
-            self.prompt_box, self.system_box,
+            self.prompt_box,
+            self.system_box,
             W.HBox([self.model_box, self.chat_box]),
-            self.draft_kind, W.HBox([self.draft_box, self.ngram_slider]),
+            self.draft_kind,
+            W.HBox([self.draft_box, self.ngram_slider]),
             W.HBox([self.k_slider, self.temp_slider, self.top_p_slider]),
-            W.HBox([self.max_box, self.seed_box]), self.stop_box,
-            W.HBox([self.generate_button, self.stop_button, self.compare_button,
-                    self.sweep_button, self.sweep_range]),
-            self.status, self.output, self.chart, self.history_html,
+            W.HBox([self.max_box, self.seed_box]),
+            self.stop_box,
+            W.HBox(
+                [
+                    self.generate_button,
+                    self.stop_button,
+                    self.compare_button,
+                    self.sweep_button,
+                    self.sweep_range,
+                ]
+            ),
+            self.status,
+            self.output,
+            self.chart,
+            self.history_html,
         ]
 
     @observe("model", "draft_model")
@@ -163,11 +190,17 @@ class Panel(widgets.VBox):
         """
         draft = {"none": None, "lookup": "lookup", "model": self.draft_model or None}
         req = Request(
-            prompt=self.prompt, model=self.model or "default", system=self.system or None,
-            chat=self.chat, max_tokens=self.max_tokens, temperature=self.temperature,
-            top_p=self.top_p, seed=self.seed,
+            prompt=self.prompt,
+            model=self.model or "default",
+            system=self.system or None,
+            chat=self.chat,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
             stop=[unescape(s) for s in self.stop_strings.splitlines() if s],
-            draft=draft[self.draft_source], num_draft_tokens=self.num_draft_tokens,
+            draft=draft[self.draft_source],
+            num_draft_tokens=self.num_draft_tokens,
             lookup_ngram=self.lookup_ngram,
         )
         if self.draft_source == "model" and not self.draft_model:
@@ -238,7 +271,8 @@ class Panel(widgets.VBox):
             return
         ks = list(range(self.sweep_from, self.sweep_to + 1))
         reqs = [replace(req, draft=None, reuse_cache=False)] + [
-            replace(req, num_draft_tokens=k, reuse_cache=False) for k in ks]
+            replace(req, num_draft_tokens=k, reuse_cache=False) for k in ks
+        ]
         jobs = [self.engine.submit(r) for r in reqs]
         self._active = jobs
         renderer = SweepRenderer(reqs)
@@ -248,14 +282,21 @@ class Panel(widgets.VBox):
             self.last_result = results
             for r, res in zip(reqs[1:], results[1:]):  # the baseline is the chart's dashed line
                 self._record(r, res)
-            base = results[0].stats.generation_tps if results[0].finish_reason in (
-                "stop", "length") else None
-            pts = [(r.num_draft_tokens, res.stats.generation_tps, res.stats.acceptance_rate)
-                   for r, res in zip(reqs[1:], results[1:]) if res.finish_reason in ("stop", "length")]
+            base = (
+                results[0].stats.generation_tps
+                if results[0].finish_reason in ("stop", "length")
+                else None
+            )
+            pts = [
+                (r.num_draft_tokens, res.stats.generation_tps, res.stats.acceptance_rate)
+                for r, res in zip(reqs[1:], results[1:])
+                if res.finish_reason in ("stop", "length")
+            ]
             self.chart.value = sweep_chart(pts, base)
             best = max(pts, key=lambda p: p[1], default=None)
-            self._end(f"sweep done; best k = {best[0]} ({best[1]:.1f} tok/s)" if best
-                      else "sweep stopped")
+            self._end(
+                f"sweep done; best k = {best[0]} ({best[1]:.1f} tok/s)" if best else "sweep stopped"
+            )
 
         self._show(LiveView(renderer, self.refresh_hz, on_done=done).attach(*jobs))
 
@@ -278,8 +319,10 @@ class Panel(widgets.VBox):
         for r in self.history:
             acc = "" if r["acceptance"] is None else f"{r['acceptance']:.0%}"
             ttft = "" if r["ttft"] is None else f"{r['ttft']:.2f}"
-            lines.append(f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
-                         f"{acc:>6} {ttft:>5}  {r['finish']}")
+            lines.append(
+                f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
+                f"{acc:>6} {ttft:>5}  {r['finish']}"
+            )
         return "\n".join(lines)
 
     def _show(self, view: LiveView) -> None:
@@ -287,11 +330,16 @@ class Panel(widgets.VBox):
         self.output.children = [view.widget]
 
     def _record(self, req: Request, res: Result) -> None:
-        self.history.append({
-            "mode": req.mode, "k": None if req.mode == "normal" else req.num_draft_tokens,
-            "tps": res.stats.generation_tps, "acceptance": res.stats.acceptance_rate,
-            "ttft": res.stats.ttft_s, "finish": res.finish_reason,
-        })
+        self.history.append(
+            {
+                "mode": req.mode,
+                "k": None if req.mode == "normal" else req.num_draft_tokens,
+                "tps": res.stats.generation_tps,
+                "acceptance": res.stats.acceptance_rate,
+                "ttft": res.stats.ttft_s,
+                "finish": res.finish_reason,
+            }
+        )
 
 
 class SweepRenderer:
@@ -299,8 +347,9 @@ class SweepRenderer:
 
     def __init__(self, requests: list[Request]) -> None:
         self.requests = requests
-        self.states = [ViewState(model=r.model, mode=r.mode, k=r.num_draft_tokens)
-                       for r in requests]
+        self.states = [
+            ViewState(model=r.model, mode=r.mode, k=r.num_draft_tokens) for r in requests
+        ]
 
     def apply_from(self, index: int, ev) -> None:
         """Fold an event of run ``index``."""
@@ -317,9 +366,16 @@ class SweepRenderer:
         for r, s in zip(self.requests, self.states):
             name = "normal" if r.mode == "normal" else f"{r.mode} k={r.num_draft_tokens}"
             f = s.finished
-            detail = (f"{f.stats.generation_tps:.1f} tok/s" + (
-                f", acceptance {f.stats.acceptance_rate:.0%}"
-                if f.stats.acceptance_rate is not None else "") + f", {f.finish_reason}"
-                if f else f"{s.state_label()}, {s.tokens} tokens")
+            detail = (
+                f"{f.stats.generation_tps:.1f} tok/s"
+                + (
+                    f", acceptance {f.stats.acceptance_rate:.0%}"
+                    if f.stats.acceptance_rate is not None
+                    else ""
+                )
+                + f", {f.finish_reason}"
+                if f
+                else f"{s.state_label()}, {s.tokens} tokens"
+            )
             rows.append(f"<div>{escape(name)}: {escape(detail)}</div>")
         return '<div class="mlxnb mlxnb-sweep">' + "".join(rows) + "</div>"

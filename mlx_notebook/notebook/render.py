@@ -117,8 +117,12 @@ class ViewState:
         """One word or phrase for the header."""
         f = self.finished
         if f is not None:
-            return {"cancelled": "stopped", "error": "error", "length": "done (max tokens)",
-                    "stop": "done"}[f.finish_reason]
+            return {
+                "cancelled": "stopped",
+                "error": "error",
+                "length": "done (max tokens)",
+                "stop": "done",
+            }[f.finish_reason]
         if self.stopping:
             return "stopping…"
         if self.queued is not None and not self.started:
@@ -130,9 +134,12 @@ class ViewState:
     def html(self) -> str:
         """The whole view as one HTML string (one widget update per refresh)."""
         mode = self.mode if self.mode == "normal" else f"{self.mode}, k={self.k}"
-        parts = [STYLE, '<div class="mlxnb">',
-                 f'<div class="hdr">{escape(self.model)} · {escape(mode)} · '
-                 f'<span class="state">{escape(self.state_label())}</span></div>']
+        parts = [
+            STYLE,
+            '<div class="mlxnb">',
+            f'<div class="hdr">{escape(self.model)} · {escape(mode)} · '
+            f'<span class="state">{escape(self.state_label())}</span></div>',
+        ]
         if self.prefill and not self.tokens and self.finished is None:
             parts.append(self._progress_html())
         parts.append(self._body_html())
@@ -153,8 +160,10 @@ class ViewState:
             rate = (done - d0) / max(self.clock() - t0, 1e-6)
             if rate > 0 and done > d0:
                 eta = f", ETA {(total - done) / rate:.1f} s"
-        return (f'<div class="prog"><span class="bar"><div style="width:{pct:.1f}%"></div>'
-                f"</span>prompt {done}/{total} tokens{eta}</div>")
+        return (
+            f'<div class="prog"><span class="bar"><div style="width:{pct:.1f}%"></div>'
+            f"</span>prompt {done}/{total} tokens{eta}</div>"
+        )
 
     def _body_html(self) -> str:
         text = self.text
@@ -175,7 +184,7 @@ class ViewState:
             out.append(f'<span class="draft">{escape(piece)}</span>' if d else escape(piece))
         streamed = "".join(self.pieces)
         if self.finished is not None and self.finished.text.startswith(streamed):
-            out.append(escape(self.finished.text[len(streamed):]))  # withheld tail, if any
+            out.append(escape(self.finished.text[len(streamed) :]))  # withheld tail, if any
         return "".join(out)
 
 

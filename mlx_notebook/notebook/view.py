@@ -41,8 +41,13 @@ class LiveView:
         on_done: Called on the refresh thread after the final refresh.
     """
 
-    def __init__(self, renderer: Renderer, refresh_hz: float = 20, start_thread: bool = True,
-                 on_done: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        renderer: Renderer,
+        refresh_hz: float = 20,
+        start_thread: bool = True,
+        on_done: Callable[[], None] | None = None,
+    ):
         self.renderer = renderer
         self.refresh_hz = refresh_hz
         self.start_thread = start_thread
@@ -56,7 +61,10 @@ class LiveView:
         self._thread: threading.Thread | None = None
         self.html = widgets.HTML(value=renderer.html())
         self.stop_button = widgets.Button(
-            description="Stop", icon="stop", button_style="danger", tooltip="Stop generating",
+            description="Stop",
+            icon="stop",
+            button_style="danger",
+            tooltip="Stop generating",
             layout=widgets.Layout(width="auto"),
         )
         self.stop_button.on_click(lambda _b: self.stop())
@@ -119,10 +127,14 @@ class LiveView:
         if sent:
             self.html.value = html
             self.updates += 1
-        if self._done.is_set() and self._seen == len(self._events) and (
-            self.stop_button.description == "Stop"
+        if (
+            self._done.is_set()
+            and self._seen == len(self._events)
+            and (self.stop_button.description == "Stop")
         ):
-            stopped = any(j.finished and j.finished.finish_reason == "cancelled" for j in self._jobs)
+            stopped = any(
+                j.finished and j.finished.finish_reason == "cancelled" for j in self._jobs
+            )
             with self.stop_button.hold_sync():  # one message for both traits
                 self.stop_button.disabled = True
                 self.stop_button.description = "Stopped" if stopped else "Done"
@@ -153,7 +165,11 @@ class SingleJob:
         self.state.stopping = True
 
 
-def generation_view(state: ViewState, refresh_hz: float = 20, start_thread: bool = True,
-                    on_done: Callable[[], None] | None = None) -> LiveView:
+def generation_view(
+    state: ViewState,
+    refresh_hz: float = 20,
+    start_thread: bool = True,
+    on_done: Callable[[], None] | None = None,
+) -> LiveView:
     """A live view of one job."""
     return LiveView(SingleJob(state), refresh_hz, start_thread, on_done)

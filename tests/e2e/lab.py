@@ -14,9 +14,15 @@ from pathlib import Path
 
 CHROMIUM = os.environ.get("MLX_NOTEBOOK_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--disable-extensions",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
 ]
 
 
@@ -37,32 +43,48 @@ def lab_server(root: Path, timeout: float = 120):
     state = root.parent / (root.name + "-jupyter")
     state.mkdir(exist_ok=True)
     port = free_port()
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(state / "runtime"),
-               JUPYTER_CONFIG_DIR=str(state / "config"), HF_HUB_OFFLINE="1")
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(state / "runtime"),
+        JUPYTER_CONFIG_DIR=str(state / "config"),
+        HF_HUB_OFFLINE="1",
+    )
     cmd = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
         f"--LabApp.workspaces_dir={state / 'workspaces'}",
         f"--LabApp.user_settings_dir={state / 'settings'}",
-        "--LabApp.news_url=None", "--ServerApp.allow_root=True",
+        "--LabApp.news_url=None",
+        "--ServerApp.allow_root=True",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
     log = open(state / "server.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited early; log:\n{(state / 'server.log').read_text()}")
+                raise RuntimeError(
+                    f"JupyterLab exited early; log:\n{(state / 'server.log').read_text()}"
+                )
             try:
                 urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise StepTimeout(f"step 'start JupyterLab' stalled after {timeout} s") from None
+                    raise StepTimeout(
+                        f"step 'start JupyterLab' stalled after {timeout} s"
+                    ) from None
                 time.sleep(0.3)
         yield base, token
     finally:

@@ -64,8 +64,11 @@ def lab(request, tmp_path, tiny_dir, chromium, artifacts):
         page.set_default_timeout(30_000)
         page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
         step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == 6, 90)
-        step("kernel ready", lambda: page.locator(
-            ".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0, 90)
+        step(
+            "kernel ready",
+            lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0,
+            90,
+        )
         dismiss_news(page)
         yield page
         rep = getattr(request.node, "rep_call", None)
@@ -88,14 +91,20 @@ def view_state(view):
 def test_generate_stream_stop_and_escaping(lab, artifacts):
     page = lab
     load = run_cell(page, 0)
-    step("%load_ext finished", lambda: load.locator(".jp-InputPrompt").inner_text().strip()
-         not in ("[ ]:", "[*]:", ""), 60)
+    step(
+        "%load_ext finished",
+        lambda: load.locator(".jp-InputPrompt").inner_text().strip() not in ("[ ]:", "[*]:", ""),
+        60,
+    )
 
     cell = run_cell(page, 1)
     view = cell.locator(".mlxnb-view")
     step("view rendered (widget manager loaded)", lambda: view.count() == 1, 60)
-    step("streamed text visible", lambda: view_state(view) == "generating"
-         and len(view.locator(".txt").inner_text()) > 200, 60)
+    step(
+        "streamed text visible",
+        lambda: view_state(view) == "generating" and len(view.locator(".txt").inner_text()) > 200,
+        60,
+    )
     page.screenshot(path=str(artifacts / "streaming.png"), full_page=False)
 
     view.get_by_role("button", name="Stop").click()  # with the mouse, as a user would
@@ -109,12 +118,18 @@ def test_generate_stream_stop_and_escaping(lab, artifacts):
     page.screenshot(path=str(artifacts / "stopped.png"), full_page=False)
 
     follow = run_cell(page, 2)
-    step("next cell prints 2", lambda: follow.locator(".jp-OutputArea-output").inner_text().strip()
-         == "2", 20)
+    step(
+        "next cell prints 2",
+        lambda: follow.locator(".jp-OutputArea-output").inner_text().strip() == "2",
+        20,
+    )
 
     reg = run_cell(page, 3)
-    step("scripted model registered", lambda: "registered" in reg.locator(
-        ".jp-OutputArea-output").inner_text(), 30)
+    step(
+        "scripted model registered",
+        lambda: "registered" in reg.locator(".jp-OutputArea-output").inner_text(),
+        30,
+    )
     evil = run_cell(page, 4)
     ev = evil.locator(".mlxnb-view")
     step("scripted output finished", lambda: ev.count() == 1 and view_state(ev) == "done", 30)

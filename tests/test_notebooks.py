@@ -1,0 +1,35 @@
+"""The demo notebooks execute headlessly (README's demo command runs quickstart)."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(name):
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute(cwd=str(ROOT / "notebooks"))
+    return "".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.output_type == "stream"
+    )
+
+
+def test_quickstart():
+    out = run("quickstart.ipynb")
+    assert "cancelled" in out and "characters kept" in out
+    assert "stop 5" in out  # the stop string ended generation
+    assert "device:" in out and "BLAS acceleration" in out
+
+
+def test_speculative_vs_normal():
+    out = run("speculative_vs_normal.ipynb")
+    assert "identical text" in out and "x;" in out
+    assert out.count("lookup") >= 6  # the sweep's history rows
