@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .events import Event, Finished, Queued, Stats, Token
+from .events import Event, Finished, Queued, Started, Stats, Token
 from .request import Request
 
 Listener = Callable[[Event], None]
@@ -48,6 +48,8 @@ class Job:
         self.id = job_id
         self._cancel = threading.Event()
         self._cond = threading.Condition()
+        # Serializes delivery to listeners, so a replay and live events arrive in order.
+        self._deliver = threading.RLock()
         self._log: list[Event] = []
         self._listeners: list[Listener] = []
         self._on_cancel: Callable[[Job], None] | None = None
@@ -77,24 +79,30 @@ class Job:
         Keep it cheap: the worker waits for it. With ``replay`` it first gets the
         events emitted so far, on the caller's thread.
         """
-        with self._cond:
-            past = list(self._log) if replay else []
-            self._listeners.append(fn)
-        for ev in past:
-            fn(ev)
+        with self._deliver:
+            with self._cond:
+                past = list(self._log) if replay else []
+                self._listeners.append(fn)
+            for ev in past:
+                fn(ev)
 
     def _emit(self, event: Event) -> None:
         with self._cond:
             if self._log and isinstance(self._log[-1], Finished):
                 return  # exactly one terminal event
+            if isinstance(event, Queued) and any(isinstance(e, Started) for e in self._log[-2:]):
+                return  # a late position update after the job started
             self._log.append(event)
             listeners = list(self._listeners)
             self._cond.notify_all()
-        for fn in listeners:
-            try:
-                fn(event)
-            except Exception:  # a broken listener must not kill the worker
-                pass
+        if not listeners:
+            return
+        with self._deliver:
+            for fn in listeners:
+                try:
+                    fn(event)
+                except Exception:  # a broken listener must not kill the worker
+                    pass
 
     @property
     def position(self) -> int | None:

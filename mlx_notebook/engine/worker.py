@@ -164,15 +164,15 @@ class Engine:
                 self._queue.remove(job)
             except ValueError:
                 return  # running or done: the worker sees the flag
-            self._renumber()
+            moves = self._renumber()
         job._emit(Finished("", "cancelled"))
+        _emit_all(moves)
 
-    def _renumber(self) -> None:
-        # Called with the lock held: tell waiting jobs their new place.
+    def _renumber(self) -> list[tuple[Job, Queued]]:
+        # Called with the lock held; the caller emits after releasing it, since
+        # listeners may call back into the engine (e.g. cancel).
         base = self._running is not None
-        for i, j in enumerate(self._queue):
-            if j.position != base + i:
-                j._emit(Queued(base + i))
+        return [(j, Queued(base + i)) for i, j in enumerate(self._queue) if j.position != base + i]
 
     def _loop(self) -> None:
         import mlx.core as mx
@@ -181,6 +181,7 @@ class Engine:
         self._device = _describe_device(mx)
         try:
             while True:
+                moves = []
                 with self._cond:
                     while not (self._queue or self._calls or self._closed):
                         self._cond.wait()
@@ -189,9 +190,10 @@ class Engine:
                         job = None
                     elif self._queue:
                         job = self._running = self._queue.popleft()
-                        self._renumber()
+                        moves = self._renumber()
                     else:
                         break
+                _emit_all(moves)
                 if job is None:
                     if fut.set_running_or_notify_cancel():
                         try:
@@ -234,6 +236,11 @@ class Engine:
 
     def _cache_for(self, loaded: LoadedModel) -> PromptCache:
         return self._caches.setdefault(loaded.name, PromptCache())
+
+
+def _emit_all(moves: list[tuple[Job, Queued]]) -> None:
+    for job, ev in moves:
+        job._emit(ev)
 
 
 def _require_same_vocab(main: LoadedModel, draft: LoadedModel) -> None:
