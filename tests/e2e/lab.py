@@ -89,8 +89,29 @@ def lab_server(root: Path, timeout: float = 120):
         yield base, token
     finally:
         _kill_group(proc)
+        for pid in leftovers(state):  # kernels run in sessions of their own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         log.close()
         shutil.rmtree(state / "runtime", ignore_errors=True)
+
+
+def leftovers(marker) -> list[int]:
+    """PIDs of live processes whose command line mentions ``marker`` (a private dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if str(marker) in cmd and ") Z " not in stat:
+            found.append(int(entry.name))
+    return found
 
 
 def _kill_group(proc):

@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from .lab import browser, lab_server, step
+from .lab import browser, lab_server, leftovers, step
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 EVIL = '<img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>'
@@ -158,3 +158,19 @@ def test_panel_compare(lab, artifacts):
     assert verdict.locator("td").count() == 2
     verdict.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "panel_compare.png"), full_page=False)
+
+
+def test_server_and_kernels_are_torn_down(tmp_path, tiny_dir, chromium):
+    root = tmp_path / "root"
+    root.mkdir()
+    notebook(root / "demo.ipynb", tiny_dir)
+    state = tmp_path / "root-jupyter"
+    with lab_server(root) as (base, token), browser() as b:
+        page = b.new_page()
+        page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
+        step(
+            "kernel started",
+            lambda: any("ipykernel" in open(f"/proc/{p}/cmdline").read() for p in leftovers(state)),
+            90,
+        )
+    assert leftovers(state) == []
