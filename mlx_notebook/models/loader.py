@@ -80,7 +80,3 @@ def _fit_dtype(model) -> None:
         model.set_dtype(mx.float32)
         mx.eval(model.parameters())
 
-
-def model_dir_of(path: Path | None) -> str | None:
-    """Printable path."""
-    return None if path is None else str(path)
