@@ -222,14 +222,20 @@ class Engine:
         if job.cancelled:
             job._emit(Finished("", "cancelled"))
             return
+        import mlx.core as mx
+        from mlx_lm.generate import wired_limit
+
         job._emit(Started())
         try:
-            main = self.registry.get(job.request.model)
-            draft = None
-            if job.request.mode == "draft":
-                draft = self.registry.get(job.request.draft, pin=main.name)
-                _require_same_vocab(main, draft)
-            final = run_job(job, main, draft, self._cache_for, stream)
+            # Everything, loading and prefill included, on mlx-lm's generation stream.
+            with mx.stream(stream):
+                main = self.registry.get(job.request.model)
+                draft = None
+                if job.request.mode == "draft":
+                    draft = self.registry.get(job.request.draft, pin=main.name)
+                    _require_same_vocab(main, draft)
+                with wired_limit(main.model, [stream]):  # raises the limit on Metal only
+                    final = run_job(job, main, draft, self._cache_for, stream)
         except Exception as exc:  # loading errors end the job, not the worker
             final = Finished("", "error", None, f"{type(exc).__name__}: {exc}")
         job._emit(final)
