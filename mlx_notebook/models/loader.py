@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .spec import ModelNotFound, Spec, resolve
 
@@ -79,4 +78,3 @@ def _fit_dtype(model) -> None:
     if on_cpu():
         model.set_dtype(mx.float32)
         mx.eval(model.parameters())
-
