@@ -5,6 +5,7 @@ setup:
 
 test:
 	scripts/setup.sh test
+	.venv/bin/ruff check mlx_notebook tests benchmarks scripts
 	.venv/bin/python -m pytest -q
 
 demo:
@@ -12,8 +13,8 @@ demo:
 	.venv/bin/python scripts/run_demo.py notebooks/quickstart.ipynb
 
 lint:
-	.venv/bin/ruff check mlx_notebook tests benchmarks
-	.venv/bin/ruff format --check mlx_notebook tests benchmarks
+	.venv/bin/ruff check mlx_notebook tests benchmarks scripts
+	.venv/bin/ruff format --check mlx_notebook tests benchmarks scripts
 
 bench:
 	.venv/bin/python benchmarks/bench_engine.py
