@@ -50,3 +50,18 @@ def test_same_tokenizer_same_vocab_key(engine, dirs):
     reg = Registry(max_loaded=3)
     keys = engine.call(lambda: {reg.get(d).vocab_key for d in dirs}).result()
     assert len(keys) == 1
+
+
+def test_another_spelling_of_a_loaded_dir_is_not_loaded_again(engine, dirs, monkeypatch):
+    import os
+
+    reg = Registry(max_loaded=2)
+    parent, name = os.path.split(dirs[0])
+    monkeypatch.chdir(parent)
+
+    def run():
+        a = reg.get(dirs[0])
+        return a, reg.get(f"./{name}"), reg.get(name + "/")
+
+    a, b, c = engine.call(run).result()
+    assert a is b is c and len(reg.snapshot()) == 1

@@ -63,9 +63,12 @@ class Registry:
             pin: Name of a model that must not be evicted to make room.
         """
         found = self.peek(spec)
+        if found is None:
+            found = self.peek(_canonical(spec))  # another spelling of a loaded model
         if found is not None:
             with self._lock:
                 self._models.move_to_end(found.name)
+                self._aliases[spec] = found.name
             return found
         loader = self._loader
         if loader is None:
@@ -139,6 +142,15 @@ class Registry:
                 return
             del self._models[victim]
             self._aliases = {a: k for a, k in self._aliases.items() if k != victim}
+
+
+def _canonical(spec: str) -> str:
+    from .spec import resolve
+
+    try:
+        return resolve(spec).key
+    except (OSError, ValueError):
+        return spec  # the loader reports the problem
 
 
 def describe(name: str, model, tokenizer, path) -> LoadedModel:
