@@ -64,6 +64,12 @@ class Harness:
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg["content"]
 
+    def output(self, code, timeout=30):
+        """Run ``code``; return (reply content, the text it produced)."""
+        msg_id = self.execute(code, wait=False)
+        reply = self.reply(msg_id, timeout)
+        return reply, self.texts(msg_id)
+
     def texts(self, msg_id):
         """stdout/stderr text, results and errors produced by one execution."""
         out = []

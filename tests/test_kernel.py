@@ -76,9 +76,8 @@ def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
     k.wait_for(
         "second generation done", lambda: "done (max tokens)" in (k.value(html2, "value") or "")
     )
-    mid = k.execute("print(second.finish_reason, second.stats.generation_tokens)", wait=False)
-    k.reply(mid, 10)
-    assert "length 20" in k.texts(mid)
+    _, out = k.output("print(second.finish_reason, second.stats.generation_tokens)", 10)
+    assert "length 20" in out
 
 
 def test_queueing_two_cells(kernel, tiny_dir):
@@ -117,15 +116,13 @@ def test_wait_then_kernel_interrupt(kernel, tiny_dir):
     assert reply["status"] == "ok"  # no traceback
     assert "Traceback" not in k.texts(msg_id) and "KeyboardInterrupt" not in k.texts(msg_id)
     k.wait_for("stopped after interrupt", lambda: "stopped" in (k.value(html, "value") or ""))
-    mid = k.execute("print(waited.finish_reason, len(waited.text) > 0)", wait=False)
-    k.reply(mid, 10)
-    assert "cancelled True" in k.texts(mid)
+    _, out = k.output("print(waited.finish_reason, len(waited.text) > 0)", 10)
+    assert "cancelled True" in out
     # the engine is usable at once
     mid = k.execute(f"%%generate -m {tiny_dir} -n 5 --raw --wait -o after\nHi", wait=False)
     assert k.reply(mid, 30)["status"] == "ok"
-    mid = k.execute("print(after.finish_reason)", wait=False)
-    k.reply(mid, 10)
-    assert "length" in k.texts(mid)
+    _, out = k.output("print(after.finish_reason)", 10)
+    assert "length" in out
 
 
 def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
@@ -138,15 +135,12 @@ def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
     k.interrupt()
     reply = k.reply(mid, 20)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
-    mid = k.execute("print(bg.finish_reason)", wait=False)
-    k.reply(mid, 10)
-    assert "cancelled" in k.texts(mid)
+    _, out = k.output("print(bg.finish_reason)", 10)
+    assert "cancelled" in out
 
 
 def test_mlx_status_in_kernel(kernel):
-    mid = kernel.execute("%mlx status", wait=False)
-    kernel.reply(mid, 10)
-    out = kernel.texts(mid)
+    _, out = kernel.output("%mlx status", 10)
     assert "device: cpu" in out or "device: gpu" in out
     assert "BLAS acceleration" in out
 
@@ -174,9 +168,6 @@ def test_panel_compare_by_comm_click(kernel, tiny_dir):
         ),
         timeout=60,
     )
-    mid = k.execute(
-        "r = panel.wait(30); print(r.identical, r.speedup > 0, panel.running)", wait=False
-    )
-    k.reply(mid, 40)
-    assert "True True False" in k.texts(mid)
+    _, out = k.output("r = panel.wait(30); print(r.identical, r.speedup > 0, panel.running)", 40)
+    assert "True True False" in out
     assert k.value(compare, "disabled") is False  # controls re-enabled
