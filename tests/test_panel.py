@@ -1,7 +1,5 @@
 """Panel state and actions without a frontend (button.click())."""
 
-import time
-
 import pytest
 
 import mlx_notebook
@@ -125,4 +123,4 @@ def test_generate_button(panel):
     panel.generate_button.click()
     res = panel.wait(60)
     assert res.finish_reason == "length" and panel.history[-1]["mode"] == "normal"
-    time.sleep(0)
+    assert panel.model in panel.model_box.options  # loaded models are offered

@@ -225,6 +225,9 @@ class Panel(widgets.VBox):
         # Runs on a view's refresh thread: only widget traits are touched.
         self.history_html.value = history_table(self.history)
         self.status.value = escape(status)
+        options = self._model_options()  # newly loaded models and recent specs
+        self.model_box.options = options
+        self.draft_box.options = options
         self.running = False
         self._finished.set()
 
