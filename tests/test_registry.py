@@ -65,3 +65,12 @@ def test_another_spelling_of_a_loaded_dir_is_not_loaded_again(engine, dirs, monk
 
     a, b, c = engine.call(run).result()
     assert a is b is c and len(reg.snapshot()) == 1
+
+
+def test_file_fingerprint_matches_loaded_fingerprint(engine, dirs):
+    from mlx_notebook.models.vocab import spec_fingerprint
+
+    reg = Registry(max_loaded=1)
+    loaded = engine.call(lambda: reg.get(dirs[0]).vocab_key).result()
+    assert spec_fingerprint(dirs[0]) == loaded
+    assert spec_fingerprint("some/hub-id") is None

@@ -107,14 +107,40 @@ def test_eos_inside_accepted_draft_run(engine, scripted, tiny_tokenizer):
         assert r.finish_reason == "stop" and r.token_ids == outputs[:4]
 
 
-def test_draft_with_another_vocabulary_is_rejected_naming_both(engine, tiny_dir, tmp_path):
+def test_draft_with_another_vocabulary_is_rejected_in_submit_naming_both(
+    engine, tiny_dir, tmp_path
+):
     other = str(build_tiny_model(tmp_path / "other", vocab_size=300))
-    r = engine.submit(Request("Hi", model=tiny_dir, draft=other, max_tokens=3)).result(timeout=30)
-    assert r.finish_reason == "error"
-    assert tiny_dir in r.error and other in r.error and "vocabulary" in r.error
-    # Once both are loaded the check happens in submit(), on the caller's thread.
-    with pytest.raises(ValueError, match="vocabulary"):
+    # Local models are checked from their tokenizer files, before anything loads.
+    with pytest.raises(ValueError, match="vocabulary") as info:
         engine.submit(Request("Hi", model=tiny_dir, draft=other, max_tokens=3))
+    assert tiny_dir in str(info.value) and other in str(info.value)
+    assert engine.info()["queued"] == 0
+
+
+def test_draft_vocabulary_is_checked_on_the_worker_when_submit_cannot_tell(
+    engine, scripted, tiny_dir, tmp_path
+):
+    from pathlib import Path
+
+    from mlx_lm.utils import load_tokenizer
+
+    from mlx_notebook.testing import ScriptedModel
+
+    other = load_tokenizer(Path(build_tiny_model(tmp_path / "other", vocab_size=300)))
+    scripted("busy", delay_s=0.02)
+    busy = engine.submit(Request("Hi", model="busy", max_tokens=20, chat=False))
+    # "odd" is unknown at submit time (no files, not loaded), so submit() accepts it...
+    job = engine.submit(Request("Hi", model=tiny_dir, draft="odd", max_tokens=3))
+    # ...and it is registered before the job runs (calls run between jobs).
+    vocab = len(other.get_vocab())
+    engine.call(
+        lambda: engine.registry.register("odd", ScriptedModel(vocab, lambda p, t: 3), other)
+    )
+    r = job.result(timeout=30)
+    assert busy.result(timeout=30).finish_reason == "length"
+    assert r.finish_reason == "error" and "vocabulary" in r.error
+    assert "'odd'" in r.error and tiny_dir in r.error
 
 
 def test_sampling_speculative_runs_and_is_seeded(engine, tiny_dir):

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..models.registry import LoadedModel, Registry
+from ..models.vocab import spec_fingerprint
 from .errors import IncompatibleDraft
 from .events import Finished, Queued, Started
 from .job import Job, Result
@@ -151,12 +152,15 @@ class Engine:
 
     # -- internals ----------------------------------------------------------
     def _check_draft(self, request: Request) -> None:
+        # On the caller's thread, without MLX: loaded models, or local tokenizer files.
         if request.mode != "draft":
             return
-        a = self.registry.peek(request.model)
-        b = self.registry.peek(request.draft)
-        if a is not None and b is not None:
-            _require_same_vocab(a, b)
+        keys = []
+        for spec in (request.model, request.draft):
+            lm = self.registry.peek(spec)
+            keys.append(lm.vocab_key if lm is not None else spec_fingerprint(spec))
+        if None not in keys and keys[0] != keys[1]:
+            raise IncompatibleDraft(_vocab_message(request.model, request.draft))
 
     def _drop_queued(self, job: Job) -> None:
         with self._cond:
@@ -251,11 +255,15 @@ def _emit_all(moves: list[tuple[Job, Queued]]) -> None:
 
 def _require_same_vocab(main: LoadedModel, draft: LoadedModel) -> None:
     if main.vocab_key != draft.vocab_key:
-        raise IncompatibleDraft(
-            f"draft: model {draft.name!r} has a different vocabulary from main model "
-            f"{main.name!r} ({draft.vocab_size} vs {main.vocab_size} tokens); a draft "
-            "model must share the main model's tokenizer"
-        )
+        sizes = f" ({draft.vocab_size} vs {main.vocab_size} tokens)"
+        raise IncompatibleDraft(_vocab_message(main.name, draft.name) + sizes)
+
+
+def _vocab_message(main: str, draft: str) -> str:
+    return (
+        f"draft: model {draft!r} has a different vocabulary from main model {main!r}; "
+        "a draft model must share the main model's tokenizer"
+    )
 
 
 def _describe_device(mx) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .vocab import fingerprint
 
 
 @dataclass
@@ -161,9 +162,6 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
     nbytes = sum(v.nbytes for _, v in params)
     dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")
     vocab = tokenizer.get_vocab()
-    digest = hashlib.sha1()
-    for tok, i in sorted(vocab.items(), key=lambda kv: kv[1]):
-        digest.update(f"{i}\t{tok}\n".encode())
     return LoadedModel(
         name,
         model,
@@ -171,6 +169,6 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         None if path is None else str(path),
         nbytes,
         dtype,
-        digest.hexdigest(),
+        fingerprint(vocab),
         len(vocab),
     )
