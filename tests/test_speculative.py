@@ -128,6 +128,7 @@ def test_draft_vocabulary_is_checked_on_the_worker_when_submit_cannot_tell(
     from mlx_notebook.testing import ScriptedModel
 
     other = load_tokenizer(Path(build_tiny_model(tmp_path / "other", vocab_size=300)))
+    engine.registry.max_loaded = 3  # busy, odd and the main model, none evicted
     scripted("busy", delay_s=0.02)
     busy = engine.submit(Request("Hi", model="busy", max_tokens=20, chat=False))
     # "odd" is unknown at submit time (no files, not loaded), so submit() accepts it...
@@ -165,3 +166,20 @@ def test_fresh_engine_default_is_closed_cleanly(tiny_dir):
     eng = Engine()
     eng.close()
     assert eng.closed
+
+
+def test_greedy_speculative_with_repetition_penalty_is_exact(engine, tiny_dir, draft_dir):
+    # Logits processors see the same context per verified row as sequential decoding.
+    base = greedy(engine, tiny_dir, repetition_penalty=1.5).token_ids
+    assert base != greedy(engine, tiny_dir).token_ids  # the penalty matters here
+    for draft in ("lookup", draft_dir):
+        for k in (1, 3, 6):
+            r = greedy(
+                engine,
+                tiny_dir,
+                draft=draft,
+                num_draft_tokens=k,
+                lookup_ngram=1,
+                repetition_penalty=1.5,
+            )
+            assert r.token_ids == base, (draft, k)

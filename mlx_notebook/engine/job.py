@@ -90,8 +90,8 @@ class Job:
         with self._cond:
             if self._log and isinstance(self._log[-1], Finished):
                 return  # exactly one terminal event
-            if isinstance(event, Queued) and any(isinstance(e, Started) for e in self._log[-2:]):
-                return  # a late position update after the job started
+            if isinstance(event, Queued) and any(isinstance(e, Started) for e in self._log):
+                return  # a position update that lost the race with the start
             self._log.append(event)
             listeners = list(self._listeners)
             self._cond.notify_all()

@@ -85,16 +85,14 @@ def _verify(
     """One main-model pass over the last token and the drafts; sample every row."""
     logits = seq.forward([history[-1], *drafts])[0]
     if processors:
+        # Row i is sampled after history + drafts[:i], as sequential decoding would.
+        full = mx.array([*history, *drafts], dtype=mx.uint32)
         rows = []
-        ctx = list(history)
         for i in range(logits.shape[0]):
             row = logits[i : i + 1]
-            ctx_arr = mx.array(ctx, dtype=mx.uint32)
             for p in processors:
-                row = p(ctx_arr, row)
+                row = p(full[: len(history) + i], row)
             rows.append(row)
-            if i < len(drafts):
-                ctx.append(drafts[i])
         logits = mx.concatenate(rows, axis=0)
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     return sampler(logprobs).tolist()

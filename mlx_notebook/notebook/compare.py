@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engine.events import Event
 from ..engine.job import Job, Result
 from ..engine.request import Request
 from ..engine.worker import Engine
 from .render import ViewState, escape
-from .view import LiveView
+from .view import LiveView, StatesRenderer
 
 
 @dataclass
@@ -74,34 +73,30 @@ def compare_requests(request: Request) -> tuple[Request, Request]:
     return (replace(request, draft=None, reuse_cache=False), replace(request, reuse_cache=False))
 
 
-class CompareRenderer:
-    """Two columns plus a verdict row."""
+class CompareRenderer(StatesRenderer):
+    """Two columns (normal, speculative) plus a verdict row."""
 
     def __init__(self, request: Request, fmt: str = "text") -> None:
-        self.request = request
-        self.left = ViewState(model=request.model, mode="normal", fmt=fmt)
-        self.right = ViewState(
-            model=request.model,
-            mode=request.mode,
-            k=request.num_draft_tokens,
-            fmt=fmt,
-            highlight_drafts=True,
+        super().__init__(
+            [
+                ViewState(model=request.model, mode="normal", fmt=fmt),
+                ViewState(
+                    model=request.model,
+                    mode=request.mode,
+                    k=request.num_draft_tokens,
+                    fmt=fmt,
+                    highlight_drafts=True,
+                ),
+            ]
         )
+        self.request = request
         self.result: CompareResult | None = None
-
-    def apply_from(self, index: int, ev: Event) -> None:
-        """Fold an event of the normal (0) or speculative (1) job."""
-        (self.left if index == 0 else self.right).apply(ev)
-
-    def set_stopping(self) -> None:
-        """Stop was pressed."""
-        self.left.stopping = self.right.stopping = True
 
     def html(self) -> str:
         """Both columns in one HTML string."""
         cols = "".join(
             f'<td style="vertical-align:top;width:50%;padding:4px 8px">{s.html()}</td>'
-            for s in (self.left, self.right)
+            for s in self.states
         )
         return (
             f'<div class="mlxnb-compare">{self._verdict()}'
@@ -179,6 +174,7 @@ class CompareRun:
         if res.complete and not res.identical:
             res.margin = self._margin(res)
         self.renderer.result = res
+        self.view._dirty = True  # the verdict is not an event
         self.view.refresh()
         if self._on_done is not None:
             self._on_done(res)

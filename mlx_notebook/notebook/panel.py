@@ -15,7 +15,7 @@ from .charts import history_table, sweep_chart
 from .compare import CompareResult, CompareRun
 from .magics import unescape
 from .render import ViewState, escape
-from .view import LiveView, generation_view
+from .view import LiveView, StatesRenderer, generation_view
 
 _recent: list[str] = []
 
@@ -345,23 +345,14 @@ class Panel(widgets.VBox):
         )
 
 
-class SweepRenderer:
+class SweepRenderer(StatesRenderer):
     """Progress of a sweep: one line per run."""
 
     def __init__(self, requests: list[Request]) -> None:
+        super().__init__(
+            [ViewState(model=r.model, mode=r.mode, k=r.num_draft_tokens) for r in requests]
+        )
         self.requests = requests
-        self.states = [
-            ViewState(model=r.model, mode=r.mode, k=r.num_draft_tokens) for r in requests
-        ]
-
-    def apply_from(self, index: int, ev) -> None:
-        """Fold an event of run ``index``."""
-        self.states[index].apply(ev)
-
-    def set_stopping(self) -> None:
-        """Stop was pressed."""
-        for s in self.states:
-            s.stopping = True
 
     def html(self) -> str:
         """One line per run."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..engine.events import Event, Finished, PrefillProgress, Queued, Started, Token
 
@@ -31,12 +32,17 @@ def escape(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def markdown_html(text: str) -> str:
-    """Markdown to HTML with raw HTML disabled and unsafe links refused."""
+@lru_cache(maxsize=1)
+def _markdown():
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
-    return md.enable("table").render(text)
+    return md.enable("table")
+
+
+def markdown_html(text: str) -> str:
+    """Markdown to HTML with raw HTML disabled and unsafe links refused."""
+    return _markdown().render(text)
 
 
 def code_html(text: str) -> str:

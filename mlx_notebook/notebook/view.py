@@ -55,7 +55,7 @@ class LiveView:
         self.updates = 0
         self._events: list[tuple[int, Event]] = []
         self._seen = 0
-        self._open = 0
+        self._dirty = True  # set when something other than an event changes the view
         self._done = threading.Event()
         self._jobs: list[Job] = []
         self._thread: threading.Thread | None = None
@@ -74,7 +74,6 @@ class LiveView:
     def attach(self, *jobs: Job) -> LiveView:
         """Follow ``jobs``: Stop cancels them all; their events feed the renderer."""
         self._jobs = list(jobs)
-        self._open = len(jobs)
         for i, job in enumerate(jobs):
             job.add_listener(lambda ev, i=i: self.push(ev, i))
         if self.start_thread:
@@ -85,14 +84,14 @@ class LiveView:
     def push(self, ev: Event, index: int = 0) -> None:
         """Listener, called on the worker thread: append only, never touch widgets."""
         self._events.append((index, ev))
-        if isinstance(ev, Finished):
-            self._open -= 1
-            if self._open <= 0:
-                self._done.set()
+        # A job is done once its Finished is logged, which precedes this call.
+        if isinstance(ev, Finished) and all(j.done for j in self._jobs):
+            self._done.set()
 
     def stop(self) -> None:
         """What the Stop button does: cancel every job (never blocks)."""
         self.renderer.set_stopping()
+        self._dirty = True
         self.stop_button.disabled = True
         for job in self._jobs:
             job.cancel()
@@ -119,14 +118,16 @@ class LiveView:
     def refresh(self) -> bool:
         """Fold new events and send at most one update; return whether one was sent."""
         n = len(self._events)
-        for index, ev in self._events[self._seen : n]:
-            self.renderer.apply_from(index, ev)
-        self._seen = n
-        html = self.renderer.html()
-        sent = html != self.html.value
-        if sent:
-            self.html.value = html
-            self.updates += 1
+        sent = False
+        if n != self._seen or self._dirty:  # nothing new: no re-render, no message
+            for index, ev in self._events[self._seen : n]:
+                self.renderer.apply_from(index, ev)
+            self._seen, self._dirty = n, False
+            html = self.renderer.html()
+            sent = html != self.html.value
+            if sent:
+                self.html.value = html
+                self.updates += 1
         if (
             self._done.is_set()
             and self._seen == len(self._events)
@@ -146,23 +147,30 @@ class LiveView:
         display(self.widget)
 
 
-class SingleJob:
-    """Renderer for one job: a `ViewState`."""
+class StatesRenderer:
+    """Renderer over one `ViewState` per job: events go to their job's state.
 
-    def __init__(self, state: ViewState) -> None:
-        self.state = state
+    Subclasses that show several jobs override `html`.
+
+    Args:
+        states: One state per attached job, in attach order.
+    """
+
+    def __init__(self, states: list[ViewState]) -> None:
+        self.states = states
 
     def apply_from(self, index: int, ev: Event) -> None:
-        """Fold an event."""
-        self.state.apply(ev)
-
-    def html(self) -> str:
-        """Render."""
-        return self.state.html()
+        """Fold an event of job ``index``."""
+        self.states[index].apply(ev)
 
     def set_stopping(self) -> None:
         """Stop was pressed."""
-        self.state.stopping = True
+        for s in self.states:
+            s.stopping = True
+
+    def html(self) -> str:
+        """Render the first (usually only) job."""
+        return self.states[0].html()
 
 
 def generation_view(
@@ -172,4 +180,4 @@ def generation_view(
     on_done: Callable[[], None] | None = None,
 ) -> LiveView:
     """A live view of one job."""
-    return LiveView(SingleJob(state), refresh_hz, start_thread, on_done)
+    return LiveView(StatesRenderer([state]), refresh_hz, start_thread, on_done)
