@@ -10,16 +10,16 @@ from mlx_notebook.engine.job import Job
 
 def test_late_listener_gets_every_event_in_order_while_events_keep_coming():
     job = Job(Request("x"), 1)
-    job._emit(Started())
+    job.emit(Started())
     for i in range(50):  # already emitted: these are replayed on attach
-        job._emit(Token(str(i), i, False, i))
+        job.emit(Token(str(i), i, False, i))
     go = threading.Event()
 
     def produce():
         go.wait()
         for i in range(50, 300):
-            job._emit(Token(str(i), i, False, i))
-        job._emit(Finished("", "length"))
+            job.emit(Token(str(i), i, False, i))
+        job.emit(Finished("", "length"))
 
     t = threading.Thread(target=produce)
     t.start()
@@ -39,11 +39,11 @@ def test_late_listener_gets_every_event_in_order_while_events_keep_coming():
 
 def test_single_terminal_event_and_independent_cursors():
     job = Job(Request("x"), 1)
-    job._emit(Queued(0))
-    job._emit(Started())
-    job._emit(Queued(3))  # late position update: dropped
-    job._emit(Finished("a", "length"))
-    job._emit(Finished("b", "cancelled"))  # ignored
+    job.emit(Queued(0))
+    job.emit(Started())
+    job.emit(Queued(3))  # late position update: dropped
+    job.emit(Finished("a", "length"))
+    job.emit(Finished("b", "cancelled"))  # ignored
     a, b = list(job.events()), list(job.events())
     assert a == b and [type(e) for e in a] == [Queued, Started, Finished]
     assert job.finished.text == "a" and job.position is None

@@ -38,7 +38,7 @@ def test_hub_error_reaches_the_job_as_one_line(engine, monkeypatch):
     from mlx_notebook.engine import Request
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    r = engine.submit(Request("hi", model="someone/absent-model")).result(timeout=60)
+    r = engine.submit(Request("hi", model="someone/absent-model")).result(60, raise_on_error=False)
     assert r.finish_reason == "error" and "could not fetch" in r.error
     assert "Traceback" not in r.error
 

@@ -138,7 +138,7 @@ def test_draft_vocabulary_is_checked_on_the_worker_when_submit_cannot_tell(
     engine.call(
         lambda: engine.registry.register("odd", ScriptedModel(vocab, lambda p, t: 3), other)
     )
-    r = job.result(timeout=30)
+    r = job.result(timeout=30, raise_on_error=False)
     assert busy.result(timeout=30).finish_reason == "length"
     assert r.finish_reason == "error" and "vocabulary" in r.error
     assert "'odd'" in r.error and tiny_dir in r.error

@@ -18,11 +18,11 @@ def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
     pieces = [f"tok{i} " for i in range(1500)]
 
     def produce():  # a worker emitting 1000 tokens/s
-        job._emit(Started())
+        job.emit(Started())
         for i, p in enumerate(pieces):
-            job._emit(Token(p, i, False, i))
+            job.emit(Token(p, i, False, i))
             time.sleep(0.001)
-        job._emit(Finished("".join(pieces), "length", stats=Stats(generation_tokens=1500)))
+        job.emit(Finished("".join(pieces), "length", stats=Stats(generation_tokens=1500)))
 
     t0 = time.monotonic()
     threading.Thread(target=produce).start()
@@ -38,12 +38,12 @@ def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
 def test_stop_button_cancels_and_marks_stopped():
     job = Job(Request("x"), 1)
     view = generation_view(ViewState(), start_thread=False).attach(job)
-    job._emit(Started())
+    job.emit(Started())
     view.stop_button.click()
     assert job.cancelled and view.stop_button.disabled
     view.refresh()
     assert "stopping" in view.html.value
-    job._emit(Finished("partial", "cancelled"))
+    job.emit(Finished("partial", "cancelled"))
     view.refresh()
     assert "stopped" in view.html.value and "partial" in view.html.value
     assert view.stop_button.description == "Stopped"
@@ -52,7 +52,7 @@ def test_stop_button_cancels_and_marks_stopped():
 def test_no_update_when_nothing_changed():
     job = Job(Request("x"), 1)
     view = generation_view(ViewState(), start_thread=False).attach(job)
-    job._emit(Started())
+    job.emit(Started())
     view.refresh()
     n = view.updates
     assert not view.refresh() and view.updates == n

@@ -6,7 +6,16 @@ import time
 
 import pytest
 
-from mlx_notebook.engine import Engine, Finished, PrefillProgress, Queued, Request, Started, Token
+from mlx_notebook.engine import (
+    Engine,
+    Finished,
+    GenerationError,
+    PrefillProgress,
+    Queued,
+    Request,
+    Started,
+    Token,
+)
 
 
 def req(model, prompt="Hello", **kw):
@@ -147,13 +156,17 @@ def test_after_cancel_next_job_matches_fresh_engine(engine, tiny_dir):
 
 def test_model_error_ends_job_and_worker_lives(engine, scripted, tiny_dir):
     scripted("broken", fail_at=8)
-    r = engine.submit(req("broken", max_tokens=50)).result(timeout=30)
+    job = engine.submit(req("broken", max_tokens=50))
+    with pytest.raises(GenerationError, match="scripted failure") as err:
+        job.result(timeout=30)
+    assert err.value.text == job.finished.text  # partial text travels with the error
+    r = job.result(timeout=30, raise_on_error=False)
     assert r.finish_reason == "error" and "scripted failure" in r.error
     assert engine.submit(req(tiny_dir, max_tokens=4)).result(timeout=30).finish_reason == "length"
 
 
 def test_missing_model_is_an_error_event(engine):
-    r = engine.submit(req("/no/such/model", max_tokens=4)).result(timeout=30)
+    r = engine.submit(req("/no/such/model", max_tokens=4)).result(30, raise_on_error=False)
     assert r.finish_reason == "error" and "no such file" in r.error
 
 

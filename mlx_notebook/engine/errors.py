@@ -1,4 +1,8 @@
-"""Exceptions shared by the engine's modules."""
+"""Exceptions shared by the engine's modules, and the one-line error text."""
+
+from __future__ import annotations
+
+import traceback
 
 
 class Cancelled(Exception):
@@ -7,3 +11,52 @@ class Cancelled(Exception):
 
 class IncompatibleDraft(ValueError):
     """The draft model's vocabulary differs from the main model's."""
+
+
+class ContextOverflow(ValueError):
+    """The prompt does not fit the model's context window."""
+
+
+class EngineClosed(RuntimeError):
+    """The engine was closed (or its worker died); it accepts no more work."""
+
+
+class GenerationError(RuntimeError):
+    """A generation ended in error.
+
+    Raised by `Job.result` (unless ``raise_on_error=False``) and by blocking
+    notebook helpers.
+
+    Attributes:
+        message: The one-line error text, as the view shows it.
+        text: Whatever text was generated before the error.
+        finished: The terminal `Finished` event.
+    """
+
+    def __init__(self, message: str, text: str = "", finished=None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.text = text
+        self.finished = finished
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the view: ``Type: first line of the message``."""
+    msg = str(exc).strip()
+    first = msg.splitlines()[0] if msg else ""
+    if len(first) > 300:
+        first = first[:297] + "..."
+    name = type(exc).__name__
+    return f"{name}: {first}" if first else name
+
+
+def detach_frames(exc: BaseException) -> BaseException:
+    """Keep ``exc``'s traceback for printing but drop the frames' locals.
+
+    A kept traceback would otherwise pin everything its frames referenced
+    (models, KV caches) for as long as the terminal event lives.
+    """
+    tb = exc.__traceback__
+    if tb is not None:
+        traceback.clear_frames(tb)
+    return exc

@@ -25,6 +25,28 @@ class Started:
 
 
 @dataclass(frozen=True)
+class Loading:
+    """The worker is loading a model the job needs (seconds on first use).
+
+    Attributes:
+        model: The spec being loaded.
+    """
+
+    model: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know about this job, e.g. a clamped ``max_tokens``.
+
+    Attributes:
+        message: One line of text.
+    """
+
+    message: str
+
+
+@dataclass(frozen=True)
 class PrefillProgress:
     """Prompt tokens processed so far.
 
@@ -100,8 +122,10 @@ class Finished:
         finish_reason: ``"stop"`` (EOS or stop string), ``"length"``,
             ``"cancelled"`` or ``"error"``.
         matched_stop: The stop string that ended the job, if any.
-        error: The error text when ``finish_reason == "error"``.
+        error: One line of error text when ``finish_reason == "error"``.
         stats: Timing and size figures.
+        exception: The exception behind an error, with its traceback (frames'
+            locals cleared), for whoever wants more than the one line.
     """
 
     text: str
@@ -109,6 +133,7 @@ class Finished:
     matched_stop: str | None = None
     error: str | None = None
     stats: Stats = field(default_factory=Stats)
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
 
 
-Event = Queued | Started | PrefillProgress | Token | Finished
+Event = Queued | Started | Loading | Notice | PrefillProgress | Token | Finished

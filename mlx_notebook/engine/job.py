@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from .errors import GenerationError
 from .events import Event, Finished, Queued, Started, Stats, Token
 from .request import Request
 
 Listener = Callable[[Event], None]
+log = logging.getLogger("mlx_notebook")
 
 
 @dataclass
@@ -37,13 +40,24 @@ class Result:
 
 
 class Job:
-    """Handle for one request on the engine.
+    """Handle for one request on a backend.
 
     Every consumer (`events`, `result`, listeners) reads the same append-only
     event log, so the blocking call and the live view see one execution path.
+
+    The producer side is public so that any backend can drive a job: it calls
+    `emit` for each event and ends with exactly one `Finished`.
+
+    Args:
+        request: What to generate.
+        job_id: Identifier, unique within the backend.
+        on_cancel: Called once, on the cancelling thread, when `cancel` is first
+            called on an unfinished job (e.g. to drop it from a queue). Must not block.
     """
 
-    def __init__(self, request: Request, job_id: int) -> None:
+    def __init__(
+        self, request: Request, job_id: int, on_cancel: Callable[[Job], None] | None = None
+    ) -> None:
         self.request = request
         self.id = job_id
         self._cancel = threading.Event()
@@ -52,7 +66,8 @@ class Job:
         self._deliver = threading.RLock()
         self._log: list[Event] = []
         self._listeners: list[Listener] = []
-        self._on_cancel: Callable[[Job], None] | None = None
+        self._failed: set[int] = set()  # ids of listeners already logged as failing
+        self._on_cancel = on_cancel
 
     # -- cancellation -------------------------------------------------------
     def cancel(self) -> None:
@@ -72,26 +87,41 @@ class Job:
         """Whether `cancel` was called."""
         return self._cancel.is_set()
 
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Leaving a ``with job:`` block cancels the job if it is still running."""
+        self.cancel()
+
     # -- event log ----------------------------------------------------------
     def add_listener(self, fn: Listener, replay: bool = True) -> None:
         """Call ``fn(event)`` for each event, on the emitting (worker) thread.
 
         Keep it cheap: the worker waits for it. With ``replay`` it first gets the
-        events emitted so far, on the caller's thread.
+        events emitted so far, on the caller's thread. A listener that raises is
+        logged once with its traceback and keeps receiving events; nothing it
+        raises (not even ``KeyboardInterrupt`` or ``SystemExit``) reaches the worker.
         """
         with self._deliver:
             with self._cond:
                 past = list(self._log) if replay else []
                 self._listeners.append(fn)
             for ev in past:
-                fn(ev)
+                self._call(fn, ev)
 
-    def _emit(self, event: Event) -> None:
+    def emit(self, event: Event) -> None:
+        """Append ``event`` and deliver it to the listeners (producer side).
+
+        After a `Finished` everything is ignored. Queue positions never increase:
+        a stale `Queued` that lost a race with a newer one, or with `Started`, is
+        dropped.
+        """
         with self._cond:
             if self._log and isinstance(self._log[-1], Finished):
                 return  # exactly one terminal event
-            if isinstance(event, Queued) and any(isinstance(e, Started) for e in self._log):
-                return  # a position update that lost the race with the start
+            if isinstance(event, Queued) and not self._fresh_position(event.position):
+                return
             self._log.append(event)
             listeners = list(self._listeners)
             self._cond.notify_all()
@@ -99,10 +129,23 @@ class Job:
             return
         with self._deliver:
             for fn in listeners:
-                try:
-                    fn(event)
-                except Exception:  # a broken listener must not kill the worker
-                    pass
+                self._call(fn, event)
+
+    def _fresh_position(self, position: int) -> bool:
+        for ev in reversed(self._log):
+            if isinstance(ev, Started):
+                return False
+            if isinstance(ev, Queued):
+                return position < ev.position
+        return True
+
+    def _call(self, fn: Listener, event: Event) -> None:
+        try:
+            fn(event)
+        except BaseException:  # noqa: BLE001 - a listener must never end the producer
+            if id(fn) not in self._failed:
+                self._failed.add(id(fn))
+                log.exception("mlx_notebook: listener %r of job %s failed", fn, self.id)
 
     @property
     def position(self) -> int | None:
@@ -113,60 +156,84 @@ class Job:
     @property
     def done(self) -> bool:
         """Whether the terminal `Finished` event has been emitted."""
-        log = self._log
-        return bool(log) and isinstance(log[-1], Finished)
+        log_ = self._log
+        return bool(log_) and isinstance(log_[-1], Finished)
 
     @property
     def finished(self) -> Finished | None:
         """The terminal event, or None while the job is unfinished."""
         return self._log[-1] if self.done else None  # type: ignore[return-value]
 
-    def events(self, timeout: float | None = None) -> Iterator[Event]:
+    @property
+    def text(self) -> str:
+        """The text so far (the final text once done)."""
+        fin = self.finished
+        if fin is not None:
+            return fin.text
+        return "".join(e.text for e in list(self._log) if isinstance(e, Token))
+
+    def events(self, timeout: float | None = None, detach: bool = False) -> Iterator[Event]:
         """Iterate over all events from the first, ending with `Finished`.
 
         Each call has its own cursor, so several consumers may iterate at once.
+        Leaving the loop early (``break``, an exception, closing the generator) or
+        interrupting it with Ctrl-C cancels the job, unless ``detach`` is True.
 
         Args:
             timeout: Seconds to wait for the whole stream; None waits forever.
+            detach: Let the job run on when the loop is left early.
 
         Raises:
-            TimeoutError: When the job has not finished within ``timeout``.
+            TimeoutError: When the job has not finished within ``timeout``; the
+                job keeps running.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         i = 0
-        while True:
-            with self._cond:
-                while i >= len(self._log):
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise TimeoutError(f"job {self.id} did not finish in {timeout} s")
-                    # A bounded wait keeps the main thread responsive to Ctrl-C.
-                    self._cond.wait(0.1 if left is None else min(left, 0.1))
-                batch = self._log[i:]
-            i += len(batch)
-            for ev in batch:
-                yield ev
-                if isinstance(ev, Finished):
-                    return
+        complete = False
+        try:
+            while True:
+                with self._cond:
+                    while i >= len(self._log):
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            complete = True  # a timeout is not an abandonment
+                            raise TimeoutError(f"job {self.id} did not finish in {timeout} s")
+                        # A bounded wait keeps the main thread responsive to Ctrl-C.
+                        self._cond.wait(0.1 if left is None else min(left, 0.1))
+                    batch = self._log[i:]
+                i += len(batch)
+                for ev in batch:
+                    if isinstance(ev, Finished):
+                        complete = True
+                    yield ev
+                    if complete:
+                        return
+        finally:
+            if not complete and not detach:
+                self.cancel()
 
     def wait(self, timeout: float | None = None) -> Finished:
-        """Block until the job ends; return its `Finished` event."""
+        """Block until the job ends; return its `Finished` event (never raises for errors)."""
         for ev in self.events(timeout):
             if isinstance(ev, Finished):
                 return ev
         raise AssertionError("event stream ended without Finished")  # pragma: no cover
 
-    def result(self, timeout: float | None = None) -> Result:
+    def result(self, timeout: float | None = None, raise_on_error: bool = True) -> Result:
         """Block until the job ends and gather its events into a `Result`.
 
-        On KeyboardInterrupt the job is cancelled and the worker is waited for,
+        On KeyboardInterrupt the job is cancelled and the producer is waited for,
         so the engine is idle again when the interrupt propagates.
 
         Args:
             timeout: Seconds to wait; None waits forever.
+            raise_on_error: Raise `GenerationError` when the job ends in error.
+                False returns the `Result` with ``finish_reason == "error"``.
 
         Raises:
             TimeoutError: When the job has not finished within ``timeout``.
+            GenerationError: The job ended in error (carries the message and
+                the partial text).
         """
         ids: list[int] = []
         drafts: list[bool] = []
@@ -176,6 +243,8 @@ class Job:
                     ids.append(ev.token_id)
                     drafts.append(ev.from_draft)
                 elif isinstance(ev, Finished):
+                    if raise_on_error and ev.finish_reason == "error":
+                        raise GenerationError(ev.error or "error", ev.text, ev)
                     return Result(
                         ev.text,
                         ev.finish_reason,

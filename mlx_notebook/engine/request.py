@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 LOOKUP = "lookup"
+MIN_TEMPERATURE = 1e-4
+"""Temperatures below this are treated as 0 (greedy): 1/T would overflow float32."""
 
 
 @dataclass
@@ -20,12 +22,14 @@ class Request:
         system: Optional system prompt (chat mode only).
         chat: Apply the tokenizer's chat template. Default: True.
         max_tokens: Most tokens to generate. Default: 256.
-        temperature: 0 means greedy. Default: 0.0.
+        temperature: 0 means greedy; values below `MIN_TEMPERATURE` count as 0.
+            Default: 0.0.
         top_p: Nucleus sampling in (0, 1]; 1 disables it. Default: 1.0.
         top_k: Keep the k most likely tokens; 0 disables it. Default: 0.
         min_p: Min-p sampling in [0, 1); 0 disables it. Default: 0.0.
         repetition_penalty: Multiplicative penalty (> 0); None or 1 disables it.
-        seed: Seed for MLX's random generator; the same seed gives the same text.
+        seed: Seed for MLX's random generator, in [0, 2**64); the same seed gives
+            the same text.
         stop: Stop strings. Generation ends before the first one; it is not emitted.
         draft: Draft model spec, ``"lookup"`` for prompt-lookup drafting, or None.
         num_draft_tokens: Tokens drafted per step, 1..16. Default: 3.
@@ -61,28 +65,31 @@ class Request:
             return "normal"
         return LOOKUP if self.draft == LOOKUP else "draft"
 
+    @property
+    def greedy(self) -> bool:
+        """Whether sampling is greedy (temperatures below `MIN_TEMPERATURE` count as 0)."""
+        return _is_num(self.temperature) and self.temperature < MIN_TEMPERATURE
+
     def validate(self) -> None:
-        """Check every field; raise `ValueError` naming the first bad one."""
+        """Check every field; raise `ValueError` naming the first bad one.
+
+        Normalizes in place: an iterable of messages becomes a list (so it can be
+        read again), and a single stop string becomes a one-item list.
+        """
 
         def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
+            value = repr(getattr(self, name))
+            if len(value) > 80:
+                value = value[:77] + "..."
+            return ValueError(f"{name}: {why} (got {value})")
 
-        if isinstance(self.prompt, str):
-            if not self.prompt.strip():
-                raise bad("prompt", "must not be empty")
-        else:
-            msgs = list(self.prompt)
-            if not msgs:
-                raise bad("prompt", "must not be empty")
-            for m in msgs:
-                if not isinstance(m, dict) or "role" not in m or "content" not in m:
-                    raise bad("prompt", "chat messages need 'role' and 'content'")
-            if not self.chat:
-                raise bad("chat", "chat messages need chat=True")
+        self._validate_prompt(bad)
         if not isinstance(self.model, str) or not self.model.strip():
             raise bad("model", "must be a non-empty spec")
-        if self.system is not None and not isinstance(self.system, str):
-            raise bad("system", "must be a string")
+        if self.system is not None:
+            if not isinstance(self.system, str):
+                raise bad("system", "must be a string")
+            _check_unicode("system", self.system)
         if not _is_int(self.max_tokens) or self.max_tokens <= 0:
             raise bad("max_tokens", "must be a positive integer")
         if not _is_num(self.temperature) or self.temperature < 0:
@@ -97,12 +104,17 @@ class Request:
             not _is_num(self.repetition_penalty) or self.repetition_penalty <= 0
         ):
             raise bad("repetition_penalty", "must be > 0")
-        if self.seed is not None and not _is_int(self.seed):
-            raise bad("seed", "must be an integer")
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**64):
+            raise bad("seed", "must be an integer in [0, 2**64)")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if not isinstance(self.stop, (list, tuple)):
+            raise bad("stop", "must be a string or a list of strings")
+        self.stop = list(self.stop)
         if not all(isinstance(s, str) and s for s in self.stop):
             raise bad("stop", "must be a list of non-empty strings")
+        for s in self.stop:
+            _check_unicode("stop", s)
         if self.draft is not None and (not isinstance(self.draft, str) or not self.draft):
             raise bad("draft", "must be a model spec or 'lookup'")
         if not _is_int(self.num_draft_tokens) or not 1 <= self.num_draft_tokens <= 16:
@@ -111,6 +123,38 @@ class Request:
             raise bad("lookup_ngram", "must be in 1..8")
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
+
+    def _validate_prompt(self, bad) -> None:
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise bad("prompt", "must not be empty")
+            _check_unicode("prompt", prompt)
+            return
+        if isinstance(prompt, (bytes, dict)) or not isinstance(prompt, Iterable):
+            raise bad("prompt", "must be a string or a list of chat messages")
+        msgs = self.prompt = list(prompt)  # an iterator would be used up by this check
+        if not msgs:
+            raise bad("prompt", "must not be empty")
+        for m in msgs:
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise bad("prompt", "chat messages need 'role' and 'content'")
+            if not isinstance(m["role"], str) or not isinstance(m["content"], str):
+                raise bad("prompt", "a chat message's 'role' and 'content' must be strings")
+            _check_unicode("prompt", m["content"])
+        if not self.chat:
+            raise bad("chat", "chat messages need chat=True")
+
+
+def _check_unicode(name: str, text: str) -> None:
+    # A lone surrogate (e.g. from a bad decode) cannot be tokenized; say where it is.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name}: contains an unpaired surrogate {text[exc.start]!r} at index {exc.start}; "
+            "the text must be valid Unicode"
+        ) from None
 
 
 def _is_int(v: Any) -> bool:

@@ -10,35 +10,15 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from .decode import normal_tokens
 from .drafts import DraftModel, DraftSource, PromptLookup
-from .errors import Cancelled
-from .events import Finished, PrefillProgress, Stats, Token
+from .errors import Cancelled, describe, detach_frames
+from .events import Finished, Notice, PrefillProgress, Stats, Token
 from .job import Job
 from .prefill import ChunkSizer, prefill
+from .prompt import check_top_k, encode_prompt, fit_context
 from .prompt_cache import PromptCache
-from .request import Request
 from .sequence import CachedSequence
 from .speculative import DraftCounters, speculative_tokens
 from .stops import StopMatcher
-
-
-def encode_prompt(request: Request, tokenizer) -> list[int]:
-    """Token ids for the request, with the chat template when asked and available."""
-    prompt = request.prompt
-    if request.chat and getattr(tokenizer, "has_chat_template", False):
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        if request.system:
-            msgs = [{"role": "system", "content": request.system}, *msgs]
-        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    else:
-        text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
-        if request.system:
-            text = f"{request.system}\n\n{text}"
-    # The same rule as mlx_lm.stream_generate, so results match it token for token.
-    bos = getattr(tokenizer, "bos_token", None)
-    ids = tokenizer.encode(text, add_special_tokens=bos is None or not text.startswith(bos))
-    if not ids:
-        raise ValueError("prompt: encodes to no tokens")
-    return list(ids)
 
 
 def run_job(
@@ -47,6 +27,7 @@ def run_job(
     draft,
     cache_for: Callable[[object], PromptCache],
     stream,
+    safe_point: Callable[[], None] = lambda: None,
 ) -> Finished:
     """Generate for ``job`` and return its terminal event (not yet emitted).
 
@@ -56,12 +37,14 @@ def run_job(
         draft: Loaded draft model, or None.
         cache_for: Returns the `PromptCache` of a loaded model.
         stream: The worker's MLX stream.
+        safe_point: Called at every cancel point while the caches are consistent
+            (the engine runs pending calls there).
     """
     req, tok = job.request, main.tokenizer
     t0 = time.perf_counter()
     stats = Stats()
     pieces: list[str] = []
-    reason, matched, error = "length", None, None
+    reason, matched, error, exception = "length", None, None, None
     seqs: list[tuple[PromptCache, CachedSequence]] = []
     counters = DraftCounters()
     detok, stops = None, StopMatcher(req.stop)
@@ -71,11 +54,21 @@ def run_job(
     def check() -> None:
         if job.cancelled:
             raise Cancelled
+        safe_point()
 
     try:
         check()
         prompt = encode_prompt(req, tok)
         stats.prompt_tokens = len(prompt)
+        max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
+        if max_tokens < req.max_tokens:
+            job.emit(
+                Notice(
+                    f"max_tokens lowered from {req.max_tokens} to {max_tokens}: the prompt "
+                    f"uses {len(prompt)} of the model's {main.context_length}-token context"
+                )
+            )
+        check_top_k(req.top_k, main.logits_size or main.vocab_size, main.name)
         if req.seed is not None:
             mx.random.seed(req.seed)
         sampler = make_sampler(
@@ -99,19 +92,19 @@ def run_job(
             dseq, _ = draft_cache.fetch(draft.model, prompt, req.reuse_cache)
             seqs.append((draft_cache, dseq))
             source = DraftModel(dseq, sampler, ChunkSizer(req.prefill_target_s))
-            source.prefill(prompt, check, lambda d, t: job._emit(PrefillProgress(d, t, "draft")))
+            source.prefill(prompt, check, lambda d, t: job.emit(PrefillProgress(d, t, "draft")))
         prefill(
             seq,
             prompt,
             check=check,
-            progress=lambda d, t: job._emit(PrefillProgress(d, t, "main")),
+            progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
             sizer=ChunkSizer(req.prefill_target_s),
         )
         history = list(prompt)
         common = dict(
             sampler=sampler,
             processors=processors,
-            max_tokens=req.max_tokens,
+            max_tokens=max_tokens,
             check=check,
             stream=stream,
         )
@@ -132,15 +125,15 @@ def run_job(
                 stats.generation_tokens = i + 1
                 if tid in eos:
                     reason = "stop"
-                    job._emit(Token("", tid, from_draft, i))
+                    job.emit(Token("", tid, from_draft, i))
                     break
                 detok.add_token(tid)
-                if i + 1 == req.max_tokens:
+                if i + 1 == max_tokens:
                     detok.finalize()
                     finalized = True
                 text, matched = stops.feed(detok.last_segment)
                 pieces.append(text)
-                job._emit(Token(text, tid, from_draft, i))
+                job.emit(Token(text, tid, from_draft, i))
                 if matched is not None:
                     reason = "stop"
                     break
@@ -149,7 +142,7 @@ def run_job(
     except Cancelled:
         reason = "cancelled"
     except Exception as exc:  # travels as a value; the worker lives on
-        reason, error = "error", f"{type(exc).__name__}: {exc}"
+        reason, error, exception = "error", describe(exc), detach_frames(exc)
         seqs = [(c, s) for c, s in seqs if s.consistent()]
     finally:
         for cache, s in seqs:
@@ -168,7 +161,7 @@ def run_job(
     stats.draft_tokens_proposed = counters.proposed
     stats.draft_tokens_accepted = counters.accepted
     _fill_timing(stats, t0, t_first, t_last)
-    return Finished("".join(pieces), reason, matched, error, stats)
+    return Finished("".join(pieces), reason, matched, error, stats, exception)
 
 
 def _fill_timing(stats: Stats, t0: float, t_first, t_last) -> None:

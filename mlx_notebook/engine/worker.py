@@ -4,20 +4,50 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..models.registry import LoadedModel, Registry
 from ..models.vocab import spec_fingerprint
-from .errors import IncompatibleDraft
-from .events import Finished, Queued, Started
+from .errors import EngineClosed, IncompatibleDraft, describe, detach_frames
+from .events import Finished, Loading, Queued, Started
 from .job import Job, Result
+from .prompt import check_top_k, encode_prompt, fit_context
 from .prompt_cache import PromptCache
 from .request import Request
-from .runner import run_job
+
+log = logging.getLogger("mlx_notebook")
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@dataclass
+class Unloaded:
+    """What `Engine.unload` did.
+
+    Attributes:
+        names: The models unloaded.
+        cancelled: Ids of the jobs cancelled because they used those models.
+    """
+
+    names: list[str] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+
+    def message(self) -> str:
+        """One line for ``%mlx unload``."""
+        if not self.names:
+            return "nothing to unload"
+        msg = f"unloaded: {', '.join(self.names)}"
+        if self.cancelled:
+            ids = ", ".join(map(str, self.cancelled))
+            msg += f" (cancelled {len(self.cancelled)} job(s) using it: {ids})"
+        return msg
 
 
 class Engine:
@@ -36,50 +66,69 @@ class Engine:
         self, registry: Registry | None = None, max_loaded: int = 2, start: bool = True
     ) -> None:
         self.registry = registry or Registry(max_loaded=max_loaded)
+        # Prompt caches hold their model: drop them when the registry lets it go.
+        self.registry.on_evict = self._forget
         self._cond = threading.Condition()
         self._queue: deque[Job] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
         self._running: Job | None = None
         self._closed = False
+        self._death: str | None = None
         self._ids = itertools.count(1)
         self._caches: dict[str, PromptCache] = {}
         self._device = "unknown"
         self._thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)
+        _engines.add(self)
         if start:
             self.start()
 
     @classmethod
     def default(cls) -> Engine:
-        """The process-wide engine, created on first use."""
+        """The process-wide engine, created on first use (and again if it was closed)."""
         with cls._default_lock:
-            if cls._default is None or cls._default._closed:
+            if cls._default is None or cls._default.closed:
                 cls._default = cls()
-                atexit.register(cls._default.close)
             return cls._default
 
     # -- public API ---------------------------------------------------------
     def start(self) -> None:
         """Start the worker thread (once)."""
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and not self._closed:
             self._thread.start()
+
+    def check(self, request: Request) -> None:
+        """Validate ``request`` as `submit` would, without queuing anything.
+
+        Models already loaded are checked in full (context window, ``top_k``,
+        draft vocabulary); others are checked on the worker before prefill.
+
+        Raises:
+            ValueError: A field is invalid (the message names it), the prompt does
+                not fit the context window, or the draft's vocabulary differs.
+        """
+        request.validate()
+        self._check_draft(request)
+        lm = self.registry.peek(request.model)
+        if lm is not None:
+            ids = encode_prompt(request, lm.tokenizer)
+            fit_context(len(ids), request.max_tokens, lm.context_length, lm.name)
+            check_top_k(request.top_k, lm.logits_size or lm.vocab_size, lm.name)
 
     def submit(self, request: Request) -> Job:
         """Validate ``request`` on the caller's thread and queue it.
 
         Raises:
-            ValueError: A field is invalid (the message names it); nothing is queued.
-            RuntimeError: The engine is closed.
+            ValueError: See `check`; nothing is queued.
+            EngineClosed: The engine is closed.
         """
-        request.validate()
-        self._check_draft(request)
-        job = Job(request, next(self._ids))
+        self.check(request)
         with self._cond:
             if self._closed:
-                raise RuntimeError("engine is closed")
+                raise EngineClosed(self._closed_reason())
+            job = Job(request, next(self._ids), on_cancel=self._drop_queued)
             ahead = len(self._queue) + (self._running is not None)
             self._queue.append(job)
-            job._on_cancel = self._drop_queued
-            job._emit(Queued(ahead))
+            job.emit(Queued(ahead))  # no listeners yet: nothing runs under our lock
             self._cond.notify_all()
         return job
 
@@ -88,37 +137,92 @@ class Engine:
         return self.submit(Request(prompt, **fields)).result()
 
     def call(self, fn: Callable[[], Any]) -> Future:
-        """Run ``fn`` on the worker thread between jobs; return its Future."""
+        """Run ``fn`` on the worker thread at its next safe point; return its Future.
+
+        Safe points are between jobs and at the running job's cancel points
+        (between decode steps and prefill chunks), so a call waits at most one
+        step. Cancelling the Future before it starts means ``fn`` never runs.
+
+        Raises:
+            EngineClosed: The engine is closed.
+        """
         fut: Future = Future()
         with self._cond:
             if self._closed:
-                raise RuntimeError("engine is closed")
+                raise EngineClosed(self._closed_reason())
             self._calls.append((fn, fut))
             self._cond.notify_all()
         return fut
 
+    def run_on_worker(self, fn: Callable[[], Any], timeout: float | None = 30.0) -> Any:
+        """`call` ``fn`` and wait for its result, for at most ``timeout`` seconds.
+
+        If the wait times out or is interrupted, the call is withdrawn: it does not
+        run later.
+
+        Raises:
+            RuntimeError: Called on the worker thread itself (e.g. from a listener),
+                where waiting would deadlock.
+            TimeoutError: The worker did not finish ``fn`` in time.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                "this engine call blocks, and it was made on the engine's own worker "
+                "thread (from a job listener?), where it would wait forever"
+            )
+        fut = self.call(fn)
+        try:
+            return fut.result(timeout)
+        except FutureTimeout:
+            withdrawn = fut.cancel()
+            raise TimeoutError(
+                f"the engine's worker did not finish within {timeout} s"
+                + ("; the call was withdrawn" if withdrawn else "")
+            ) from None
+        except KeyboardInterrupt:
+            fut.cancel()
+            raise
+
     def cancel_all(self) -> int:
         """Cancel every queued and running job; return how many were cancelled."""
-        with self._cond:
-            jobs = list(self._queue) + ([self._running] if self._running else [])
+        jobs = self._jobs()
         for j in jobs:
             j.cancel()
         return len(jobs)
 
-    def unload(self, spec: str | None = None) -> list[str]:
-        """Unload one model (or all when None) on the worker; return their names."""
+    def unload(self, spec: str | None = None, timeout: float = 5.0) -> Unloaded:
+        """Unload one model (or all when None), cancelling the jobs that use it.
 
-        def _unload() -> list[str]:
-            names = self.registry.unload(spec)
-            for n in names:
-                self._caches.pop(n, None)
-            return names
+        Returns within about one decode step: the cancelled jobs stop at their next
+        safe point, and the unload runs there.
 
-        return self.call(_unload).result()
+        Raises:
+            RuntimeError: Called from the worker thread (a job listener).
+            TimeoutError: The worker did not get to it within ``timeout``; nothing
+                was unloaded and nothing will be.
+        """
+        if spec is not None and not self.registry.loaded(spec):
+            return Unloaded()
+        if threading.current_thread() is self._thread:
+            self.run_on_worker(lambda: None)  # raises the clear RuntimeError
+        key = None if spec is None else self.registry.key_for(spec)
+        victims = [j for j in self._jobs() if key is None or key in self._models_of(j)]
+        for j in victims:
+            j.cancel()
+        names = self.run_on_worker(lambda: self.registry.unload(key), timeout)
+        return Unloaded(names, [j.id for j in victims])
 
     def register_model(self, name: str, model, tokenizer) -> None:
         """Make an already built model available under ``name`` (built on the worker)."""
-        self.call(lambda: self.registry.register(name, model, tokenizer)).result()
+        self.run_on_worker(lambda: self.registry.register(name, model, tokenizer))
+
+    def logit_margin(self, request: Request, generated: list[int], timeout: float = 60) -> float:
+        """Top-2 logit gap of ``request.model`` after the prompt and ``generated`` tokens."""
+        from .diagnostics import top2_margin
+
+        return self.run_on_worker(
+            lambda: top2_margin(self.registry.get(request.model), request, generated), timeout
+        )
 
     def info(self) -> dict[str, Any]:
         """Device, worker state, queue, loaded models and BLAS acceleration."""
@@ -134,6 +238,7 @@ class Engine:
             "queued": queued,
             "models": self.registry.snapshot(),
             "blas": _blas.status(),
+            "closed": self._closed_reason() if self._closed else None,
         }
 
     def close(self, timeout: float | None = 10.0) -> None:
@@ -147,10 +252,26 @@ class Engine:
 
     @property
     def closed(self) -> bool:
-        """Whether `close` was called."""
+        """Whether the engine was closed or its worker died."""
         return self._closed
 
     # -- internals ----------------------------------------------------------
+    def _closed_reason(self) -> str:
+        return (
+            f"engine is closed: its worker died ({self._death})"
+            if self._death
+            else ("engine is closed")
+        )
+
+    def _jobs(self) -> list[Job]:
+        with self._cond:
+            return list(self._queue) + ([self._running] if self._running else [])
+
+    def _models_of(self, job: Job) -> set[str]:
+        r = job.request
+        specs = [r.model] + ([r.draft] if r.mode == "draft" else [])
+        return {self.registry.key_for(s) for s in specs}
+
     def _check_draft(self, request: Request) -> None:
         # On the caller's thread, without MLX: loaded models, or local tokenizer files.
         if request.mode != "draft":
@@ -169,88 +290,137 @@ class Engine:
             except ValueError:
                 return  # running or done: the worker sees the flag
             moves = self._renumber()
-        job._emit(Finished("", "cancelled"))
+        job.emit(Finished("", "cancelled"))
         _emit_all(moves)
 
     def _renumber(self) -> list[tuple[Job, Queued]]:
         # Called with the lock held; the caller emits after releasing it, since
-        # listeners may call back into the engine (e.g. cancel).
+        # listeners may call back into the engine. Jobs drop stale positions.
         base = self._running is not None
         return [(j, Queued(base + i)) for i, j in enumerate(self._queue) if j.position != base + i]
 
-    def _loop(self) -> None:
-        import mlx.core as mx
-        from mlx_lm.generate import generation_stream
+    def _forget(self, name: str) -> None:
+        self._caches.pop(name, None)
 
-        self._device = _describe_device(mx)
+    def _service_calls(self) -> None:
+        """Run the pending calls (worker thread only, at a safe point)."""
+        while True:
+            with self._cond:
+                if not self._calls:
+                    return
+                fn, fut = self._calls.popleft()
+            if fut.set_running_or_notify_cancel():  # False: its caller gave up
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    fut.set_exception(exc)
+
+    def _loop(self) -> None:
+        death: BaseException | None = None
         try:
+            import mlx.core as mx
+            from mlx_lm.generate import generation_stream
+
+            self._device = _describe_device(mx)
             while True:
-                moves = []
                 with self._cond:
                     while not (self._queue or self._calls or self._closed):
                         self._cond.wait()
                     if self._calls:
-                        fn, fut = self._calls.popleft()
                         job = None
                     elif self._queue:
                         job = self._running = self._queue.popleft()
                         moves = self._renumber()
                     else:
                         break
-                _emit_all(moves)
                 if job is None:
-                    if fut.set_running_or_notify_cancel():
-                        try:
-                            fut.set_result(fn())
-                        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                            fut.set_exception(exc)
+                    self._service_calls()
                     continue
+                _emit_all(moves)
                 self._run(job, generation_stream)
                 with self._cond:
                     self._running = None
+        except BaseException as exc:  # noqa: BLE001 - recorded; every job still ends
+            death = exc
+            log.exception("mlx_notebook: the engine's worker died")
         finally:
-            with self._cond:
-                self._running = None
-                pending, self._queue = list(self._queue), deque()
-                calls, self._calls = list(self._calls), deque()
-            for j in pending:
-                j._emit(Finished("", "cancelled"))
-            for _, fut in calls:
-                fut.cancel()
+            self._shutdown(death)
+
+    def _shutdown(self, death: BaseException | None) -> None:
+        with self._cond:
+            self._closed = True
+            if death is not None:
+                self._death = describe(death)
+            jobs = ([self._running] if self._running else []) + list(self._queue)
+            self._running, self._queue = None, deque()
+            calls, self._calls = list(self._calls), deque()
+        for j in jobs:
+            if death is None:
+                j.emit(Finished(j.text, "cancelled"))
+            else:
+                msg = f"the engine's worker died: {self._death}"
+                j.emit(Finished(j.text, "error", error=msg, exception=death))
+        for _, fut in calls:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(EngineClosed(self._closed_reason()))
+        try:
             self.registry.clear()
             self._caches.clear()
+            import mlx.core as mx
+
             if hasattr(mx, "clear_streams"):
                 mx.clear_streams()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            log.debug("mlx_notebook: cleanup after the worker stopped failed", exc_info=True)
 
     def _run(self, job: Job, stream) -> None:
         if job.cancelled:
-            job._emit(Finished("", "cancelled"))
+            job.emit(Finished("", "cancelled"))
             return
         import mlx.core as mx
         from mlx_lm.generate import wired_limit
 
-        job._emit(Started())
+        from .runner import run_job
+
+        job.emit(Started())
         try:
             # Everything, loading and prefill included, on mlx-lm's generation stream.
             with mx.stream(stream):
-                main = self.registry.get(job.request.model)
+                main = self._load(job, job.request.model)
                 draft = None
                 if job.request.mode == "draft":
-                    draft = self.registry.get(job.request.draft, pin=main.name)
+                    draft = self._load(job, job.request.draft, pin=main.name)
                     _require_same_vocab(main, draft)
                 with wired_limit(main.model, [stream]):  # raises the limit on Metal only
-                    final = run_job(job, main, draft, self._cache_for, stream)
-        except Exception as exc:  # loading errors end the job, not the worker
-            final = Finished("", "error", None, f"{type(exc).__name__}: {exc}")
-        job._emit(final)
+                    final = run_job(job, main, draft, self._cache_for, stream, self._service_calls)
+        except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
+            final = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
+        job.emit(final)
+
+    def _load(self, job: Job, spec: str, pin: str | None = None) -> LoadedModel:
+        if not self.registry.loaded(spec):
+            job.emit(Loading(spec))
+        return self.registry.get(spec, pin=pin)
 
     def _cache_for(self, loaded: LoadedModel) -> PromptCache:
+        if self.registry.peek(loaded.name) is not loaded:
+            return PromptCache()  # unloaded while the job ran: keep nothing for it
         return self._caches.setdefault(loaded.name, PromptCache())
 
 
 def _emit_all(moves: list[tuple[Job, Queued]]) -> None:
     for job, ev in moves:
-        job._emit(ev)
+        job.emit(ev)
+
+
+def _close_all() -> None:
+    # Every engine, not only the default: a worker mid-computation while the
+    # interpreter finalizes aborts the process ("terminate called ...").
+    for eng in list(_engines):
+        eng.close(timeout=10.0)
+
+
+atexit.register(_close_all)
 
 
 def _require_same_vocab(main: LoadedModel, draft: LoadedModel) -> None:

@@ -20,6 +20,9 @@ from .gguf_tokenizer import _scalar, write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
 VERSION = "1"  # bump when the output format changes
+TMP_TAG = "pid"
+_TMP_OWNER = re.compile(rf"^\..+-[0-9a-f]{{16}}\.{TMP_TAG}(\d+)\.")
+_TMP_LEGACY = re.compile(r"^\..+-[0-9a-f]{16}\.")
 
 _NAMES = [
     (r"^token_embd\.", "model.embed_tokens."),
@@ -63,11 +66,14 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
         ValueError: For other architectures (the message names it).
     """
     out = cache_path(Path(gguf), variant)
+    if out.parent.is_dir():
+        remove_stale(out.parent)  # on a cache hit too: leftovers can be hundreds of MB
     if (out / "config.json").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    # The owner's pid in the name lets a later process tell a live conversion from
+    # the leftovers of a killed one.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{TMP_TAG}{os.getpid()}.", dir=out.parent))
     try:
         _convert_into(Path(gguf), tmp, variant)
         try:
@@ -82,16 +88,48 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
     return out
 
 
-def _remove_stale(out: Path, age_s: float = 3600) -> None:
-    # Leftovers of killed conversions; young ones may belong to a live process.
+def remove_stale(folder: Path, legacy_age_s: float = 3600) -> list[Path]:
+    """Delete temporary conversion folders whose owner process is gone.
+
+    Args:
+        folder: The conversion cache folder.
+        legacy_age_s: Folders without an owner pid (older versions) go once this old.
+
+    Returns:
+        The folders removed.
+    """
     import time
 
-    for d in out.parent.glob(f".{out.name}.*"):
+    removed = []
+    for d in folder.glob(".*"):
+        if not d.is_dir():
+            continue
+        m = _TMP_OWNER.search(d.name)
         try:
-            if time.time() - d.stat().st_mtime > age_s:
-                shutil.rmtree(d, ignore_errors=True)
+            if m is not None:
+                stale = not _alive(int(m.group(1)))
+            elif _TMP_LEGACY.match(d.name):
+                stale = time.time() - d.stat().st_mtime > legacy_age_s
+            else:
+                continue  # not ours
         except OSError:
-            pass
+            continue
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def _convert_into(gguf: Path, out: Path, variant: str) -> None:

@@ -24,6 +24,8 @@ class LoadedModel:
         dtype: Dtype of its first floating parameter, e.g. ``float32``.
         vocab_key: Fingerprint of the vocabulary, for draft compatibility.
         vocab_size: Tokens in the vocabulary.
+        context_length: The context window from the model's config, or None.
+        logits_size: Width of the model's output (may exceed ``vocab_size``).
     """
 
     name: str
@@ -34,6 +36,8 @@ class LoadedModel:
     dtype: str
     vocab_key: str
     vocab_size: int
+    context_length: int | None = None
+    logits_size: int | None = None
 
 
 class Registry:
@@ -45,12 +49,20 @@ class Registry:
     Args:
         max_loaded: Most models kept at once (at least 2: a main and a draft).
         loader: ``spec -> (key, model, tokenizer, path)``; mlx-lm loading by default.
+        on_evict: Called with each evicted or unloaded model's name (on the thread
+            that evicts), so owners of per-model state can drop it.
     """
 
-    def __init__(self, max_loaded: int = 2, loader: Callable | None = None) -> None:
+    def __init__(
+        self,
+        max_loaded: int = 2,
+        loader: Callable | None = None,
+        on_evict: Callable[[str], None] | None = None,
+    ) -> None:
         if max_loaded < 1:
             raise ValueError("max_loaded: must be >= 1")
         self.max_loaded = max_loaded
+        self.on_evict = on_evict
         self._loader = loader
         self._lock = threading.Lock()
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
@@ -79,7 +91,8 @@ class Registry:
         with self._lock:
             self._models[key] = lm
             self._aliases[spec] = key
-            self._evict(keep={key, pin})
+            gone = self._evict(keep={key, pin})
+        self._forgotten(gone)
         return lm
 
     def register(self, name: str, model, tokenizer) -> LoadedModel:
@@ -88,8 +101,18 @@ class Registry:
         with self._lock:
             self._models[name] = lm
             self._aliases[name] = name
-            self._evict(keep={name})
+            gone = self._evict(keep={name})
+        self._forgotten(gone)
         return lm
+
+    def loaded(self, spec: str) -> bool:
+        """Whether ``spec``, in any spelling, names a loaded model."""
+        return self.peek(spec) is not None or self.peek(_canonical(spec)) is not None
+
+    def key_for(self, spec: str) -> str:
+        """The name ``spec`` is (or would be) loaded under, without loading."""
+        lm = self.peek(spec)
+        return lm.name if lm is not None else _canonical(spec)
 
     def peek(self, spec: str | None) -> LoadedModel | None:
         """The loaded model for ``spec`` without loading, or None."""
@@ -110,17 +133,12 @@ class Registry:
             for n in names:
                 del self._models[n]
             self._aliases = {a: k for a, k in self._aliases.items() if k in self._models}
-        if names:
-            import mlx.core as mx
-
-            mx.clear_cache()
+        self._forgotten(names)
         return names
 
     def clear(self) -> None:
         """Forget every model."""
-        with self._lock:
-            self._models.clear()
-            self._aliases.clear()
+        self.unload(None)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """One dict per loaded model, most recently used last."""
@@ -136,13 +154,30 @@ class Registry:
                 for m in self._models.values()
             ]
 
-    def _evict(self, keep: set) -> None:
+    def _evict(self, keep: set) -> list[str]:
+        gone = []
         while len(self._models) > self.max_loaded:
             victim = next((n for n in self._models if n not in keep), None)
             if victim is None:
-                return
+                break
             del self._models[victim]
             self._aliases = {a: k for a, k in self._aliases.items() if k != victim}
+            gone.append(victim)
+        return gone
+
+    def _forgotten(self, names: list[str]) -> None:
+        # Outside our lock: the hook may take its owner's locks.
+        if not names:
+            return
+        if self.on_evict is not None:
+            for n in names:
+                self.on_evict(n)
+        import gc
+
+        import mlx.core as mx
+
+        gc.collect()  # models sit in reference cycles (modules, closures)
+        mx.clear_cache()
 
 
 def _canonical(spec: str) -> str:
@@ -154,6 +189,24 @@ def _canonical(spec: str) -> str:
         return spec  # the loader reports the problem
 
 
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+def _config_context(path) -> int | None:
+    # Model classes keep only the config fields they use; the file has them all.
+    if path is None:
+        return None
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    cfg = {**cfg.get("text_config", {}), **cfg}
+    return next((cfg[k] for k in _CONTEXT_KEYS if isinstance(cfg.get(k), int)), None)
+
+
 def describe(name: str, model, tokenizer, path) -> LoadedModel:
     """Measure a model for the registry."""
     from mlx.utils import tree_flatten
@@ -162,6 +215,8 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
     nbytes = sum(v.nbytes for _, v in params)
     dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")
     vocab = tokenizer.get_vocab()
+    args = getattr(model, "args", None)
+    context = getattr(args, "max_position_embeddings", None) or _config_context(path)
     return LoadedModel(
         name,
         model,
@@ -171,4 +226,6 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         dtype,
         fingerprint(vocab),
         len(vocab),
+        context_length=int(context) if isinstance(context, int) and context > 0 else None,
+        logits_size=getattr(args, "vocab_size", None) or getattr(model, "vocab_size", None),
     )

@@ -159,14 +159,20 @@ class CompareRun:
         self.jobs: list[Job] = []
 
     def start(self) -> CompareRun:
-        """Queue normal then speculative: FIFO keeps their timings apart."""
+        """Queue normal then speculative: FIFO keeps their timings apart.
+
+        Both requests are checked before either is submitted, so a bad one leaves
+        no orphan job behind.
+        """
         normal, spec = compare_requests(self.request)
+        for r in (normal, spec):
+            self.engine.check(r)
         self.jobs = [self.engine.submit(normal), self.engine.submit(spec)]
         self.view.attach(*self.jobs)
         return self
 
     def _result(self) -> CompareResult:
-        results = [j.result() if j.done else None for j in self.jobs]
+        results = [j.result(raise_on_error=False) if j.done else None for j in self.jobs]
         return CompareResult(results[0], results[1], greedy=self.request.temperature == 0)
 
     def _finish(self) -> None:
@@ -180,21 +186,8 @@ class CompareRun:
             self._on_done(res)
 
     def _margin(self, res: CompareResult) -> float | None:
-        from ..engine.runner import encode_prompt
-
-        prefix = res.normal.token_ids[: res.diverged_at]
-
-        def top2_gap() -> float:
-            import mlx.core as mx
-
-            lm = self.engine.registry.get(self.request.model)
-            ids = encode_prompt(self.request, lm.tokenizer) + prefix
-            logits = lm.model(mx.array([ids]))[0, -1].astype(mx.float32)
-            top = mx.sort(logits)[-2:].tolist()
-            return top[1] - top[0]
-
         try:
-            return self.engine.call(top2_gap).result(timeout=60)
+            return self.engine.logit_margin(self.request, res.normal.token_ids[: res.diverged_at])
         except Exception:
             return None
 
@@ -205,6 +198,6 @@ class CompareRun:
     def wait(self, timeout: float | None = None) -> CompareResult:
         """Block until both jobs ended and the view is final."""
         for j in self.jobs:
-            j.result(timeout)
+            j.wait(timeout)
         self.view.wait_rendered(timeout)
         return self.renderer.result or self._result()

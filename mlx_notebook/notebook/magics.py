@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import re
 
 from IPython.core.error import UsageError
@@ -27,6 +28,25 @@ def parse(magic, line: str):
         UsageError: From the parser, for unknown options or bad values.
     """
     return magic.parser.parse_args(arg_split(line, posix=True, strict=False))
+
+
+_IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit"}
+
+
+def check_out_name(name: str, shell=None) -> None:
+    """Refuse ``-o`` names that are not plain variables or that IPython owns.
+
+    Raises:
+        UsageError: Naming the problem.
+    """
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"-o/--out needs a Python name (got {name!r})")
+    hidden = set(getattr(shell, "user_ns_hidden", ()) or ())
+    if name.startswith("_") or name in _IPYTHON_NAMES or name in hidden:
+        raise UsageError(
+            f"-o/--out: {name!r} is reserved by IPython (names starting with '_', In, Out, "
+            "exit, quit, get_ipython); pick another name"
+        )
 
 
 def unescape(s: str) -> str:
@@ -112,15 +132,17 @@ class MLXNotebook(Magics):
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
         if args.draft and args.lookup:
             raise UsageError("use either --draft MODEL or --lookup, not both")
-        if args.out is not None and not args.out.isidentifier():
-            raise UsageError(f"-o/--out needs a Python name (got {args.out!r})")
+        if args.out is not None:
+            check_out_name(args.out, self.shell)
+        if args.model is not None and not args.model.strip():
+            raise UsageError("-m/--model: must not be empty (omit it for the default model)")
         if args.compare and not (args.draft or args.lookup):
             args.lookup = True  # compare against prompt lookup unless a draft is given
         # IPython ends every cell with a newline the user did not type.
         body = cell[:-1] if cell.endswith("\n") else cell
         request = Request(
             prompt=self.interpolate(body),
-            model=args.model or self.default_model,
+            model=self.default_model if args.model is None else args.model,
             system=args.system,
             chat=not args.raw,
             max_tokens=args.max_tokens if args.max_tokens is not None else self.max_tokens,
@@ -220,8 +242,7 @@ class MLXNotebook(Magics):
                 or "no models loaded"
             )
         elif cmd == "unload":
-            names = self.engine.unload(args.target)
-            print(f"unloaded: {', '.join(names)}" if names else "nothing to unload")
+            print(self.engine.unload(args.target).message())
         elif cmd == "panel":
             from .panel import Panel
 

@@ -38,7 +38,7 @@ class Panel(widgets.VBox):
     temperature = Float(0.0, help="Sampling temperature; 0 is greedy.")
     top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].")
     max_tokens = Int(128, help="Most tokens to generate.")
-    seed = Int(0, help="Random seed (the same seed gives the same text).")
+    seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).")
     stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).")
     chat = Bool(True, help="Apply the chat template.")
     sweep_from = Int(1, help="First k of a sweep.")
@@ -83,7 +83,7 @@ class Panel(widgets.VBox):
         self.temp_slider = W.FloatSlider(min=0, max=2, step=0.05, description="temperature")
         self.top_p_slider = W.FloatSlider(min=0.05, max=1, step=0.05, description="top-p")
         self.max_box = W.BoundedIntText(min=1, max=32768, description="max tokens")
-        self.seed_box = W.IntText(description="seed")
+        self.seed_box = W.BoundedIntText(min=0, max=2**32 - 1, description="seed")
         self.stop_box = W.Textarea(placeholder="Stop strings, one per line", description="stop")
         self.chat_box = W.Checkbox(description="chat template")
         self.sweep_range = W.IntRangeSlider(min=1, max=16, description="sweep k")
@@ -213,13 +213,26 @@ class Panel(widgets.VBox):
             return None
         try:
             req = self.request()
-        except ValueError as exc:
-            self.status.value = f'<span style="color:#b91c1c">{escape(str(exc))}</span>'
+            self.engine.check(req)  # draft vocabulary and context too, before running
+        except Exception as exc:
+            self._show_error(exc)
             return None
         self.status.value = f"<span>{escape(kind)}…</span>"
         self._finished.clear()
         self.running = True
         return req
+
+    def _show_error(self, exc: BaseException) -> None:
+        self.status.value = f'<span class="mlxnb-error">{escape(str(exc))}</span>'
+
+    def _fail(self, exc: BaseException) -> None:
+        # A submit that failed after _begin: cancel what did start, stay usable.
+        for j in self._active:
+            j.cancel()
+        self._active = []
+        self._show_error(exc)
+        self.running = False
+        self._finished.set()
 
     def _end(self, status: str) -> None:
         # Runs on a view's refresh thread: only widget traits are touched.
@@ -237,11 +250,15 @@ class Panel(widgets.VBox):
         req = self._begin("generating")
         if req is None:
             return
-        job = self.engine.submit(req)
+        try:
+            job = self.engine.submit(req)
+        except Exception as exc:
+            self._fail(exc)
+            return
         self._active = [job]
 
         def done() -> None:
-            res = job.result()
+            res = job.result(raise_on_error=False)
             self.last_result = res
             self._record(req, res)
             self._end(f"done: {res.finish_reason}")
@@ -262,7 +279,11 @@ class Panel(widgets.VBox):
                     self._record(sub, r)
             self._end(res.summary())
 
-        run = CompareRun(self.engine, req, self.refresh_hz, on_done=done).start()
+        try:
+            run = CompareRun(self.engine, req, self.refresh_hz, on_done=done).start()
+        except Exception as exc:
+            self._fail(exc)
+            return
         self._active = run.jobs
         self._view = run.view
         self.output.children = [run.widget]
@@ -276,12 +297,17 @@ class Panel(widgets.VBox):
         reqs = [replace(req, draft=None, reuse_cache=False)] + [
             replace(req, num_draft_tokens=k, reuse_cache=False) for k in ks
         ]
-        jobs = [self.engine.submit(r) for r in reqs]
-        self._active = jobs
+        self._active = jobs = []
+        try:
+            for r in reqs:
+                jobs.append(self.engine.submit(r))
+        except Exception as exc:
+            self._fail(exc)
+            return
         renderer = SweepRenderer(reqs)
 
         def done() -> None:
-            results = [j.result() for j in jobs]
+            results = [j.result(raise_on_error=False) for j in jobs]
             self.last_result = results
             for r, res in zip(reqs[1:], results[1:]):  # the baseline is the chart's dashed line
                 self._record(r, res)

@@ -1,0 +1,57 @@
+"""Prompt encoding and context-window limits. No MLX: safe on any thread."""
+
+from __future__ import annotations
+
+from .errors import ContextOverflow
+from .request import Request
+
+
+def encode_prompt(request: Request, tokenizer) -> list[int]:
+    """Token ids for the request, with the chat template when asked and available."""
+    prompt = request.prompt
+    if request.chat and getattr(tokenizer, "has_chat_template", False):
+        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        if request.system:
+            msgs = [{"role": "system", "content": request.system}, *msgs]
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    else:
+        text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+        if request.system:
+            text = f"{request.system}\n\n{text}"
+    # The same rule as mlx_lm.stream_generate, so results match it token for token.
+    bos = getattr(tokenizer, "bos_token", None)
+    ids = tokenizer.encode(text, add_special_tokens=bos is None or not text.startswith(bos))
+    if not ids:
+        raise ValueError("prompt: encodes to no tokens")
+    return list(ids)
+
+
+def fit_context(n_prompt: int, max_tokens: int, context: int | None, model: str) -> int:
+    """The ``max_tokens`` that fits, or raise when the prompt alone does not fit.
+
+    Args:
+        n_prompt: Prompt tokens.
+        max_tokens: Requested generation budget.
+        context: The model's context window in tokens, or None when unknown.
+        model: Model name for the message.
+
+    Returns:
+        ``max_tokens``, lowered to the room the context leaves after the prompt.
+
+    Raises:
+        ContextOverflow: One line with both numbers.
+    """
+    if context is None:
+        return max_tokens
+    if n_prompt >= context:
+        raise ContextOverflow(
+            f"prompt: {n_prompt} tokens do not fit the context window of {model} "
+            f"({context} tokens, and at least one is needed to generate)"
+        )
+    return min(max_tokens, context - n_prompt)
+
+
+def check_top_k(top_k: int, vocab: int, model: str) -> None:
+    """Raise `ValueError` when ``top_k`` exceeds the model's vocabulary."""
+    if top_k > vocab:
+        raise ValueError(f"top_k: {top_k} exceeds the vocabulary of {model} ({vocab} tokens)")
