@@ -15,6 +15,12 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def other_vocab_dir(tmp_path_factory):
+    """A tiny model whose vocabulary differs from ``tiny_dir``'s."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("other"), vocab_size=300))
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_dir):
     from pathlib import Path
 

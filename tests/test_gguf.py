@@ -140,3 +140,23 @@ def test_killed_conversion_leaves_no_entry(cache, tiny_gguf, tmp_path):
     )
     assert out.stdout.strip() == str(final)
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
+    assert [p.name for p in final.parent.iterdir()] == [final.name]  # leftovers removed
+
+
+def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
+    path = tiny_gguf[0]
+    final = conv.convert_gguf(path, "q")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = final.parent / f".{final.name}.{conv.TMP_TAG}{dead}.abc123"
+    live = final.parent / f".{final.name}.{conv.TMP_TAG}{os.getpid()}.def456"
+    other = final.parent / ".not-ours"
+    for d in (stale, live, other):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"x" * 1000)
+    assert conv.convert_gguf(path, "q") == final  # a cache hit
+    assert not stale.exists() and live.exists() and other.exists()

@@ -47,3 +47,47 @@ def test_single_terminal_event_and_independent_cursors():
     a, b = list(job.events()), list(job.events())
     assert a == b and [type(e) for e in a] == [Queued, Started, Finished]
     assert job.finished.text == "a" and job.position is None
+
+
+def test_queue_positions_never_increase():
+    seen = []
+    job2 = Job(Request("x"), 2)
+    job2.add_listener(lambda ev: seen.append(ev.position))
+    for p in [9, 8, 7, 6, 5, 4, 3, 1, 2]:  # emitted out of order, as a race can
+        job2.emit(Queued(p))
+    assert seen == [9, 8, 7, 6, 5, 4, 3, 1]
+    assert job2.position == 1
+
+
+def test_a_listener_that_raises_during_replay_keeps_receiving_events():
+    job = Job(Request("x"), 1)
+    job.emit(Started())
+    job.emit(Token("a", 1, False, 0))
+    seen = []
+
+    def flaky(ev):
+        seen.append(type(ev).__name__)
+        if isinstance(ev, Started):
+            raise ValueError("boom")
+
+    job.add_listener(flaky)
+    job.emit(Token("b", 2, False, 1))
+    job.emit(Finished("ab", "length"))
+    assert seen == ["Started", "Token", "Token", "Finished"]
+
+
+def test_producer_side_is_public_with_a_cancel_hook():
+    hooked = []
+    job = Job(Request("x"), 7, on_cancel=hooked.append)
+    job.cancel()
+    job.cancel()
+    assert hooked == [job] and job.cancelled
+    job.emit(Finished("", "cancelled"))
+    assert job.done and job.text == ""
+
+
+def test_with_block_cancels_an_unfinished_job():
+    job = Job(Request("x"), 1)
+    with job:
+        pass
+    assert job.cancelled

@@ -73,6 +73,11 @@ def test_options_reach_the_request(ip, magics, tiny_dir):
         ("-f html", "--format"),
         ("--draft x --lookup", "either"),
         ("-o 1bad", "Python name"),
+        ("-o class", "Python name"),
+        ("-o In", "reserved by IPython"),
+        ("-o _secret", "reserved by IPython"),
+        ("-o get_ipython", "reserved by IPython"),
+        ("-m ''", "must not be empty"),
         ("--bogus", "unrecognized"),
         ("-n notanumber", "invalid int"),
     ],
@@ -133,3 +138,18 @@ def test_unload_ext_unregisters_and_cancels(ip, tiny_dir):
     assert "mlx" not in shell.magics_manager.magics["line"]
     assert job.wait(timeout=10).finish_reason == "cancelled"
     shell.run_line_magic("load_ext", "mlx_notebook")  # the module fixture expects it loaded
+
+
+def test_compare_with_an_incompatible_draft_submits_nothing(
+    ip, tiny_dir, other_vocab_dir, monkeypatch
+):
+    submitted = []
+    real = mlx_notebook.Engine.submit
+    monkeypatch.setattr(
+        mlx_notebook.Engine, "submit", lambda self, r: submitted.append(r) or real(self, r)
+    )
+    with pytest.raises(UsageError, match="vocabulary"):
+        gen(ip, f"-m {tiny_dir} --draft {other_vocab_dir} --compare --raw -n 4")
+    assert submitted == []
+    info = mlx_notebook.Engine.default().info()
+    assert info["queued"] == 0 and info["running"] is None

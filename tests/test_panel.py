@@ -124,3 +124,30 @@ def test_generate_button(panel):
     res = panel.wait(60)
     assert res.finish_reason == "length" and panel.history[-1]["mode"] == "normal"
     assert panel.model in panel.model_box.options  # loaded models are offered
+
+
+@pytest.mark.parametrize("action", ["generate", "compare", "sweep"])
+def test_incompatible_draft_shows_inline_and_the_panel_stays_usable(panel, other_vocab_dir, action):
+    panel.draft_source = "model"
+    panel.draft_model = other_vocab_dir
+    getattr(panel, f"{action}_button").click()
+    assert "vocabulary" in panel.status.value
+    assert not panel.running and not panel.generate_button.disabled
+    assert panel.wait(1) is None  # nothing ran
+    panel.draft_source = "lookup"
+    panel.generate_button.click()
+    assert panel.wait(60).finish_reason == "length"
+
+
+def test_a_submit_failure_after_start_resets_the_panel(panel, monkeypatch):
+    def refuse(_req):
+        raise RuntimeError("engine is closed")
+
+    monkeypatch.setattr(panel.engine, "submit", refuse)
+    panel.generate_button.click()
+    assert "closed" in panel.status.value and not panel.running
+    assert panel.wait(1) is None
+
+
+def test_seed_box_refuses_negative_seeds(panel):
+    assert panel.seed_box.min == 0

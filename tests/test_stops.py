@@ -48,3 +48,38 @@ def test_no_match_releases_everything():
 def test_no_stops_passes_through():
     m = StopMatcher([])
     assert m.feed("abc") == ("abc", None)
+
+
+def test_matching_is_independent_of_how_text_is_split():
+    stops = ["abcd", "c", "xyz"]
+    whole = run(stops, ["zzabcd"])
+    pieces = run(stops, ["zz", "a", "b", "cd"])
+    assert whole == (["zzab"], "c") and "".join(pieces[0]) == "zzab" and pieces[1] == "c"
+
+
+def test_longest_stop_ending_at_the_same_place_is_reported():
+    assert run(["cd", "abcd"], ["xxabcdyy"]) == (["xx"], "abcd")
+
+
+def test_cost_per_token_does_not_grow_with_the_number_of_stop_strings():
+    import time
+
+    pieces = [f" word{i % 97}" for i in range(3000)]
+
+    def cost(stops):
+        m = StopMatcher(stops)
+        t0 = time.perf_counter()
+        for p in pieces:
+            m.feed(p)
+        return time.perf_counter() - t0
+
+    few = min(cost(["NEVER MATCHES"]) for _ in range(3))
+    many = min(cost([f"never{i} matches" for i in range(10_000)]) for _ in range(3))
+    assert many < 3 * few, (few, many)
+
+
+def test_holding_back_with_many_overlapping_stops():
+    stops = [f"END{i:03d}" for i in range(1000)]
+    out, matched = run(stops, ["text E", "N", "D9", "99 after"])
+    assert matched == "END999" and "".join(out) == "text "
+    assert out[1:] == ["", "", ""]  # "END9" withheld while it could still be a stop

@@ -196,3 +196,280 @@ def test_cancel_all_and_close(scripted, engine):
 
 def test_default_engine_is_process_wide():
     assert Engine.default() is Engine.default()
+
+
+# -- hardening (issue 10) ---------------------------------------------------------------
+
+
+def _active_bytes(eng):
+    import gc
+
+    import mlx.core as mx
+
+    def measure():
+        gc.collect()
+        mx.clear_cache()
+        return mx.get_active_memory()
+
+    return eng.run_on_worker(measure)
+
+
+def test_evicted_and_unloaded_models_free_their_memory(tmp_path):
+    from mlx_notebook.testing import build_tiny_model
+
+    dirs = [
+        str(build_tiny_model(tmp_path / f"m{i}", seed=i, hidden_size=256, intermediate_size=1024))
+        for i in range(5)
+    ]
+    eng = Engine(max_loaded=2)
+    try:
+        base = _active_bytes(eng)
+        for d in dirs:
+            eng.submit(req(d, max_tokens=8)).result(timeout=60)
+        loaded = eng.run_on_worker(
+            lambda: [(m.nbytes, eng._caches[m.name].nbytes) for m in eng.registry._models.values()]
+        )
+        assert len(loaded) == 2
+        need = sum(a + b for a, b in loaded)
+        held = _active_bytes(eng) - base
+        assert abs(held - need) <= 0.05 * need, (held, need)
+        eng.unload()
+        one_model = loaded[0][0]
+        assert _active_bytes(eng) - base <= 0.05 * one_model
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit, RuntimeError])
+def test_a_raising_listener_never_ends_the_worker_and_is_logged_once(engine, tiny_dir, exc, caplog):
+    job = engine.submit(req(tiny_dir, max_tokens=6))
+    seen = []
+
+    def bad(ev):
+        seen.append(ev)
+        raise exc("listener bug")
+
+    job.add_listener(bad)
+    assert job.result(timeout=30).finish_reason == "length"
+    assert isinstance(seen[-1], Finished)  # kept receiving events after failing
+    logged = [r for r in caplog.records if "listener" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+    assert engine.info()["worker_alive"]
+    assert engine.submit(req(tiny_dir, max_tokens=2)).result(timeout=30).finish_reason == "length"
+
+
+def test_a_dead_worker_fails_every_job_and_closes_the_engine(scripted, engine, monkeypatch):
+    scripted("slow", delay_s=0.02)
+    blocker = engine.submit(req("slow", max_tokens=30))
+    next(e for e in blocker.events(detach=True) if isinstance(e, Started))
+    queued = [engine.submit(req("slow", max_tokens=5)) for _ in range(2)]
+    real = engine._renumber
+
+    def boom():
+        if threading.current_thread().name == "mlx-worker":
+            raise SystemExit("simulated worker crash")
+        return real()
+
+    monkeypatch.setattr(engine, "_renumber", boom)
+    assert blocker.wait(timeout=30).finish_reason == "length"
+    fins = [j.wait(timeout=10) for j in queued]
+    assert all(f.finish_reason == "error" and "worker died" in f.error for f in fins)
+    assert engine.closed
+    engine.close()  # joins the dead worker
+    assert not engine.info()["worker_alive"]
+    with pytest.raises(RuntimeError, match="worker died"):
+        engine.submit(req("slow"))
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.call(lambda: None)
+
+
+def test_default_engine_is_replaced_once_closed():
+    first = Engine.default()
+    first.close()
+    second = Engine.default()
+    assert second is not first and not second.closed
+
+
+def test_unload_while_generating_cancels_that_models_jobs_quickly(engine, scripted):
+    scripted("slow", delay_s=0.05)
+    running = engine.submit(req("slow", max_tokens=1000))
+    waiting = engine.submit(req("slow", max_tokens=10))
+    next(e for e in running.events(detach=True) if isinstance(e, Token))
+    t0 = time.perf_counter()
+    report = engine.unload("slow")
+    assert time.perf_counter() - t0 < 1.0
+    assert report.names == ["slow"] and set(report.cancelled) == {running.id, waiting.id}
+    assert "cancelled 2 job(s)" in report.message()
+    assert running.wait(5).finish_reason == waiting.wait(5).finish_reason == "cancelled"
+    assert engine.info()["models"] == []
+
+
+def test_unload_of_another_model_runs_between_steps_of_the_running_job(engine, scripted):
+    scripted("slow", delay_s=0.05)
+    scripted("other")
+    running = engine.submit(req("slow", max_tokens=1000))
+    next(e for e in running.events(detach=True) if isinstance(e, Token))
+    t0 = time.perf_counter()
+    assert engine.unload("other").names == ["other"]
+    assert time.perf_counter() - t0 < 1.0
+    assert not running.done  # untouched
+    running.cancel()
+
+
+def test_unload_from_a_listener_raises_instead_of_deadlocking(engine, tiny_dir):
+    errors = []
+
+    def listener(ev):
+        if isinstance(ev, Token) and ev.index == 0:
+            try:
+                engine.unload(tiny_dir)
+            except RuntimeError as exc:
+                errors.append(str(exc))
+
+    engine.submit(req(tiny_dir, max_tokens=2)).result(timeout=30)  # loaded
+    job = engine.submit(req(tiny_dir, max_tokens=5))
+    job.add_listener(listener)
+    assert job.result(timeout=30).finish_reason == "length"
+    assert errors and "worker thread" in errors[0]
+
+
+def test_a_call_whose_caller_gave_up_never_runs(engine, tiny_dir):
+    engine.submit(req(tiny_dir, max_tokens=2)).result(timeout=30)
+    engine.call(lambda: time.sleep(0.6))  # keeps the worker busy
+    with pytest.raises(TimeoutError, match="withdrawn"):
+        engine.run_on_worker(lambda: engine.registry.unload(tiny_dir), timeout=0.1)
+    time.sleep(0.8)
+    assert [m["name"] for m in engine.info()["models"]] == [tiny_dir]
+
+
+def test_prompt_longer_than_the_context_is_refused(engine, tmp_path):
+    from mlx_notebook.engine import ContextOverflow, Notice
+    from mlx_notebook.testing import build_tiny_model
+
+    small = str(build_tiny_model(tmp_path / "ctx", max_position_embeddings=64))
+    long_prompt = "Rivers flow to the sea. " * 40
+    # Not loaded yet: the job ends with the error before any prefill.
+    evs = list(engine.submit(req(small, prompt=long_prompt)).events(timeout=30))
+    assert not any(isinstance(e, PrefillProgress) for e in evs)
+    fin = evs[-1]
+    assert fin.finish_reason == "error" and "64" in fin.error and "context" in fin.error
+    # Loaded now: submit() refuses it on the caller's thread, naming both numbers.
+    with pytest.raises(ContextOverflow, match=r"\d+ tokens do not fit .*\(64 tokens"):
+        engine.submit(req(small, prompt=long_prompt))
+    assert engine.info()["queued"] == 0
+    # max_tokens beyond the room left is clamped, and the job says so.
+    job = engine.submit(req(small, prompt="Hello", max_tokens=500))
+    evs = list(job.events(timeout=30))
+    notes = [e.message for e in evs if isinstance(e, Notice)]
+    assert notes and "max_tokens lowered from 500" in notes[0]
+    fin = evs[-1]
+    assert fin.stats.prompt_tokens + fin.stats.generation_tokens <= 64
+
+
+def test_top_k_beyond_the_vocabulary(engine, tiny_dir, tmp_path):
+    from mlx_notebook.testing import build_tiny_model
+
+    fresh = str(build_tiny_model(tmp_path / "k"))
+    fin = engine.submit(req(fresh, top_k=10**6, temperature=1.0)).wait(timeout=30)
+    assert fin.finish_reason == "error" and "top_k" in fin.error and "vocabulary" in fin.error
+    with pytest.raises(ValueError, match="top_k: 1000000 exceeds the vocabulary"):
+        engine.submit(req(fresh, top_k=10**6, temperature=1.0))
+
+
+def test_tiny_temperature_is_greedy(engine, tiny_dir):
+    greedy = engine.submit(req(tiny_dir, max_tokens=20)).result(timeout=30)
+    tiny = engine.submit(req(tiny_dir, max_tokens=20, temperature=1e-45, seed=3)).result(30)
+    assert tiny.token_ids == greedy.token_ids
+
+
+def test_queue_positions_never_increase_under_concurrent_cancels(engine, scripted):
+    scripted("slow", delay_s=0.002)
+    jobs = [engine.submit(req("slow", max_tokens=3)) for _ in range(30)]
+    stop = threading.Event()
+
+    def canceller(offset):
+        for j in jobs[offset::3]:
+            if stop.is_set():
+                return
+            j.cancel()
+            time.sleep(0.001)
+
+    threads = [threading.Thread(target=canceller, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for j in jobs:
+        j.wait(timeout=30)
+    stop.set()
+    for t in threads:
+        t.join()
+    for j in jobs:
+        pos = [e.position for e in j.events() if isinstance(e, Queued)]
+        assert pos == sorted(pos, reverse=True) and len(set(pos)) == len(pos), pos
+
+
+def test_breaking_out_of_events_cancels_the_job_unless_detached(engine, scripted):
+    scripted("slow", delay_s=0.02)
+    job = engine.submit(req("slow", max_tokens=1000))
+    for ev in job.events():
+        if isinstance(ev, Token):
+            break
+    assert job.wait(timeout=5).finish_reason == "cancelled"
+    kept = engine.submit(req("slow", max_tokens=8))
+    for ev in kept.events(detach=True):
+        if isinstance(ev, Token):
+            break
+    assert kept.wait(timeout=30).finish_reason == "length"
+
+
+def test_interrupting_an_events_loop_cancels_its_job(engine, scripted):
+    scripted("slow", delay_s=0.02)
+    job = engine.submit(req("slow", max_tokens=1000))
+    job.add_listener(
+        lambda ev: isinstance(ev, Token) and ev.index == 2 and _thread.interrupt_main()
+    )
+    with pytest.raises(KeyboardInterrupt):
+        for _ in job.events():
+            pass
+    assert job.wait(timeout=5).finish_reason == "cancelled"
+
+
+def test_errors_keep_one_line_and_the_exception_with_its_traceback(engine, scripted):
+    scripted("broken", fail_at=8)
+    fin = engine.submit(req("broken", max_tokens=50)).wait(timeout=30)
+    assert fin.error == "RuntimeError: scripted failure at position 8"
+    assert "\n" not in fin.error
+    exc = fin.exception
+    assert isinstance(exc, RuntimeError) and exc.__traceback__ is not None
+    import traceback
+
+    assert "testing.py" in "".join(traceback.format_exception(exc))
+
+
+def test_many_stop_strings_work_end_to_end(engine, tiny_dir):
+    plain = engine.submit(req(tiny_dir, max_tokens=30)).result(timeout=30)
+    word = plain.text[10:14]
+    stops = [f"zz{i}zz" for i in range(10_000)] + [word]
+    r = engine.submit(req(tiny_dir, max_tokens=30, stop=stops)).result(timeout=30)
+    assert r.matched_stop == word and r.text == plain.text[: plain.text.index(word)]
+
+
+def test_every_engine_shuts_down_cleanly_at_exit(tiny_dir):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import time, mlx_notebook
+        from mlx_notebook.engine import Engine, Request
+        eng = Engine()
+        job = eng.submit(Request("Hello " * 300, model={tiny_dir!r}, chat=False,
+                                 max_tokens=100000))
+        next(e for e in job.events(detach=True) if type(e).__name__ == "Token")
+        print("generating", flush=True)
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert "generating" in out.stdout
+    assert out.returncode == 0, out.stderr
+    assert "terminate called" not in out.stderr

@@ -23,6 +23,11 @@ class PromptCache:
         """Tokens held by the stored cache (empty when none is stored)."""
         return list(self._seq.tokens) if self._seq else []
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the stored cache."""
+        return self._seq.nbytes if self._seq else 0
+
     def fetch(self, model, tokens: Sequence[int], reuse: bool = True) -> tuple[CachedSequence, int]:
         """Take the cache for a job on ``tokens`` (a fresh one unless ``reuse``).
 

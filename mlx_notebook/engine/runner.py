@@ -72,7 +72,7 @@ def run_job(
         if req.seed is not None:
             mx.random.seed(req.seed)
         sampler = make_sampler(
-            req.temperature,
+            0.0 if req.greedy else req.temperature,
             top_p=req.top_p if req.top_p < 1 else 0.0,
             min_p=req.min_p,
             top_k=req.top_k,

@@ -55,6 +55,11 @@ class CachedSequence:
                 raise RuntimeError(f"cache trimmed {trimmed} of {extra} tokens")
             del self.tokens[n:]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the KV cache has allocated."""
+        return sum(getattr(c, "nbytes", 0) for c in self.cache)
+
     def consistent(self) -> bool:
         """Whether the cache's own offset agrees with the recorded tokens."""
         offsets = {c.offset for c in self.cache if hasattr(c, "offset")}
