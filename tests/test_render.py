@@ -77,3 +77,15 @@ def test_stats_line():
         "stop ('END')",
     ]:
         assert part in line
+
+
+def test_notices_and_loading_are_shown():
+    from mlx_notebook.engine.events import Loading, Notice, Started
+
+    s = ViewState(model="m")
+    s.apply(Started())
+    s.apply(Loading("some/model"))
+    assert s.state_label() == "loading some/model…"
+    s.apply(Notice("max_tokens lowered from 500 to 40: <context>"))
+    html = s.html()
+    assert "max_tokens lowered from 500 to 40: &lt;context&gt;" in html

@@ -12,7 +12,16 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..engine.events import Event, Finished, PrefillProgress, Queued, Started, Token
+from ..engine.events import (
+    Event,
+    Finished,
+    Loading,
+    Notice,
+    PrefillProgress,
+    Queued,
+    Started,
+    Token,
+)
 
 FORMATS = ("markdown", "text", "code")
 STYLE = (
@@ -95,6 +104,8 @@ class ViewState:
     finished: Finished | None = None
     stopping: bool = False
     highlight_drafts: bool = False
+    loading: str | None = None
+    notices: list[str] = field(default_factory=list)
 
     def apply(self, ev: Event) -> None:
         """Fold one event in."""
@@ -111,6 +122,10 @@ class ViewState:
             self.queued = ev.position
         elif isinstance(ev, Started):
             self.started, self.queued = True, None
+        elif isinstance(ev, Loading):
+            self.loading = ev.model
+        elif isinstance(ev, Notice):
+            self.notices.append(ev.message)
         elif isinstance(ev, Finished):
             self.finished = ev
 
@@ -134,7 +149,9 @@ class ViewState:
         if self.queued is not None and not self.started:
             return f"queued ({self.queued} ahead)"
         if not self.tokens:
-            return "prefilling" if self.prefill else "starting"
+            if self.prefill:
+                return "prefilling"
+            return f"loading {self.loading}…" if self.loading else "starting"
         return "generating"
 
     def html(self) -> str:
@@ -146,6 +163,8 @@ class ViewState:
             f'<div class="hdr">{escape(self.model)} · {escape(mode)} · '
             f'<span class="state">{escape(self.state_label())}</span></div>',
         ]
+        for note in self.notices:
+            parts.append(f'<div class="note">{escape(note)}</div>')
         if self.prefill and not self.tokens and self.finished is None:
             parts.append(self._progress_html())
         parts.append(self._body_html())
