@@ -21,6 +21,7 @@ class Harness:
         self.state = {}  # comm_id -> latest widget state
         self.updates = []  # (time, comm_id, changed state)
         self.outputs = {}  # parent msg_id -> list of iopub messages
+        self.displays = {}  # display_id -> latest data bundle (display or update)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -38,6 +39,10 @@ class Harness:
             parent = msg.get("parent_header", {}).get("msg_id")
             with self._lock:
                 self.outputs.setdefault(parent, []).append(msg)
+                if kind in ("display_data", "update_display_data"):
+                    did = content.get("transient", {}).get("display_id")
+                    if did:
+                        self.displays[did] = content["data"]
                 if kind == "comm_open" and content.get("target_name") == "jupyter.widget":
                     self.state[content["comm_id"]] = dict(content["data"].get("state", {}))
                 elif kind == "comm_msg" and content["data"].get("method") == "update":
@@ -84,6 +89,27 @@ class Harness:
             elif m["msg_type"] == "error":
                 out.append("\n".join(c["traceback"]))
         return "".join(out)
+
+    def display_ids(self, msg_id):
+        """Display ids of the outputs one execution created."""
+        with self._lock:
+            msgs = list(self.outputs.get(msg_id, []))
+        return [
+            m["content"]["transient"]["display_id"]
+            for m in msgs
+            if m["msg_type"] == "display_data" and m["content"].get("transient", {}).get("display_id")
+        ]
+
+    def final_output(self, msg_id):
+        """The latest bundle of the execution's first display, once it has no widget left."""
+        ids = self.display_ids(msg_id)
+        if not ids:
+            return None
+        with self._lock:
+            data = self.displays.get(ids[0])
+        if data and "application/vnd.jupyter.widget-view+json" not in data:
+            return data
+        return None
 
     def widgets(self, model_name, **match):
         with self._lock:

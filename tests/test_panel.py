@@ -71,7 +71,7 @@ def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_toke
     assert res.identical and res.speculative.stats.acceptance_rate == pytest.approx(17 / 24)
     html = panel.output.children[0].children[0].value
     assert "acceptance 71%" in html and "accepted 71% of 24 drafts" in html
-    assert html.count('class="draft"') == 17  # accepted draft tokens highlighted
+    assert html.count('class="draft"') == 17 + 1  # accepted draft tokens, and the legend
 
 
 def test_stop_during_second_half_keeps_first(engine, scripted):

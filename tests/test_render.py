@@ -37,9 +37,9 @@ def test_code_is_highlighted_and_escaped():
 
 def test_states_and_progress():
     t = [0.0]
-    st = ViewState(model="m", mode="lookup", k=4, clock=lambda: t[0])
-    st.apply(Queued(2))
-    assert "queued (2 ahead)" in st.html()
+    st = ViewState(model="m", mode="lookup", k=4, fmt="text", clock=lambda: t[0])
+    st.apply(Queued(2, "job 7 on big"))
+    assert "queued (2 ahead, waiting for job 7 on big)" in st.html()
     st.apply(Started())
     st.apply(PrefillProgress(0, 1000))
     t[0] = 1.0

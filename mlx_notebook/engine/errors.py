@@ -39,6 +39,10 @@ class GenerationError(RuntimeError):
         self.text = text
         self.finished = finished
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of printing a traceback: one line in the cell.
+        return [f"GenerationError: {self.message}"]
+
 
 def describe(exc: BaseException) -> str:
     """One line for the view: ``Type: first line of the message``."""

@@ -14,9 +14,11 @@ class Queued:
 
     Attributes:
         position: Jobs ahead of this one, the running job included (0 = next).
+        waiting_for: What the engine is busy with, e.g. ``"job 3 on default"``.
     """
 
     position: int
+    waiting_for: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..models.registry import LoadedModel, Registry
+from ..models.spec import ModelNotFound
 from ..models.vocab import spec_fingerprint
 from .errors import EngineClosed, IncompatibleDraft, describe, detach_frames
 from .events import Finished, Loading, Queued, Started
@@ -128,7 +129,7 @@ class Engine:
             job = Job(request, next(self._ids), on_cancel=self._drop_queued)
             ahead = len(self._queue) + (self._running is not None)
             self._queue.append(job)
-            job.emit(Queued(ahead))  # no listeners yet: nothing runs under our lock
+            job.emit(Queued(ahead, self._busy_with()))  # no listeners yet: nothing runs here
             self._cond.notify_all()
         return job
 
@@ -297,7 +298,15 @@ class Engine:
         # Called with the lock held; the caller emits after releasing it, since
         # listeners may call back into the engine. Jobs drop stale positions.
         base = self._running is not None
-        return [(j, Queued(base + i)) for i, j in enumerate(self._queue) if j.position != base + i]
+        busy = self._busy_with()
+        return [
+            (j, Queued(base + i, busy)) for i, j in enumerate(self._queue) if j.position != base + i
+        ]
+
+    def _busy_with(self) -> str:
+        # Called with the lock held.
+        r = self._running
+        return "" if r is None else f"job {r.id} on {r.request.model}"
 
     def _forget(self, name: str) -> None:
         self._caches.pop(name, None)
@@ -389,7 +398,7 @@ class Engine:
                 main = self._load(job, job.request.model)
                 draft = None
                 if job.request.mode == "draft":
-                    draft = self._load(job, job.request.draft, pin=main.name)
+                    draft = self._load(job, job.request.draft, pin=main.name, draft=True)
                     _require_same_vocab(main, draft)
                 with wired_limit(main.model, [stream]):  # raises the limit on Metal only
                     final = run_job(job, main, draft, self._cache_for, stream, self._service_calls)
@@ -397,10 +406,18 @@ class Engine:
             final = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
         job.emit(final)
 
-    def _load(self, job: Job, spec: str, pin: str | None = None) -> LoadedModel:
+    def _load(self, job: Job, spec: str, pin: str | None = None, draft: bool = False):
         if not self.registry.loaded(spec):
             job.emit(Loading(spec))
-        return self.registry.get(spec, pin=pin)
+        try:
+            return self.registry.get(spec, pin=pin)
+        except ModelNotFound as exc:
+            raise exc.for_flag("--draft" if draft else "-m") from None
+        except (OSError, ValueError) as exc:
+            if not draft:
+                raise
+            # Say which option named the model that failed.
+            raise type(exc)(f"draft (--draft): {str(exc).removeprefix('model: ')}") from None
 
     def _cache_for(self, loaded: LoadedModel) -> PromptCache:
         if self.registry.peek(loaded.name) is not loaded:

@@ -63,12 +63,7 @@ def _load_hub(s: Spec):
         return load(s.key)
     except Exception as exc:  # hub errors are long chains; say it in one line
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise ModelNotFound(
-            f"could not fetch model {s.key!r} from the Hugging Face hub ({reason}). "
-            "Without network access, pass a local path instead: an MLX model directory "
-            "(config.json + *.safetensors) or a .gguf file, e.g. -m /path/to/model, or "
-            "use -m default for the bundled SmolLM2-135M-Instruct."
-        ) from None
+        raise ModelNotFound(s.key, reason) from None
 
 
 def _fit_dtype(model) -> None:

@@ -10,7 +10,28 @@ DEFAULT = "default"
 
 
 class ModelNotFound(RuntimeError):
-    """A spec that names no local model and could not be fetched."""
+    """A spec that names no local model and could not be fetched.
+
+    Args:
+        spec: The hub id.
+        reason: Why fetching failed (one line).
+        flag: The option that named the model, for the advice (``-m`` or ``--draft``).
+    """
+
+    def __init__(self, spec: str, reason: str, flag: str = "-m") -> None:
+        self.spec, self.reason, self.flag = spec, reason, flag
+        role = "draft model" if flag == "--draft" else "model"
+        default = " or use -m default for the bundled SmolLM2-135M-Instruct" if flag == "-m" else ""
+        super().__init__(
+            f"could not fetch {role} {spec!r} from the Hugging Face hub ({reason}). "
+            "Without network access, pass a local path instead: an MLX model directory "
+            f"(config.json + *.safetensors) or a .gguf file, e.g. {flag} /path/to/model"
+            f"{default}."
+        )
+
+    def for_flag(self, flag: str) -> ModelNotFound:
+        """The same error, advising ``flag``."""
+        return ModelNotFound(self.spec, self.reason, flag)
 
 
 @dataclass(frozen=True)

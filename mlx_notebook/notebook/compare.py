@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass, replace
 
 from ..engine.job import Job, Result
 from ..engine.request import Request
 from ..engine.worker import Engine
-from .render import ViewState, escape
+from .render import STYLE, ViewState, escape
 from .view import LiveView, StatesRenderer
+
+TAG = re.compile(r"<[^>]+>")
 
 
 @dataclass
@@ -94,26 +98,30 @@ class CompareRenderer(StatesRenderer):
 
     def html(self) -> str:
         """Both columns in one HTML string."""
-        cols = "".join(
-            f'<td style="vertical-align:top;width:50%;padding:4px 8px">{s.html()}</td>'
-            for s in self.states
+        cols = "".join(f"<td>{s.html(style=False)}</td>" for s in self.states)
+        legend = (
+            '<div class="legend"><span class="draft">highlighted</span> = draft tokens the '
+            "main model accepted</div>"
         )
         return (
-            f'<div class="mlxnb-compare">{self._verdict()}'
-            f'<table style="width:100%;table-layout:fixed"><tr>{cols}</tr></table></div>'
+            f'{STYLE}<div class="mlxnb mlxnb-compare">{self._verdict()}{legend}'
+            f'<table class="cols"><tr>{cols}</tr></table></div>'
         )
+
+    def plain(self) -> str:
+        """The verdict and both texts as plain text."""
+        head = TAG.sub("", self._verdict())
+        return "\n\n".join([html.unescape(head), *(s.plain() for s in self.states)])
 
     def _verdict(self) -> str:
         r = self.result
         if r is None:
-            return '<div class="mlxnb"><b>Compare</b>: normal, then speculative…</div>'
+            return '<div class="verdict">Compare: normal, then speculative…</div>'
         if not r.complete:
-            return '<div class="mlxnb"><b>Compare</b>: stopped; what ran is kept.</div>'
+            return '<div class="verdict">Compare stopped; what ran is kept.</div>'
         acc = r.speculative.stats.acceptance_rate or 0
         if r.identical:
-            same = (
-                '<span class="same" style="color:#15803d;font-weight:600">✔ identical text</span>'
-            )
+            same = '<span class="ok">identical text</span>'
         else:
             margin = "" if r.margin is None else f", top-2 logit margin there {r.margin:.3g}"
             why = (
@@ -122,12 +130,11 @@ class CompareRenderer(StatesRenderer):
                 else "expected with sampling"
             )
             same = (
-                f'<span class="warn">✘ texts differ at token {r.diverged_at}{margin} '
+                f'<span class="bad">texts differ at token {r.diverged_at}{margin} '
                 f"({escape(why)})</span>"
             )
         return (
-            f'<div class="mlxnb"><b>speedup {r.speedup:.2f}×</b> · acceptance {acc:.0%} · '
-            f"{same}</div>"
+            f'<div class="verdict">speedup {r.speedup:.2f}× · acceptance {acc:.0%} · {same}</div>'
         )
 
 

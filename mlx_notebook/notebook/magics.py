@@ -13,11 +13,12 @@ from traitlets import Float, Int, Unicode
 
 from ..engine.request import Request
 from ..engine.worker import Engine
+from .document import resend_final
 from .handle import GenerationHandle, remember
 from .render import FORMATS, ViewState
+from .template import TemplateError, fill, unknown_notice, visible
 from .view import generation_view
 
-_NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ESCAPES = re.compile(r"\\(n|t|\\)")
 
 
@@ -87,6 +88,7 @@ class MLXNotebook(Magics):
     def __init__(self, shell=None, engine: Engine | None = None, **kw):
         super().__init__(shell=shell, **kw)
         self._engine = engine
+        self._notices: list[str] = []
 
     @property
     def engine(self) -> Engine:
@@ -120,7 +122,9 @@ class MLXNotebook(Magics):
         request = self.build_request(args, cell)
         if args.compare:
             return self._compare(args, request)
-        return self.run(request, out=args.out, wait=args.wait, fmt=args.format)
+        return self.run(
+            request, out=args.out, wait=args.wait, fmt=args.format, notices=self._notices
+        )
 
     def build_request(self, args, cell: str) -> Request:
         """Turn parsed options and the cell body into a validated Request.
@@ -140,8 +144,10 @@ class MLXNotebook(Magics):
             args.lookup = True  # compare against prompt lookup unless a draft is given
         # IPython ends every cell with a newline the user did not type.
         body = cell[:-1] if cell.endswith("\n") else cell
+        prompt, unknown = self.fill(body)
+        self._notices = [unknown_notice(unknown)] if unknown else []
         request = Request(
-            prompt=self.interpolate(body),
+            prompt=prompt,
             model=self.default_model if args.model is None else args.model,
             system=args.system,
             chat=not args.raw,
@@ -162,26 +168,49 @@ class MLXNotebook(Magics):
             raise UsageError(str(exc)) from None
         return request
 
+    def fill(self, text: str) -> tuple[str, list[str]]:
+        """Fill ``{name}`` from the user's variables; return the text and unknown names.
+
+        Raises:
+            UsageError: A variable's ``str()`` raised (one line naming it).
+        """
+        shell = self.shell
+        ns = visible(shell.user_ns, shell.user_ns_hidden) if shell is not None else {}
+        try:
+            return fill(text, ns)
+        except TemplateError as exc:
+            raise UsageError(str(exc)) from None
+
     def interpolate(self, text: str) -> str:
-        """Fill ``{name}`` from the user namespace; unknown names stay as written."""
-        ns = self.shell.user_ns if self.shell is not None else {}
-        return _NAME.sub(lambda m: str(ns[m.group(1)]) if m.group(1) in ns else m.group(0), text)
+        """Fill ``{name}`` from the user's variables; unknown names stay as written."""
+        return self.fill(text)[0]
 
     def run(
-        self, request: Request, out: str | None = None, wait: bool = False, fmt: str = "markdown"
+        self,
+        request: Request,
+        out: str | None = None,
+        wait: bool = False,
+        fmt: str = "markdown",
+        notices: list[str] | None = None,
     ) -> GenerationHandle | None:
-        """Submit, display the view, bind the handle; block with ``wait``."""
-        from IPython.display import display
+        """Submit, display the view, bind the handle; block with ``wait``.
 
+        Raises:
+            UsageError: The request was refused (nothing was queued).
+            GenerationError: With ``wait``, the job ended in error (one line).
+        """
         try:
             job = self.engine.submit(request)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         state = ViewState(
-            model=request.model, mode=request.mode, k=request.num_draft_tokens, fmt=fmt
+            model=request.model,
+            mode=request.mode,
+            k=request.num_draft_tokens,
+            fmt=fmt,
+            notices=list(notices or []),
         )
-        view = generation_view(state, refresh_hz=self.refresh_hz)
-        display(view.widget)
+        view = generation_view(state, refresh_hz=self.refresh_hz).display()
         view.attach(job)
         handle = GenerationHandle(job, request.model)
         remember(handle)
@@ -192,19 +221,18 @@ class MLXNotebook(Magics):
                 job.result()
             except KeyboardInterrupt:
                 pass  # job.result() cancelled it and waited: the view shows "stopped"
-            view.wait_rendered(2.0)
+            finally:
+                view.wait_rendered(5.0)  # the final document is sent before the cell ends
         return None
 
     def _compare(self, args, request: Request):
-        from IPython.display import display
-
         from .compare import CompareRun
 
         try:
             run = CompareRun(self.engine, request, refresh_hz=self.refresh_hz).start()
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        display(run.widget)
+        run.view.display()
         if args.out:
             self.shell.user_ns[args.out] = run
         if args.wait:
@@ -271,6 +299,8 @@ def load(ipython) -> None:
     """Register the magics and their settings."""
     magics = MLXNotebook(shell=ipython, config=ipython.config)
     ipython.register_magics(magics)
+    if resend_final not in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.register("pre_run_cell", resend_final)
     if magics not in ipython.configurables:
         ipython.configurables.append(magics)
 
@@ -278,6 +308,8 @@ def load(ipython) -> None:
 def unload(ipython) -> None:
     """Unregister the magics and cancel running jobs."""
     mm = ipython.magics_manager
+    if resend_final in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.unregister("pre_run_cell", resend_final)
     mm.magics["cell"].pop("generate", None)
     mm.magics["line"].pop("mlx", None)
     for c in [c for c in ipython.configurables if isinstance(c, MLXNotebook)]:

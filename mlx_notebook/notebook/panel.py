@@ -14,7 +14,7 @@ from ..engine.worker import Engine
 from .charts import history_table, sweep_chart
 from .compare import CompareResult, CompareRun
 from .magics import unescape
-from .render import ViewState, escape
+from .render import STYLE, ViewState, escape
 from .view import LiveView, StatesRenderer, generation_view
 
 _recent: list[str] = []
@@ -382,6 +382,18 @@ class SweepRenderer(StatesRenderer):
 
     def html(self) -> str:
         """One line per run."""
+        rows = self._rows()
+        return (
+            f'{STYLE}<div class="mlxnb mlxnb-sweep">'
+            + "".join(f"<div>{escape(r)}</div>" for r in rows)
+            + "</div>"
+        )
+
+    def plain(self) -> str:
+        """One line per run."""
+        return "\n".join(self._rows())
+
+    def _rows(self) -> list[str]:
         rows = []
         for r, s in zip(self.requests, self.states):
             name = "normal" if r.mode == "normal" else f"{r.mode} k={r.num_draft_tokens}"
@@ -397,5 +409,5 @@ class SweepRenderer(StatesRenderer):
                 if f
                 else f"{s.state_label()}, {s.tokens} tokens"
             )
-            rows.append(f"<div>{escape(name)}: {escape(detail)}</div>")
-        return '<div class="mlxnb mlxnb-sweep">' + "".join(rows) + "</div>"
+            rows.append(f"{name}: {detail}")
+        return rows

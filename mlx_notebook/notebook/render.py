@@ -1,16 +1,14 @@
-"""Event folding and HTML rendering for generation views. No widgets here.
+"""Event folding and rendering for generation views, as HTML and as plain text. No widgets.
 
-Model output is untrusted: every piece of it is escaped before it becomes
-HTML, Markdown is rendered with raw HTML disabled, and code goes through
-Pygments, which escapes too.
+The same markup serves the live widget and the output saved with the notebook,
+so what streamed is what is kept: line breaks, font and format do not change
+when the job ends, whether it finished or was stopped.
 """
 
 from __future__ import annotations
 
-import html
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from ..engine.events import (
     Event,
@@ -22,59 +20,12 @@ from ..engine.events import (
     Started,
     Token,
 )
+from .markup import FORMATS, ProgressiveMarkdown, code_html, escape, markdown_html, text_html
+from .style import STYLE
 
-FORMATS = ("markdown", "text", "code")
-STYLE = (
-    "<style>.mlxnb{font-family:var(--jp-ui-font-family,sans-serif);font-size:13px}"
-    ".mlxnb .hdr{color:#666;margin-bottom:4px}.mlxnb .txt{white-space:pre-wrap;"
-    "font-family:var(--jp-code-font-family,monospace);line-height:1.4}"
-    ".mlxnb .stats{color:#555;margin-top:6px;font-size:12px}.mlxnb .bar{background:#e5e5e5;"
-    "height:6px;border-radius:3px;overflow:hidden;width:320px;display:inline-block;"
-    "vertical-align:middle;margin-right:8px}.mlxnb .bar>div{background:#3b82f6;height:100%}"
-    ".mlxnb .draft{background:#dcfce7}.mlxnb .warn{color:#b91c1c;font-weight:600}"
-    ".mlxnb .state{font-weight:600}.mlxnb .md p{margin:0 0 .5em 0}</style>"
-)
+__all__ = ["FORMATS", "STYLE", "ViewState", "escape", "stats_line"]
 
-
-def escape(text: str) -> str:
-    """HTML-escape untrusted text (quotes included)."""
-    return html.escape(text, quote=True)
-
-
-@lru_cache(maxsize=1)
-def _markdown():
-    from markdown_it import MarkdownIt
-
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
-    return md.enable("table")
-
-
-def markdown_html(text: str) -> str:
-    """Markdown to HTML with raw HTML disabled and unsafe links refused."""
-    return _markdown().render(text)
-
-
-def code_html(text: str) -> str:
-    """Highlight as code (language guessed), escaped by Pygments."""
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import TextLexer, guess_lexer
-
-    body = _strip_fence(text)
-    try:
-        lexer = guess_lexer(body)
-    except Exception:
-        lexer = TextLexer()
-    fmt = HtmlFormatter(noclasses=True, nowrap=False)
-    return highlight(body, lexer, fmt)
-
-
-def _strip_fence(text: str) -> str:
-    lines = text.strip("\n").splitlines()
-    if len(lines) >= 2 and lines[0].startswith("```"):
-        end = len(lines) - 1 if lines[-1].startswith("```") else len(lines)
-        return "\n".join(lines[1:end])
-    return text
+_DONE_WORDS = {"cancelled": "stopped", "error": "error", "length": "done", "stop": "done"}
 
 
 @dataclass
@@ -85,8 +36,10 @@ class ViewState:
         model: Model name for the header.
         mode: ``normal``, ``lookup`` or ``draft``.
         k: Draft tokens per step (speculative modes).
-        fmt: Final rendering: ``markdown``, ``text`` or ``code``.
+        fmt: ``markdown``, ``text`` or ``code``; the same while streaming and after.
         clock: Monotonic clock, injectable for tests.
+        highlight_drafts: Mark accepted draft tokens (text is shown as plain text).
+        notices: Lines to show above the text (e.g. unknown ``{names}``).
     """
 
     model: str = "default"
@@ -94,18 +47,19 @@ class ViewState:
     k: int = 0
     fmt: str = "markdown"
     clock: object = time.monotonic
+    highlight_drafts: bool = False
+    notices: list[str] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     drafts: list[bool] = field(default_factory=list)
-    queued: int | None = None
+    queued: Queued | None = None
     started: bool = False
+    loading: str | None = None
     prefill: tuple[int, int] | None = None
     prefill_t0: tuple[float, int] | None = None
     tokens: int = 0
     finished: Finished | None = None
     stopping: bool = False
-    highlight_drafts: bool = False
-    loading: str | None = None
-    notices: list[str] = field(default_factory=list)
+    _md: ProgressiveMarkdown = field(default_factory=ProgressiveMarkdown, repr=False)
 
     def apply(self, ev: Event) -> None:
         """Fold one event in."""
@@ -119,7 +73,7 @@ class ViewState:
                 if self.prefill_t0 is None:
                     self.prefill_t0 = (self.clock(), ev.done)
         elif isinstance(ev, Queued):
-            self.queued = ev.position
+            self.queued = ev
         elif isinstance(ev, Started):
             self.started, self.queued = True, None
         elif isinstance(ev, Loading):
@@ -134,47 +88,66 @@ class ViewState:
         """Text so far; the terminal event's text once finished."""
         return self.finished.text if self.finished else "".join(self.pieces)
 
+    @property
+    def failed(self) -> bool:
+        """Whether the job ended in error."""
+        return self.finished is not None and self.finished.finish_reason == "error"
+
     def state_label(self) -> str:
         """One word or phrase for the header."""
         f = self.finished
         if f is not None:
-            return {
-                "cancelled": "stopped",
-                "error": "error",
-                "length": "done (max tokens)",
-                "stop": "done",
-            }[f.finish_reason]
+            word = _DONE_WORDS[f.finish_reason]
+            return "done (max tokens)" if f.finish_reason == "length" else word
         if self.stopping:
             return "stopping…"
         if self.queued is not None and not self.started:
-            return f"queued ({self.queued} ahead)"
+            q = self.queued
+            behind = f", waiting for {q.waiting_for}" if q.waiting_for else ""
+            return f"queued ({q.position} ahead{behind})"
         if not self.tokens:
             if self.prefill:
                 return "prefilling"
             return f"loading {self.loading}…" if self.loading else "starting"
         return "generating"
 
-    def html(self) -> str:
+    def header(self) -> str:
+        """``model · mode · state`` as plain text."""
+        mode = self.mode if self.mode == "normal" else f"{self.mode}, k={self.k}"
+        return f"{self.model} · {mode} · {self.state_label()}"
+
+    def html(self, style: bool = True) -> str:
         """The whole view as one HTML string (one widget update per refresh)."""
         mode = self.mode if self.mode == "normal" else f"{self.mode}, k={self.k}"
+        icon = '<span class="bad"></span>' if self.failed else ""
         parts = [
-            STYLE,
+            STYLE if style else "",
             '<div class="mlxnb">',
             f'<div class="hdr">{escape(self.model)} · {escape(mode)} · '
-            f'<span class="state">{escape(self.state_label())}</span></div>',
+            f'{icon}<span class="state">{escape(self.state_label())}</span></div>',
         ]
-        for note in self.notices:
-            parts.append(f'<div class="note">{escape(note)}</div>')
+        parts += [f'<div class="note">{escape(n)}</div>' for n in self.notices]
         if self.prefill and not self.tokens and self.finished is None:
             parts.append(self._progress_html())
-        parts.append(self._body_html())
+        if self.text or self.finished is None:
+            parts.append(self._body_html())
         f = self.finished
         if f is not None and f.finish_reason == "error":
-            parts.append(f'<div class="warn">{escape(f.error or "error")}</div>')
-        if f is not None:
+            parts.append(f'<div class="err">{escape(f.error or "error")}</div>')
+        elif f is not None:
             parts.append(f'<div class="stats">{escape(stats_line(f))}</div>')
         parts.append("</div>")
         return "".join(parts)
+
+    def plain(self) -> str:
+        """The view as plain text: header, notices, the exact text, stats or error."""
+        lines = [f"[{self.header()}]"]
+        lines += [f"warning: {n}" for n in self.notices]
+        lines.append(self.text)
+        f = self.finished
+        if f is not None:
+            lines.append(f"error: {f.error}" if f.finish_reason == "error" else stats_line(f))
+        return "\n".join(lines)
 
     def _progress_html(self) -> str:
         done, total = self.prefill
@@ -192,16 +165,14 @@ class ViewState:
 
     def _body_html(self) -> str:
         text = self.text
-        if self.highlight_drafts:
+        if self.highlight_drafts or (self.fmt == "text" and any(self.drafts)):
             return f'<div class="txt">{self._draft_marked()}</div>'
-        if self.finished is not None and self.finished.finish_reason != "cancelled":
-            if self.fmt == "markdown":
-                return f'<div class="md">{markdown_html(text)}</div>'
-            if self.fmt == "code":
-                return code_html(text)
-        if self.mode != "normal" and any(self.drafts) and self.finished is None:
-            return f'<div class="txt">{self._draft_marked()}</div>'
-        return f'<div class="txt">{escape(text)}</div>'
+        if self.fmt == "markdown":
+            body = markdown_html(text) if self.finished else self._md.render(text)
+            return f'<div class="md">{body}</div>'
+        if self.fmt == "code":
+            return code_html(text, final=self.finished is not None)
+        return text_html(text)
 
     def _draft_marked(self) -> str:
         out = []
@@ -219,7 +190,8 @@ def stats_line(f: Finished) -> str:
     bits = []
     if s.ttft_s is not None:
         bits += [f"TTFT {s.ttft_s:.2f} s", f"prompt {s.prompt_tps:.0f} tok/s"]
-    bits.append(f"{s.generation_tps:.1f} tok/s")
+    if s.generation_tokens > 1:
+        bits.append(f"{s.generation_tps:.1f} tok/s")
     bits.append(f"{s.generation_tokens} tokens")
     if s.acceptance_rate is not None:
         bits.append(f"accepted {s.acceptance_rate:.0%} of {s.draft_tokens_proposed} drafts")

@@ -2,11 +2,14 @@
 
 The worker thread only appends events to a list (lock-free in CPython); a
 refresh thread folds them into a renderer at most ``refresh_hz`` times a
-second and sends one widget update per refresh, plus one final refresh.
+second and sends one widget update per refresh, plus one final refresh. When
+every job has ended the Stop button goes away and, for a displayed view, the
+output becomes a static document (see `document`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Protocol
@@ -16,6 +19,8 @@ import ipywidgets as widgets
 from ..engine.events import Event, Finished
 from ..engine.job import Job
 from .render import ViewState
+
+log = logging.getLogger("mlx_notebook")
 
 
 class Renderer(Protocol):
@@ -27,12 +32,15 @@ class Renderer(Protocol):
     def html(self) -> str:
         """The whole view."""
 
+    def plain(self) -> str:
+        """The whole view as plain text."""
+
     def set_stopping(self) -> None:
         """Mark that Stop was pressed."""
 
 
 class LiveView:
-    """One HTML widget and a Stop button following one or more jobs.
+    """One HTML widget with a compact Stop button beside it, following one or more jobs.
 
     Args:
         renderer: What to show.
@@ -59,17 +67,29 @@ class LiveView:
         self._done = threading.Event()
         self._jobs: list[Job] = []
         self._thread: threading.Thread | None = None
-        self.html = widgets.HTML(value=renderer.html())
+        self.document = None
+        self.html = widgets.HTML(value=renderer.html(), layout=widgets.Layout(flex="1 1 auto"))
         self.stop_button = widgets.Button(
             description="Stop",
             icon="stop",
-            button_style="danger",
-            tooltip="Stop generating",
-            layout=widgets.Layout(width="auto"),
+            tooltip="Stop generating (keeps the text so far)",
+            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto"),
         )
+        self.stop_button.add_class("mlxnb-stop")
         self.stop_button.on_click(lambda _b: self.stop())
-        self.widget = widgets.VBox([self.html, self.stop_button])
+        self.widget = widgets.HBox(
+            [self.html, self.stop_button],
+            layout=widgets.Layout(align_items="flex-start", width="100%"),
+        )
         self.widget.add_class("mlxnb-view")
+
+    def display(self) -> LiveView:
+        """Show the view as a cell output that ends as a saved document."""
+        from .document import Document
+
+        self.document = Document(self.widget)
+        self.document.show(self.renderer.html(), self.renderer.plain())
+        return self
 
     def attach(self, *jobs: Job) -> LiveView:
         """Follow ``jobs``: Stop cancels them all; their events feed the renderer."""
@@ -104,9 +124,19 @@ class LiveView:
     def _loop(self) -> None:
         while not self._done.wait(1 / self.refresh_hz):
             self.refresh()
-        self.refresh()  # the final one, with the complete text
+        self.finish()
+
+    def finish(self) -> None:
+        """The final refresh; then the button goes and the document is finalized."""
+        self.refresh()  # with the complete text
         if self.on_done is not None:
-            self.on_done()
+            try:
+                self.on_done()
+            except Exception:  # a failing callback must not lose the final text
+                log.exception("mlx_notebook: a view's on_done callback failed")
+        self.widget.children = (self.html,)  # no button remains, only the state word
+        if self.document is not None:
+            self.document.finalize(self.renderer.html(), self.renderer.plain())
 
     def wait_rendered(self, timeout: float | None = None) -> bool:
         """Block until the final refresh has been sent."""
@@ -128,23 +158,10 @@ class LiveView:
             if sent:
                 self.html.value = html
                 self.updates += 1
-        if (
-            self._done.is_set()
-            and self._seen == len(self._events)
-            and (self.stop_button.description == "Stop")
-        ):
-            stopped = any(
-                j.finished and j.finished.finish_reason == "cancelled" for j in self._jobs
-            )
-            with self.stop_button.hold_sync():  # one message for both traits
-                self.stop_button.disabled = True
-                self.stop_button.description = "Stopped" if stopped else "Done"
         return sent
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+        self.display()
 
 
 class StatesRenderer:
@@ -171,6 +188,10 @@ class StatesRenderer:
     def html(self) -> str:
         """Render the first (usually only) job."""
         return self.states[0].html()
+
+    def plain(self) -> str:
+        """The first job as plain text."""
+        return self.states[0].plain()
 
 
 def generation_view(

@@ -1,0 +1,131 @@
+"""Untrusted model output to HTML: escaped text, safe Markdown, highlighted code.
+
+Model output never becomes live HTML. Raw HTML in Markdown is shown as text.
+Nothing that loads by itself is produced: an image becomes its alt text and
+URL, as text. Links are not clickable: the label is followed by its target in
+angle brackets, so a prompt-injected URL is seen, never followed or prefetched.
+"""
+
+from __future__ import annotations
+
+import html
+from functools import lru_cache
+
+FORMATS = ("markdown", "text", "code")
+
+
+def escape(text: str) -> str:
+    """HTML-escape untrusted text (quotes included)."""
+    return html.escape(text, quote=True)
+
+
+def _image(tokens, idx, _options, _env) -> str:
+    tok = tokens[idx]
+    alt = "".join(c.content for c in tok.children or []) or "image"
+    src = tok.attrGet("src") or ""
+    return f'<span class="mlxnb-media">[image: {escape(alt)} &lt;{escape(src)}&gt;]</span>'
+
+
+def _link_open(tokens, idx, _options, env) -> str:
+    env.setdefault("mlxnb_links", []).append(tokens[idx].attrGet("href") or "")
+    return '<span class="mlxnb-link">'
+
+
+def _link_close(_tokens, _idx, _options, env) -> str:
+    href = env["mlxnb_links"].pop()
+    return f'</span> <span class="mlxnb-href">&lt;{escape(href)}&gt;</span>'
+
+
+@lru_cache(maxsize=1)
+def _markdown():
+    from markdown_it import MarkdownIt
+
+    # breaks: a newline the model wrote stays a line break, as it streamed.
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    md.enable("table")
+    md.add_render_rule("image", _image)
+    md.add_render_rule("link_open", _link_open)
+    md.add_render_rule("link_close", _link_close)
+    return md
+
+
+def markdown_html(text: str) -> str:
+    """Markdown to HTML: raw HTML escaped, images as text, links not clickable."""
+    return _markdown().render(text, {})
+
+
+class ProgressiveMarkdown:
+    """Renders growing Markdown at a view's refresh rate without redoing all of it.
+
+    Blocks before the last blank line outside a code fence are final: their HTML
+    is kept and only the tail is rendered again. The finished text is rendered
+    in one pass by `markdown_html`.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = ""
+        self._prefix_html = ""
+
+    def render(self, text: str) -> str:
+        """HTML for ``text``, which extends the text of the previous call."""
+        if not text.startswith(self._prefix):
+            self._prefix, self._prefix_html = "", ""
+        cut = _stable_cut(text, len(self._prefix))
+        if cut > len(self._prefix):
+            self._prefix_html += markdown_html(text[len(self._prefix) : cut])
+            self._prefix = text[:cut]
+        return self._prefix_html + markdown_html(text[cut:])
+
+
+def _stable_cut(text: str, start: int) -> int:
+    # The end of the last blank line after which no code fence is open.
+    cut, pos, fences = start, start, _fences(text[:start])
+    while True:
+        i = text.find("\n\n", pos)
+        if i < 0:
+            return cut
+        fences += _fences(text[pos:i])
+        if fences % 2 == 0:
+            cut = i + 2
+        pos = i + 2
+
+
+def _fences(text: str) -> int:
+    return sum(1 for line in text.split("\n") if line.lstrip().startswith(("```", "~~~")))
+
+
+def text_html(text: str) -> str:
+    """Plain text, escaped, every line break kept (the view's CSS uses pre-wrap)."""
+    return f'<div class="txt">{escape(text)}</div>'
+
+
+def code_html(text: str, final: bool = True) -> str:
+    """Code in the code font; highlighted once final (language guessed).
+
+    Args:
+        text: The code, optionally inside a Markdown fence.
+        final: Highlight now; while streaming the guess would flicker.
+    """
+    body = _strip_fence(text)
+    if not final:
+        return f'<pre class="code">{escape(body)}</pre>'
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import TextLexer, guess_lexer
+
+    try:
+        lexer = guess_lexer(body)
+    except Exception:
+        lexer = TextLexer()
+    # Classes, not inline colours: style.py maps them to the theme's editor colours.
+    return highlight(body, lexer, HtmlFormatter(nowrap=True, classprefix="tok-")).join(
+        ('<pre class="code">', "</pre>")
+    )
+
+
+def _strip_fence(text: str) -> str:
+    lines = text.strip("\n").splitlines()
+    if len(lines) >= 2 and lines[0].startswith("```"):
+        end = len(lines) - 1 if lines[-1].startswith("```") else len(lines)
+        return "\n".join(lines[1:end])
+    return text
