@@ -94,11 +94,8 @@ class Harness:
         """Display ids of the outputs one execution created."""
         with self._lock:
             msgs = list(self.outputs.get(msg_id, []))
-        return [
-            m["content"]["transient"]["display_id"]
-            for m in msgs
-            if m["msg_type"] == "display_data" and m["content"].get("transient", {}).get("display_id")
-        ]
+        ids = [m["content"].get("transient", {}).get("display_id") for m in msgs]
+        return [i for m, i in zip(msgs, ids) if m["msg_type"] == "display_data" and i is not None]
 
     def final_output(self, msg_id):
         """The latest bundle of the execution's first display, once it has no widget left."""
