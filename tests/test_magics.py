@@ -153,3 +153,84 @@ def test_compare_with_an_incompatible_draft_submits_nothing(
     assert submitted == []
     info = mlx_notebook.Engine.default().info()
     assert info["queued"] == 0 and info["running"] is None
+
+
+# -- outputs that last (issue 11) -------------------------------------------------------
+
+
+def test_wait_on_a_failing_job_fails_the_cell_with_one_line(ip, capsys):
+    result = ip.run_cell("%%generate --wait -m /no/such/model\nHi")
+    assert isinstance(result.error_in_exec, mlx_notebook.engine.GenerationError)
+    err = capsys.readouterr()
+    shown = err.out + err.err
+    assert "GenerationError: FileNotFoundError: model: no such file" in shown
+    assert "Traceback" not in shown
+
+
+def test_handle_wait_raises_generation_error_with_the_partial_text(ip):
+    gen(ip, "-m /no/such/model -o broken")
+    with pytest.raises(mlx_notebook.engine.GenerationError, match="no such file") as err:
+        ip.user_ns["broken"].wait(30)
+    assert err.value.text == "" and err.value.finished.finish_reason == "error"
+
+
+@pytest.mark.parametrize(
+    "draft,expect",
+    [("/no/such/draft", "draft (--draft): no such file"), ("someone/absent-draft", "--draft /path")],
+)
+def test_a_failed_draft_names_draft(ip, tiny_dir, draft, expect, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gen(ip, f"-m {tiny_dir} --draft {draft} --raw -o d")
+    fin = ip.user_ns["d"].job.wait(60)
+    assert fin.finish_reason == "error" and expect in fin.error
+    assert "-m /path" not in fin.error
+
+
+def test_the_output_is_a_widget_then_a_document(ip, tiny_dir):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        gen(ip, f"-m {tiny_dir} -n 12 --raw --wait -f text -o doc")
+    first, *rest = cap.outputs
+    assert "application/vnd.jupyter.widget-view+json" in first.data
+    assert "text/html" in first.data and "text/plain" in first.data
+    final = rest[-1].data
+    assert set(final) == {"text/html", "text/plain"}  # no widget left to fail later
+    text = ip.user_ns["doc"].text
+    assert text in final["text/plain"]
+    assert "done (max tokens)" in final["text/html"] and "tok/s" in final["text/html"]
+
+
+def test_final_outputs_are_sent_again_when_the_next_cell_starts(ip, tiny_dir):
+    from IPython.utils.capture import capture_output
+
+    with capture_output():
+        gen(ip, f"-m {tiny_dir} -n 5 --raw --wait")
+    with capture_output() as cap:
+        ip.run_cell("1 + 1")
+    assert any(set(o.data) == {"text/html", "text/plain"} for o in cap.outputs)
+    with capture_output() as cap:
+        ip.run_cell("2 + 2")
+    assert not cap.outputs  # once is enough
+
+
+def test_unknown_names_warn_in_the_view_and_braces_escape(ip, magics, tiny_dir):
+    from IPython.utils.capture import capture_output
+
+    ip.user_ns["topic"] = "rivers"
+    with capture_output() as cap:
+        gen(ip, f"-m {tiny_dir} -n 3 --raw --wait -o w", cell="{topic} {{json}} {paragraph}")
+    assert ip.user_ns["w"].job.request.prompt == "rivers {json} {paragraph}"
+    final = cap.outputs[-1].data
+    assert "{paragraph} is not defined" in final["text/plain"]
+    assert "{paragraph} is not defined" in final["text/html"]
+
+
+def test_a_variable_whose_str_raises_is_one_line(ip):
+    ip.run_cell("class _Bad:\n    def __str__(self): raise ValueError('nope')\nbad = _Bad()")
+    with pytest.raises(UsageError, match=r"\{bad\}: str\(\) of the variable 'bad' raised"):
+        gen(ip, "-n 2", cell="about {bad}")
+
+
+def test_input_history_is_not_interpolated(ip, magics):
+    assert magics.interpolate("{_ih} {In} {Out} {get_ipython}") == "{_ih} {In} {Out} {get_ipython}"

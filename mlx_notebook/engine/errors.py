@@ -48,8 +48,8 @@ def describe(exc: BaseException) -> str:
     """One line for the view: ``Type: first line of the message``."""
     msg = str(exc).strip()
     first = msg.splitlines()[0] if msg else ""
-    if len(first) > 300:
-        first = first[:297] + "..."
+    if len(first) > 500:
+        first = first[:497] + "..."
     name = type(exc).__name__
     return f"{name}: {first}" if first else name
 

@@ -62,7 +62,7 @@ def _load_hub(s: Spec):
     try:
         return load(s.key)
     except Exception as exc:  # hub errors are long chains; say it in one line
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
         raise ModelNotFound(s.key, reason) from None
 
 

@@ -19,19 +19,19 @@ def escape(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _image(tokens, idx, _options, _env) -> str:
+def _image(_self, tokens, idx, _options, _env) -> str:
     tok = tokens[idx]
     alt = "".join(c.content for c in tok.children or []) or "image"
     src = tok.attrGet("src") or ""
     return f'<span class="mlxnb-media">[image: {escape(alt)} &lt;{escape(src)}&gt;]</span>'
 
 
-def _link_open(tokens, idx, _options, env) -> str:
+def _link_open(_self, tokens, idx, _options, env) -> str:
     env.setdefault("mlxnb_links", []).append(tokens[idx].attrGet("href") or "")
     return '<span class="mlxnb-link">'
 
 
-def _link_close(_tokens, _idx, _options, env) -> str:
+def _link_close(_self, _tokens, _idx, _options, env) -> str:
     href = env["mlxnb_links"].pop()
     return f'</span> <span class="mlxnb-href">&lt;{escape(href)}&gt;</span>'
 

@@ -1,0 +1,59 @@
+"""Generations saved with the notebook: nbclient run, saved file, nbconvert."""
+
+import html
+import re
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from saved_notebook import WIDGET_MIME, execute, generation_outputs
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("saved") / "saved.ipynb"
+    nb, texts = execute(tiny_dir, path)
+    return path, nbformat.read(path, as_version=4), texts
+
+
+def test_every_generation_is_saved_as_html_and_plain_text(saved):
+    _, nb, texts = saved
+    finished, stopped, compare, failed = (generation_outputs(nb.cells[i]) for i in (1, 2, 4, 6))
+    for outs in (finished, stopped, compare, failed):
+        assert len(outs) == 1
+        assert WIDGET_MIME not in outs[0].data
+        assert set(outs[0].data) == {"text/html", "text/plain"}
+    assert texts["finished"] and texts["finished"] in finished[0].data["text/plain"]
+    assert len(texts["stopped"]) >= 200 and texts["stopped"] in stopped[0].data["text/plain"]
+    assert "stopped" in stopped[0].data["text/html"]
+    assert texts["normal"] in compare[0].data["text/plain"]
+    assert texts["speculative"] in compare[0].data["text/plain"]
+    assert "identical text" in compare[0].data["text/html"]
+
+
+def test_a_failed_wait_fails_the_cell_with_one_line(saved):
+    _, nb, _ = saved
+    errors = [o for o in nb.cells[6].outputs if o.output_type == "error"]
+    assert len(errors) == 1 and errors[0].ename == "GenerationError"
+    assert errors[0].traceback == [
+        "GenerationError: FileNotFoundError: model: no such file or directory: '/no/such/model'"
+    ]
+    (view,) = generation_outputs(nb.cells[6])
+    assert "no such file" in view.data["text/html"] and "tok/s" not in view.data["text/html"]
+
+
+def test_nbconvert_html_shows_every_text(saved, tmp_path):
+    path, _, texts = saved
+    out = tmp_path / "saved.html"
+    subprocess.run(
+        [sys.executable, "-m", "nbconvert", "--to", "html", str(path), "--output", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    page = re.sub(r"<script.*?</script>", "", out.read_text(), flags=re.S)  # widget state
+    page = html.unescape(page)  # nbconvert re-serializes entities its own way
+    for name, text in texts.items():
+        assert text in page, name
