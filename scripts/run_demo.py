@@ -11,16 +11,13 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-TAG = re.compile(r"<[^>]+>")
-STYLE = re.compile(r"<style>.*?</style>", re.S)
-
 
 def main(path: str) -> int:
     src = Path(path)
     nb = nbformat.read(src, as_version=4)
     print(f"Executing {src} headlessly (first run converts the bundled model once)...")
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=900, kernel_name="python3", store_widget_state=True).execute(
+    NotebookClient(nb, timeout=900, kernel_name="python3").execute(
         cwd=str(src.parent)
     )
     out_dir = Path("build")
@@ -46,24 +43,14 @@ def main(path: str) -> int:
 
 
 def _final_views(nb) -> list[str]:
-    state = (
-        nb.metadata.get("widgets", {})
-        .get("application/vnd.jupyter.widget-state+json", {})
-        .get("state", {})
-    )
+    # Each finished generation is saved as a document: its text/plain is the whole view.
     out = []
-    for model in state.values():
-        value = model.get("state", {}).get("value", "")
-        if model.get("model_name") == "HTMLModel" and "mlxnb" in value:
-            text = TAG.sub(" ", STYLE.sub("", value))
-            out.append(re.sub(r"\s+", " ", _unescape(text)).strip())
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            data = o.get("data", {}) if o.output_type == "display_data" else {}
+            if "mlxnb" in data.get("text/html", ""):
+                out.append(re.sub(r"\s+", " ", data.get("text/plain", "")).strip())
     return out
-
-
-def _unescape(s: str) -> str:
-    import html
-
-    return html.unescape(s)
 
 
 if __name__ == "__main__":

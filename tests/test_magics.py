@@ -176,7 +176,10 @@ def test_handle_wait_raises_generation_error_with_the_partial_text(ip):
 
 @pytest.mark.parametrize(
     "draft,expect",
-    [("/no/such/draft", "draft (--draft): no such file"), ("someone/absent-draft", "--draft /path")],
+    [
+        ("/no/such/draft", "draft (--draft): no such file"),
+        ("someone/absent-draft", "--draft /path"),
+    ],
 )
 def test_a_failed_draft_names_draft(ip, tiny_dir, draft, expect, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -8,7 +8,7 @@ from mlx_notebook.notebook.template import TemplateError, fill, unknown_notice, 
 
 
 def test_braces_escape_and_unknown_names_are_reported_once():
-    text, unknown = fill("{{x}} {x} {y} {y} {0} {} {\"k\": 1}", {"x": 5})
+    text, unknown = fill('{{x}} {x} {y} {y} {0} {} {"k": 1}', {"x": 5})
     assert text == '{x} 5 {y} {y} {0} {} {"k": 1}'
     assert unknown == ["y"]
     assert "{y} is not defined" in unknown_notice(unknown)

@@ -70,9 +70,10 @@ def sweep_chart(
         return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>{dots}'
 
     parts = [
-        f'<svg class="mlxnb-chart" width="{width}" height="{height}" '
+        f'<svg class="mlxnb-chart" width="{width}" height="{height}" fill="currentColor" '
         f'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="sans-serif">',
-        f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" stroke="#ccc"/>',
+        f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" '
+        'stroke="currentColor" stroke-opacity="0.3"/>',
     ]
     parts.append(poly([(x(k), y_tps(t)) for k, t, _ in points], "#2563eb"))
     acc = [(x(k), y_acc(a)) for k, _, a in points if a is not None]
@@ -83,7 +84,7 @@ def sweep_chart(
         parts.append(
             f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{yb:.1f}" y2="{yb:.1f}" '
             f'stroke="#6b7280" stroke-dasharray="4 3"/>'
-            f'<text x="{pad_l + 4}" y="{yb - 3:.1f}" fill="#6b7280">normal '
+            f'<text x="{pad_l + 4}" y="{yb - 3:.1f}">normal '
             f"{baseline:.1f} tok/s</text>"
         )
     for k in ks:
@@ -94,13 +95,11 @@ def sweep_chart(
     for frac in (0, 0.5, 1):
         yy = pad_t + h * (1 - frac)
         parts.append(
-            f'<text x="{pad_l - 4}" y="{yy + 3:.1f}" text-anchor="end" fill="#2563eb">'
-            f"{top * frac:.0f}</text>"
+            f'<text x="{pad_l - 4}" y="{yy + 3:.1f}" text-anchor="end">{top * frac:.0f}</text>'
         )
-        parts.append(f'<text x="{pad_l + w + 4}" y="{yy + 3:.1f}" fill="#16a34a">{frac:.0%}</text>')
+        parts.append(f'<text x="{pad_l + w + 4}" y="{yy + 3:.1f}">{frac:.0%}</text>')
     parts.append(
-        f'<text x="{pad_l}" y="{pad_t - 2}" fill="#2563eb">tok/s</text>'
-        f'<text x="{pad_l + w}" y="{pad_t - 2}" text-anchor="end" fill="#16a34a">'
-        f"acceptance</text></svg>"
+        f'<text x="{pad_l}" y="{pad_t - 2}">tok/s (blue)</text>'
+        f'<text x="{pad_l + w}" y="{pad_t - 2}" text-anchor="end">acceptance (green)</text></svg>'
     )
     return "".join(parts)

@@ -98,14 +98,14 @@ class CompareRenderer(StatesRenderer):
 
     def html(self) -> str:
         """Both columns in one HTML string."""
-        cols = "".join(f"<td>{s.html(style=False)}</td>" for s in self.states)
+        cols = "".join(f'<div class="col">{s.html(style=False)}</div>' for s in self.states)
         legend = (
             '<div class="legend"><span class="draft">highlighted</span> = draft tokens the '
             "main model accepted</div>"
         )
         return (
             f'{STYLE}<div class="mlxnb mlxnb-compare">{self._verdict()}{legend}'
-            f'<table class="cols"><tr>{cols}</tr></table></div>'
+            f'<div class="cols">{cols}</div></div>'
         )
 
     def plain(self) -> str:

@@ -95,8 +95,8 @@ def _fences(text: str) -> int:
 
 
 def text_html(text: str) -> str:
-    """Plain text, escaped, every line break kept (the view's CSS uses pre-wrap)."""
-    return f'<div class="txt">{escape(text)}</div>'
+    """Plain text, escaped, every line break kept (a ``pre`` keeps them without CSS too)."""
+    return f'<pre class="txt">{escape(text)}</pre>'
 
 
 def code_html(text: str, final: bool = True) -> str:

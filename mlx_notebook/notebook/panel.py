@@ -236,7 +236,7 @@ class Panel(widgets.VBox):
 
     def _end(self, status: str) -> None:
         # Runs on a view's refresh thread: only widget traits are touched.
-        self.history_html.value = history_table(self.history)
+        self.history_html.value = f'{STYLE}<div class="mlxnb">{history_table(self.history)}</div>'
         self.status.value = escape(status)
         options = self._model_options()  # newly loaded models and recent specs
         self.model_box.options = options
@@ -321,7 +321,7 @@ class Panel(widgets.VBox):
                 for r, res in zip(reqs[1:], results[1:])
                 if res.finish_reason in ("stop", "length")
             ]
-            self.chart.value = sweep_chart(pts, base)
+            self.chart.value = f'{STYLE}<div class="mlxnb">{sweep_chart(pts, base)}</div>'
             best = max(pts, key=lambda p: p[1], default=None)
             self._end(
                 f"sweep done; best k = {best[0]} ({best[1]:.1f} tok/s)" if best else "sweep stopped"

