@@ -22,9 +22,11 @@ __all__ = [
     "Request",
     "Result",
     "Token",
+    "compare",
     "generate",
     "last",
     "load_ipython_extension",
+    "sweep",
     "unload_ipython_extension",
 ]
 __version__ = "0.1.0"
@@ -38,6 +40,20 @@ def generate(prompt, **fields) -> Result:
         **fields: Any `Request` field (``model``, ``max_tokens``, ``stop``, ...).
     """
     return Engine.default().generate(prompt, **fields)
+
+
+def compare(prompt, **kw):
+    """Speculative vs normal decoding in interleaved pairs; see `mlx_notebook.measure.compare`."""
+    from .measure import compare as _compare
+
+    return _compare(prompt, **kw)
+
+
+def sweep(prompt, **kw):
+    """Draft length k against normal decoding; see `mlx_notebook.measure.sweep`."""
+    from .measure import sweep as _sweep
+
+    return _sweep(prompt, **kw)
 
 
 def last():

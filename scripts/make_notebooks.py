@@ -68,26 +68,37 @@ def speculative():
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.cells = [
         md(
-            "# Speculative vs normal decoding\n\nThe panel runs normal and speculative decoding "
-            "on the same prompt, one after the other on the worker, and shows them side by side: "
-            "speed, acceptance rate and whether the texts are identical. *Sweep k* finds the best "
-            "number of draft tokens for a prompt."
+            "# Speculative vs normal decoding\n\nCompare runs normal and speculative decoding "
+            "on the same prompt in interleaved pairs (each prefilled from scratch, alternating "
+            "which goes first) and gives one verdict: *faster* only when the 95% interval of the "
+            "speedup lies above 1. It also checks that every run produced identical text, and "
+            "shows how often each draft position was accepted. *Sweep k* repeats each k in a "
+            "shuffled order against interleaved normal runs, and names a best k only when it "
+            "beats normal decoding beyond the noise."
         ),
         code(
-            "import mlx_notebook\n\npanel = mlx_notebook.Panel(\n"
-            "    prompt=(\n        \"Repeat this paragraph exactly, changing only 'river' to "
-            "'stream':\\n\\n\"\n        \"The river winds through the valley, past the old mill "
-            'and the stone bridge. "\n        "In spring the river rises with melted snow, and '
-            'children gather on its banks."\n    ),\n    draft_source="lookup",\n'
-            "    num_draft_tokens=4,\n    max_tokens=96,\n)\npanel"
+            "import mlx_notebook\n\nPROMPT = (\n    \"Repeat this paragraph exactly, changing "
+            "only 'river' to 'stream':\\n\\n\"\n    \"The river winds through the valley, past "
+            'the old mill and the stone bridge. "\n    "In spring the river rises with melted '
+            'snow, and children gather on its banks."\n)\npanel = mlx_notebook.Panel('
+            'prompt=PROMPT, draft_source="lookup", num_draft_tokens=4, max_tokens=64, repeats=3)'
+            "\npanel"
         ),
         code(
             "panel.compare_button.click()  # same as clicking Compare\ncmp = panel.wait()\n"
-            "print(cmp.summary())"
+            "print(cmp.verdict_line())\nprint('by position:', "
+            "[round(a, 2) for a in cmp.acceptance_by_position])"
+        ),
+        md(
+            "The same measurement from code, without widgets: "
+            "`mlx_notebook.compare(PROMPT, max_tokens=64)` returns a `CompareResult` with "
+            "`.verdict`, `.speedup`, `.speedup_interval`, `.identical`, "
+            "`.acceptance_by_position` and `.to_frame()`."
         ),
         code(
-            "panel.sweep_from, panel.sweep_to = 1, 6\npanel.sweep_button.click()\n"
-            "panel.wait()\nprint(panel.history_text())"
+            "panel.sweep_from, panel.sweep_to, panel.repeats = 2, 5, 2\n"
+            "panel.sweep_button.click()\nsw = panel.wait()\nprint(sw.verdict_line())\n"
+            "print(panel.history_text())"
         ),
     ]
     nbf.write(nb, "notebooks/speculative_vs_normal.ipynb")

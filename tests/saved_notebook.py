@@ -22,14 +22,14 @@ def cells(tiny_dir):
             "print(stopped.finish_reason)"
         ),
         (
-            f"%%generate -m {tiny_dir} --compare --lookup -n 30 --raw -o cmp\n"
+            f"%%generate -m {tiny_dir} --compare --repeats 1 --lookup -n 30 --raw -o cmp\n"
             "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello"
         ),
         "res = cmp.wait(60)\nprint('compared', res.identical)",
         "%%generate --wait -m /no/such/model\nHi",
         (
             "import json\nprint(json.dumps({'finished': finished.text, 'stopped': stopped.text,"
-            " 'normal': res.normal.text, 'speculative': res.speculative.text}))"
+            " 'normal': res.normal[0].text, 'speculative': res.speculative[0].text}))"
         ),
     ]
 

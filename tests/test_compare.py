@@ -1,17 +1,75 @@
+"""Compare: interleaved pairs, verdicts, divergence, the view and the magic."""
+
 import pytest
 
+import mlx_notebook
 from mlx_notebook.engine import Request
-from mlx_notebook.notebook.compare import CompareRun, compare_requests
+from mlx_notebook.engine.events import Stats
+from mlx_notebook.engine.job import Result
+from mlx_notebook.measure.compare import CompareResult, Comparison
+from mlx_notebook.notebook.compare import CompareRun
 
 COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello world."
 
 
-def test_compare_requests_are_fair():
-    normal, spec = compare_requests(Request("x", draft="lookup", num_draft_tokens=4))
-    assert normal.draft is None and spec.draft == "lookup"
-    assert not normal.reuse_cache and not spec.reuse_cache
+def test_pairs_alternate_order_and_prefill_from_scratch(engine):
+    c = Comparison(engine, Request("x", draft="lookup", num_draft_tokens=4), repeats=3)
+    assert c.plan == [
+        (0, "normal"), (0, "speculative"),
+        (1, "speculative"), (1, "normal"),
+        (2, "normal"), (2, "speculative"),
+    ]  # fmt: skip
+    reqs = c.runs.requests
+    assert all(not r.reuse_cache for r in reqs)
+    assert [r.draft for r in reqs[:2]] == [None, "lookup"]
     with pytest.raises(ValueError, match="draft"):
-        compare_requests(Request("x"))
+        Comparison(engine, Request("x"))
+    with pytest.raises(ValueError, match="repeats"):
+        Comparison(engine, Request("x", draft="lookup"), repeats=0)
+
+
+def fake(tps, e2e_s=1.0, accepted=0, proposed=0, ids=(1, 2, 3)):
+    s = Stats(
+        generation_tokens=10,
+        generation_tps=tps,
+        total_s=e2e_s,
+        draft_tokens_proposed=proposed,
+        draft_tokens_accepted=accepted,
+        draft_rounds=max(1, proposed // 4) if proposed else 0,
+    )
+    return Result("t", "length", None, None, s, list(ids))
+
+
+def result(pairs, accepted=10):
+    runs = []
+    for p, (n, s) in enumerate(pairs):
+        runs.append((p, "normal", fake(n, 10 / n)))
+        runs.append((p, "speculative", fake(s, 10 / s, accepted, 20)))
+    return CompareResult(runs, repeats=len(pairs), k=4)
+
+
+def test_verdicts_follow_the_interval():
+    fast = result([(10, 20), (11, 21), (9, 19)])
+    assert fast.verdict == "faster" and fast.speedup_interval[0] > 1
+    assert fast.verdict_line().startswith("faster: 2.0")
+    noisy = result([(10, 13), (10, 8), (10, 11)])
+    assert noisy.verdict == "same" and "no measurable difference" in noisy.verdict_line()
+    slow = result([(10, 7), (10, 7.2), (10, 6.9)])
+    assert slow.verdict == "slower"
+
+
+def test_no_accepted_draft_means_no_speedup_figure_and_never_faster():
+    lucky = result([(10, 12), (10, 12.2), (10, 11.9)], accepted=0)
+    assert lucky.speedup is None and lucky.speedup_interval is None
+    assert lucky.verdict == "same"
+    line = lucky.verdict_line()
+    assert "no draft token was accepted" in line and "×" not in line
+
+
+def test_both_figures_are_reported():
+    res = result([(10, 20), (10, 20), (10, 20)])
+    line = res.verdict_line()
+    assert "end to end" in line and "decode 2.00×" in line
 
 
 def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
@@ -26,17 +84,103 @@ def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
         lookup_ngram=1,
         num_draft_tokens=4,
     )
-    run = CompareRun(engine, req).start()
+    run = CompareRun(engine, req, repeats=1).start()
     res = run.wait(60)
     assert res.complete and res.identical is False and res.diverged_at is not None
     assert res.margin is not None and res.margin >= 0
     html = run.widget.children[0].value
-    assert "texts differ at token" in html and "expected with sampling" in html
+    assert "differs at token" in html and "top-2 logit margin" in html
 
 
-def test_compare_magic(ipshell, tiny_dir):
+def test_greedy_runs_are_all_checked_for_identical_text(engine, tiny_dir):
+    res = mlx_notebook.compare(
+        COPY, model=tiny_dir, chat=False, max_tokens=20, repeats=2, backend=engine
+    )
+    assert res.identical is True and len(res.runs) == 4
+    assert len(res.normal_tps) == len(res.speculative_tps) == 2
+    assert len(res.acceptance_by_position) == 4
+    rows = res.rows()
+    assert [r["role"] for r in rows] == ["normal", "speculative", "speculative", "normal"]
+
+
+def test_to_frame(engine, tiny_dir):
+    pd = pytest.importorskip("pandas")
+    res = result([(10, 20), (11, 21)])
+    df = res.to_frame()
+    assert isinstance(df, pd.DataFrame) and len(df) == 4 and "e2e_s" in df.columns
+
+
+def test_compare_magic_with_repeats(ipshell, tiny_dir):
     ip = ipshell
     ip.run_line_magic("load_ext", "mlx_notebook")
-    ip.run_cell_magic("generate", f"-m {tiny_dir} --compare --raw -n 20 --wait -o cmp", COPY)
+    ip.run_cell_magic(
+        "generate", f"-m {tiny_dir} --compare --repeats 2 --raw -n 20 --wait -o cmp", COPY
+    )
     res = ip.user_ns["cmp"].wait()
-    assert res.identical and res.speedup is not None
+    assert res.identical and len(res.runs) == 4
+
+
+def test_blocking_compare_can_be_interrupted(engine, scripted):
+    import _thread
+
+    from mlx_notebook.engine import Token
+
+    scripted("slow", delay_s=0.02)
+    req = Request("Hello", model="slow", chat=False, draft="lookup", max_tokens=200)
+    cmp = Comparison(engine, req, repeats=2).start()
+    cmp.jobs[0].add_listener(
+        lambda ev: isinstance(ev, Token) and ev.index == 3 and _thread.interrupt_main()
+    )
+    with pytest.raises(KeyboardInterrupt):
+        cmp.wait()
+    assert all(j.done for j in cmp.jobs)
+    assert {j.finished.finish_reason for j in cmp.jobs} == {"cancelled"}
+
+
+# -- on the bundled default model (issue 12's acceptance) --------------------------------
+
+PARAGRAPH = (
+    "The river winds through the valley, past the old mill and the stone bridge. "
+    "Children play on its banks in summer, and in winter the ice creaks under the moon. "
+)
+COPY_HEAVY = f"Repeat this paragraph exactly:\n\n{PARAGRAPH}"
+OPEN_ENDED = "Write a haiku about the sea."
+
+
+@pytest.fixture(scope="module")
+def default_engine():
+    from mlx_notebook.engine import Engine
+
+    eng = Engine()
+    eng.submit(Request("hi", max_tokens=2)).result(timeout=300)  # load once
+    yield eng
+    eng.close()
+
+
+@pytest.mark.slow
+def test_open_ended_prompt_is_never_called_faster(default_engine):
+    verdicts = []
+    for _ in range(10):
+        r = mlx_notebook.compare(OPEN_ENDED, max_tokens=24, backend=default_engine)
+        verdicts.append(r.verdict)
+        assert r.identical
+        if r.accepted == 0:
+            assert r.speedup is None and "×" not in r.verdict_line()
+            assert "no draft token was accepted" in r.verdict_line()
+    assert sum(v in ("same", "slower") for v in verdicts) >= 9, verdicts
+
+
+@pytest.mark.slow
+def test_copy_heavy_prompt_is_faster_beyond_noise(default_engine):
+    for _ in range(10):
+        r = mlx_notebook.compare(COPY_HEAVY, max_tokens=32, backend=default_engine)
+        assert r.verdict == "faster" and r.speedup_interval[0] > 1, r.verdict_line()
+        assert r.identical is True and len(r.runs) == 6
+
+
+@pytest.mark.slow
+def test_sweep_on_an_open_ended_prompt_names_no_best_k(default_engine):
+    r = mlx_notebook.sweep(OPEN_ENDED, ks=[2, 4, 8], repeats=3, max_tokens=24,
+                           backend=default_engine)  # fmt: skip
+    assert r.best_k is None, r.verdict_line()
+    assert "no k beat normal decoding" in r.verdict_line()

@@ -6,6 +6,7 @@ import pytest
 
 from mlx_notebook.engine import Request
 from mlx_notebook.engine.events import Finished, Started, Stats, Token
+from mlx_notebook.measure.compare import Comparison
 from mlx_notebook.notebook.compare import CompareRenderer
 from mlx_notebook.notebook.markup import (
     ProgressiveMarkdown,
@@ -123,7 +124,7 @@ def test_every_view_state_is_inert(fmt, reason, highlight):
 
 
 def test_compare_view_is_inert():
-    r = CompareRenderer(Request("x", draft="lookup"), fmt="text")
+    r = CompareRenderer(Comparison(None, Request("x", draft="lookup"), repeats=1), fmt="text")
     for index in (0, 1):
         r.apply_from(index, Started())
         r.apply_from(index, Token(ALL, 1, index == 1, 0))

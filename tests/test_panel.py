@@ -34,17 +34,22 @@ def test_traits_drive_controls_and_back(panel):
     assert not panel.draft_box.disabled and panel.ngram_slider.disabled
 
 
-def test_compare_greedy_lookup_is_identical_with_speedup(panel):
+def test_compare_runs_interleaved_pairs_and_gives_one_verdict(panel):
+    panel.repeats = 2
     panel.compare_button.click()
     assert panel.running and panel.generate_button.disabled and not panel.stop_button.disabled
     assert panel.prompt_box.disabled
     res = panel.wait(60)
-    assert isinstance(res, CompareResult) and res.identical is True
-    assert res.speedup is not None and res.speedup > 0
+    assert isinstance(res, CompareResult) and res.identical is True and len(res.runs) == 4
+    assert res.verdict in ("faster", "slower", "same")
     html = panel.output.children[0].children[0].value
-    assert "identical text" in html and "speedup" in html and "×" in html
+    assert html.count('class="verdict"') == 1 and "identical text in all 4 runs" in html
+    assert "highlighted</span> = draft tokens the main model accepted" in html
     assert not panel.running and not panel.generate_button.disabled and panel.stop_button.disabled
-    assert [r["mode"] for r in panel.history] == ["normal", "lookup"]
+    # pair 1 runs normal first, pair 2 speculative first
+    assert [r["mode"] for r in panel.history] == ["normal", "lookup", "lookup", "normal"]
+    assert panel.history[0]["prompt"].startswith("Hello world.")
+    assert "Hello world." in panel.history_html.value
 
 
 def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_tokenizer):
@@ -65,13 +70,15 @@ def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_toke
         num_draft_tokens=4,
         max_tokens=24,
         chat=False,
+        repeats=1,
     )
     panel.compare_button.click()
     res = panel.wait(60)
-    assert res.identical and res.speculative.stats.acceptance_rate == pytest.approx(17 / 24)
+    assert res.identical and res.acceptance == pytest.approx(17 / 20)
     html = panel.output.children[0].children[0].value
-    assert "acceptance 71%" in html and "accepted 71% of 24 drafts" in html
+    assert "acceptance 85%" in html and "accepted 85% of 20 drafts" in html
     assert html.count('class="draft"') == 17 + 1  # accepted draft tokens, and the legend
+    assert "accepted, by draft position" in html  # the position chart
 
 
 def test_stop_during_second_half_keeps_first(engine, scripted):
@@ -83,32 +90,51 @@ def test_stop_during_second_half_keeps_first(engine, scripted):
         draft_source="lookup",
         max_tokens=15,
         chat=False,
+        repeats=1,
     )
     panel.compare_button.click()
     normal, spec = panel._active
     normal.wait(30)
-    for ev in spec.events(timeout=30):
+    for ev in spec.events(timeout=30, detach=True):
         if isinstance(ev, Token):
             break
     panel.stop_button.click()
     res = panel.wait(30)
-    assert res.normal.finish_reason == "length" and len(res.normal.token_ids) == 15
-    assert res.speculative.finish_reason == "cancelled"
-    assert not res.complete and res.speedup is None
+    (n,), (s,) = res.normal, res.speculative
+    assert n.finish_reason == "length" and len(n.token_ids) == 15
+    assert s.finish_reason == "cancelled"
+    assert not res.complete and res.speedup is None and res.verdict is None
     html = panel.output.children[0].children[0].value
     assert "stopped" in html and "done (max tokens)" in html
 
 
-def test_sweep_k_1_to_4(panel):
-    panel.sweep_from, panel.sweep_to = 1, 4
-    assert panel.sweep_range.value == (1, 4)
+def test_sweep_k_1_to_3_repeated_with_baselines(panel):
+    panel.sweep_from, panel.sweep_to = 1, 3
+    panel.repeats = 2
+    assert panel.sweep_range.value == (1, 3)
     panel.sweep_button.click()
-    results = panel.wait(120)
-    assert len(results) == 5  # baseline + 4
-    assert [r["k"] for r in panel.history] == [1, 2, 3, 4]
-    assert "<svg" in panel.chart.value and panel.chart.value.count("<circle") >= 4
-    assert panel.history_html.value.count("<tr>") == 5  # header + 4 rows
+    res = panel.wait(120)
+    ks = [k for k, _ in res.runs]
+    assert sorted(k for k in ks if k) == [1, 1, 2, 2, 3, 3] and ks[0] is None and ks[-1] is None
+    assert len(panel.history) == len(res.runs)  # the normal baselines are in the table
+    assert sum(r["mode"] == "normal" for r in panel.history) == ks.count(None)
+    html = panel.output.children[0].children[0].value
+    assert "<svg" in html and "normal decoding" in html
+    assert panel.history_html.value.count("<tr>") == len(res.runs) + 1
     assert "lookup" in panel.history_text()
+    panel.clear_button.click()
+    assert panel.history == [] and panel.history_html.value == ""
+
+
+def test_a_new_action_clears_the_last_chart(panel):
+    panel.sweep_from, panel.sweep_to, panel.repeats = 1, 1, 1
+    panel.sweep_button.click()
+    panel.wait(60)
+    assert "<svg" in panel.output.children[0].children[0].value
+    panel.draft_source = "none"
+    panel.generate_button.click()
+    assert "<svg" not in panel.output.children[0].children[0].value
+    panel.wait(60)
 
 
 def test_bad_setting_shows_error_and_runs_nothing(panel):

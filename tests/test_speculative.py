@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlx_notebook.engine import Engine, PrefillProgress, Request
+from mlx_notebook.engine import Engine, PrefillProgress, Request, Token
 from mlx_notebook.testing import build_tiny_model, script_rule
 
 PROMPT = "Hello world. The quick brown fox jumps over the lazy dog. Hello world. The quick"
@@ -58,20 +58,35 @@ def test_scripted_draft_disagreeing_at_known_positions(engine, scripted, tiny_to
     )
     r = engine.submit(req).result(timeout=30)
     assert r.token_ids == outputs
-    # Rounds: 4+main | 0 (idx 5 wrong)+main | 4+main | 1 (idx 12 wrong)+main
-    #         | 4+main | 4+main | main
-    assert (r.stats.draft_tokens_proposed, r.stats.draft_tokens_accepted) == (24, 17)
-    assert r.stats.acceptance_rate == pytest.approx(17 / 24)
+    # Token 0 comes from the main model alone (the draft prefills after it). Then rounds
+    # of k=4: drafts for 1-4 kept + main 5 | 6-9 kept + main 10 | 11-14 wrong at 12: one
+    # kept + main 12 | 13-16 kept + main 17 | 18-21 kept + main 22 | no drafts: main 23.
+    assert (r.stats.draft_tokens_proposed, r.stats.draft_tokens_accepted) == (20, 17)
+    assert r.stats.acceptance_rate == pytest.approx(17 / 20)
     assert sum(r.from_draft) == 17
-    assert r.from_draft[:5] == [True] * 4 + [False]
+    assert r.stats.draft_rounds == 5
+    assert r.stats.proposed_by_position == [5, 5, 5, 5]
+    assert r.stats.accepted_by_position == [5, 4, 4, 4]
+    assert r.stats.mean_accepted == pytest.approx(17 / 5)
+    assert r.from_draft[:6] == [False] + [True] * 4 + [False]
 
 
 def test_draft_prefill_progress_reported_for_both_models(engine, tiny_dir, draft_dir):
     job = engine.submit(
         Request(PROMPT * 4, model=tiny_dir, draft=draft_dir, chat=False, max_tokens=3)
     )
-    models = {e.model for e in job.events(timeout=60) if isinstance(e, PrefillProgress)}
+    evs = list(job.events(timeout=60))
+    models = {e.model for e in evs if isinstance(e, PrefillProgress)}
     assert models == {"main", "draft"}
+    # The draft prefills after the first token, which then comes as soon as with normal
+    # decoding (it used to wait for the draft's whole prefill: TTFT about doubled).
+    kinds = [
+        "token" if isinstance(e, Token) else e.model
+        for e in evs
+        if isinstance(e, (Token, PrefillProgress))
+    ]
+    assert kinds.index("token") < kinds.index("draft")
+    assert all(k == "main" for k in kinds[: kinds.index("token")])
 
 
 def test_stop_string_inside_accepted_draft_run(engine, scripted, tiny_tokenizer):

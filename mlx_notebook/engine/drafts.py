@@ -19,8 +19,11 @@ from .sequence import CachedSequence, common_prefix
 class DraftSource(Protocol):
     """Proposes draft tokens."""
 
+    needs_prefill: bool
+    """Whether `prefill` does real work (it is then run after the first token)."""
+
     def prefill(self, prompt: Sequence[int], check: CancelCheck, progress: Progress) -> None:
-        """Prepare for ``prompt`` (a draft model fills its cache)."""
+        """Prepare for ``prompt`` (a draft model fills its cache with all but its last token)."""
 
     def propose(self, history: Sequence[int], k: int) -> list[int]:
         """Return at most ``k`` tokens likely to follow ``history`` ([] for none)."""
@@ -34,6 +37,8 @@ class PromptLookup:
     Args:
         ngram: Length of the n-gram to match, 1..8.
     """
+
+    needs_prefill = False
 
     def __init__(self, ngram: int = 3) -> None:
         self.n = ngram
@@ -72,6 +77,8 @@ class DraftModel:
         sampler: The job's sampler (mlx-lm drafts with the same one).
         sizer: Chunk sizer for its prefill.
     """
+
+    needs_prefill = True
 
     def __init__(self, seq: CachedSequence, sampler: Sampler, sizer: ChunkSizer) -> None:
         self.seq = seq

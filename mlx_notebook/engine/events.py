@@ -95,6 +95,12 @@ class Stats:
         peak_memory: Peak memory of the MLX allocator, in GB.
         draft_tokens_proposed: Draft tokens proposed (speculative decoding only).
         draft_tokens_accepted: Draft tokens accepted (speculative decoding only).
+        draft_rounds: Verify rounds that had at least one draft token.
+        proposed_by_position: For draft position i+1, the rounds that proposed it.
+        accepted_by_position: For draft position i+1, the rounds that accepted it.
+        total_s: Seconds from the start of the job's own work (after any model
+            load) to its end: prefill and decode, the end-to-end figure.
+        prefill_chunk: The largest prefill chunk used, in tokens.
     """
 
     prompt_tokens: int = 0
@@ -106,6 +112,11 @@ class Stats:
     peak_memory: float = 0.0
     draft_tokens_proposed: int = 0
     draft_tokens_accepted: int = 0
+    draft_rounds: int = 0
+    proposed_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    total_s: float = 0.0
+    prefill_chunk: int = 0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -113,6 +124,18 @@ class Stats:
         if not self.draft_tokens_proposed:
             return None
         return self.draft_tokens_accepted / self.draft_tokens_proposed
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Mean accepted draft tokens per round that had drafts, or None."""
+        if not self.draft_rounds:
+            return None
+        return self.draft_tokens_accepted / self.draft_rounds
+
+    @property
+    def e2e_tps(self) -> float:
+        """Generated tokens per second of ``total_s`` (prefill included)."""
+        return self.generation_tokens / self.total_s if self.total_s > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -256,12 +256,15 @@ class Job:
                     )
         except KeyboardInterrupt:
             self.cancel()
-            self._wait_terminal()
+            self.settle()
             raise
         raise AssertionError("event stream ended without Finished")  # pragma: no cover
 
-    def _wait_terminal(self) -> None:
-        # Waits out further Ctrl-C presses: the worker stops within one step.
+    def settle(self) -> None:
+        """Wait until the job has ended, riding out further Ctrl-C presses.
+
+        Meant for after `cancel`: the producer stops within one step.
+        """
         while not self.done:
             try:
                 with self._cond:

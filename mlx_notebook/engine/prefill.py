@@ -36,9 +36,11 @@ class ChunkSizer:
     def __init__(self, target_s: float = 0.25, first: int = 8, lo: int = 1, hi: int = 2048):
         self.target_s, self.lo, self.hi = target_s, lo, hi
         self.size = max(lo, min(first, hi))
+        self.largest = 0  # the largest chunk used, for the stats
 
     def observe(self, n: int, seconds: float) -> None:
         """Record that ``n`` tokens took ``seconds``; resize the next chunk."""
+        self.largest = max(self.largest, n)
         rate = n / max(seconds, 1e-6)
         want = min(rate * self.target_s * self.MARGIN, self.GROWTH * max(n, self.size))
         self.size = int(max(self.lo, min(self.hi, want)))

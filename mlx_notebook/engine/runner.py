@@ -92,14 +92,15 @@ def run_job(
             dseq, _ = draft_cache.fetch(draft.model, prompt, req.reuse_cache)
             seqs.append((draft_cache, dseq))
             source = DraftModel(dseq, sampler, ChunkSizer(req.prefill_target_s))
-            source.prefill(prompt, check, lambda d, t: job.emit(PrefillProgress(d, t, "draft")))
+        sizer = ChunkSizer(req.prefill_target_s)
         prefill(
             seq,
             prompt,
             check=check,
             progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
-            sizer=ChunkSizer(req.prefill_target_s),
+            sizer=sizer,
         )
+        stats.prefill_chunk = sizer.largest
         history = list(prompt)
         common = dict(
             sampler=sampler,
@@ -112,7 +113,13 @@ def run_job(
             tokens = normal_tokens(seq, history, **common)
         else:
             tokens = speculative_tokens(
-                seq, history, source, num_draft=req.num_draft_tokens, counters=counters, **common
+                seq,
+                history,
+                source,
+                num_draft=req.num_draft_tokens,
+                counters=counters,
+                draft_progress=lambda d, t: job.emit(PrefillProgress(d, t, "draft")),
+                **common,
             )
 
         detok = tok.detokenizer
@@ -145,7 +152,7 @@ def run_job(
         reason, error, exception = "error", describe(exc), detach_frames(exc)
         seqs = [(c, s) for c, s in seqs if s.consistent()]
     finally:
-        for cache, s in seqs:
+        for cache, s in reversed(seqs):  # the main model's last: it wins a shared slot
             cache.store(s)
     if matched is None:
         # Release bytes the detokenizer still holds and text withheld as a
@@ -160,6 +167,9 @@ def run_job(
             reason = "stop"
     stats.draft_tokens_proposed = counters.proposed
     stats.draft_tokens_accepted = counters.accepted
+    stats.draft_rounds = counters.rounds
+    stats.proposed_by_position = list(counters.proposed_at)
+    stats.accepted_by_position = list(counters.accepted_at)
     _fill_timing(stats, t0, t_first, t_last)
     return Finished("".join(pieces), reason, matched, error, stats, exception)
 
@@ -168,6 +178,7 @@ def _fill_timing(stats: Stats, t0: float, t_first, t_last) -> None:
     stats.peak_memory = mx.get_peak_memory() / 1e9
     if t_first is None:
         return
+    stats.total_s = t_last - t0
     stats.ttft_s = t_first - t0
     computed = stats.prompt_tokens - stats.cached_tokens
     stats.prompt_tps = computed / max(stats.ttft_s, 1e-9)

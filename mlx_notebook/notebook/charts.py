@@ -1,105 +1,200 @@
-"""Tiny inline-SVG chart and HTML table for the panel's sweep and history. No dependencies."""
+"""Inline-SVG charts and HTML tables for Compare, Sweep and the run history. No dependencies.
+
+Text uses ``currentColor`` and series colours come from the theme's variables,
+so the charts read in light and dark themes alike.
+"""
 
 from __future__ import annotations
 
+import math
+
 from .render import escape
 
-COLUMNS = ("mode", "k", "tok/s", "acceptance", "TTFT s", "finish")
+BRAND = "var(--jp-brand-color1,#1976d2)"
+GOOD = "var(--jp-success-color1,#388e3c)"
+HISTORY_COLUMNS = ("prompt", "mode", "k", "tok/s", "end-to-end s", "acceptance", "TTFT s", "finish")
 
 
-def history_table(rows: list[dict]) -> str:
-    """Run history as an HTML table; every cell is escaped."""
-    head = "".join(f"<th style='padding:2px 8px;text-align:left'>{c}</th>" for c in COLUMNS)
-    body = []
-    for r in rows:
-        cells = [
-            r["mode"],
-            "" if r["k"] is None else str(r["k"]),
-            f"{r['tps']:.1f}",
-            "" if r["acceptance"] is None else f"{r['acceptance']:.0%}",
-            "" if r["ttft"] is None else f"{r['ttft']:.2f}",
-            r["finish"],
-        ]
-        body.append(
-            "<tr>"
-            + "".join(f"<td style='padding:2px 8px'>{escape(str(c))}</td>" for c in cells)
-            + "</tr>"
-        )
+def nice_ticks(top: float, n: int = 5) -> list[float]:
+    """Ticks from 0 to at least ``top`` at round steps (1, 2 or 5 times a power of 10)."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    return [i * step for i in range(int(math.ceil(top / step - 1e-9)) + 1)]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+
+
+def _svg(width: int, height: int, body: list[str], label: str) -> str:
     return (
-        f"<table class='mlxnb-history' style='font-size:12px;border-collapse:collapse'>"
-        f"<tr>{head}</tr>{''.join(body)}</table>"
+        f'<svg class="mlxnb-chart" width="{width}" height="{height}" viewBox="0 0 {width} '
+        f'{height}" fill="currentColor" font-size="11" font-family="sans-serif" role="img" '
+        f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
+        + "".join(body)
+        + "</svg>"
     )
 
 
 def sweep_chart(
-    points: list[tuple[int, float, float | None]],
-    baseline: float | None,
-    width: int = 420,
-    height: int = 200,
+    rows: list[dict],
+    baseline: list[float],
+    best_k: int | None = None,
+    unit: str = "tok/s",
+    width: int = 560,
+    height: int = 260,
 ) -> str:
-    """tok/s (blue, left axis) and acceptance (green, right axis) against k, as SVG.
+    """Speed against k: medians with min-max bars, normal decoding as a line, best k marked.
 
     Args:
-        points: ``(k, tokens_per_s, acceptance_rate)`` per speculative run.
-        baseline: Normal decoding tok/s, drawn dashed.
+        rows: Per k: ``{"k", "tps", "tps_min", "tps_max"}`` (``tps`` None: no run yet).
+        baseline: Normal runs' speeds; the median is the line, its spread a band.
+        best_k: The k to mark, if any.
+        unit: Axis label of the speeds.
         width: SVG width in pixels.
         height: SVG height in pixels.
     """
-    if not points:
+    pts = [r for r in rows if r.get("tps") is not None]
+    if not pts and not baseline:
         return ""
-    pad_l, pad_r, pad_t, pad_b = 44, 44, 12, 30
-    ks = [p[0] for p in points]
-    kmin, kmax = min(ks), max(ks)
-    top = max([p[1] for p in points] + [baseline or 0]) * 1.15 or 1.0
+    pad_l, pad_r, pad_t, pad_b = 52, 16, 18, 40
     w, h = width - pad_l - pad_r, height - pad_t - pad_b
+    ks = [r["k"] for r in rows]
+    kmin, kmax = min(ks), max(ks)
+    top = max([r["tps_max"] for r in pts] + list(baseline) + [1e-9])
+    ticks = nice_ticks(top * 1.05)
+    ymax = ticks[-1]
 
     def x(k):
         return pad_l + (w * (k - kmin) / (kmax - kmin) if kmax > kmin else w / 2)
 
-    def y_tps(v):
-        return pad_t + h * (1 - v / top)
+    def y(v):
+        return pad_t + h * (1 - v / ymax)
 
-    def y_acc(a):
-        return pad_t + h * (1 - a)
-
-    def poly(pts, color):
-        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in pts)
-        dots = "".join(
-            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{color}"/>' for px, py in pts
-        )
-        return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>{dots}'
-
-    parts = [
-        f'<svg class="mlxnb-chart" width="{width}" height="{height}" fill="currentColor" '
-        f'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="sans-serif">',
-        f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" '
-        'stroke="currentColor" stroke-opacity="0.3"/>',
+    out = [
+        f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" '
+        'stroke="currentColor" stroke-opacity="0.6"/>',
+        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + h}" '
+        'stroke="currentColor" stroke-opacity="0.6"/>',
     ]
-    parts.append(poly([(x(k), y_tps(t)) for k, t, _ in points], "#2563eb"))
-    acc = [(x(k), y_acc(a)) for k, _, a in points if a is not None]
-    if acc:
-        parts.append(poly(acc, "#16a34a"))
-    if baseline:
-        yb = y_tps(baseline)
-        parts.append(
-            f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{yb:.1f}" y2="{yb:.1f}" '
-            f'stroke="#6b7280" stroke-dasharray="4 3"/>'
-            f'<text x="{pad_l + 4}" y="{yb - 3:.1f}">normal '
-            f"{baseline:.1f} tok/s</text>"
+    for t in ticks:
+        out.append(
+            f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
+            'stroke="currentColor" stroke-opacity="0.12"/>'
+            f'<text x="{pad_l - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{_fmt(t)}</text>'
         )
     for k in ks:
-        parts.append(f'<text x="{x(k):.1f}" y="{height - 14}" text-anchor="middle">{k}</text>')
-    parts.append(
-        f'<text x="{pad_l + w / 2}" y="{height - 2}" text-anchor="middle">draft tokens k</text>'
+        out.append(f'<text x="{x(k):.1f}" y="{pad_t + h + 16}" text-anchor="middle">{k}</text>')
+    out.append(
+        f'<text x="{pad_l + w / 2:.1f}" y="{height - 6}" text-anchor="middle">'
+        "draft tokens k</text>"
+        f'<text x="14" y="{pad_t + h / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {pad_t + h / 2:.1f})">{escape(unit)}</text>'
     )
+    if baseline:
+        lo, hi = min(baseline), max(baseline)
+        med = sorted(baseline)[len(baseline) // 2]
+        out.append(
+            f'<rect x="{pad_l}" y="{y(hi):.1f}" width="{w}" height="{max(y(lo) - y(hi), 1):.1f}" '
+            'fill="currentColor" fill-opacity="0.08"/>'
+            f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(med):.1f}" y2="{y(med):.1f}" '
+            'stroke="currentColor" stroke-dasharray="5 4"/>'
+            f'<text x="{pad_l + w - 4}" y="{y(med) - 5:.1f}" text-anchor="end">'
+            f"normal decoding {_fmt(med)}</text>"
+        )
+    path = " ".join(f"{x(r['k']):.1f},{y(r['tps']):.1f}" for r in pts)
+    if len(pts) > 1:
+        out.append(
+            f'<polyline points="{path}" fill="none" style="stroke:{BRAND}" stroke-width="2"/>'
+        )
+    for r in pts:
+        cx = x(r["k"])
+        out.append(
+            f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(r["tps_max"]):.1f}" '
+            f'y2="{y(r["tps_min"]):.1f}" style="stroke:{BRAND}" stroke-width="1.5"/>'
+            f'<circle cx="{cx:.1f}" cy="{y(r["tps"]):.1f}" r="4" style="fill:{BRAND}"/>'
+        )
+        if r["k"] == best_k:
+            out.append(
+                f'<circle cx="{cx:.1f}" cy="{y(r["tps"]):.1f}" r="9" fill="none" '
+                f'style="stroke:{GOOD}" stroke-width="2.5"/>'
+                f'<text x="{cx:.1f}" y="{y(r["tps_max"]) - 8:.1f}" text-anchor="middle" '
+                f'font-weight="bold">best k = {r["k"]}</text>'
+            )
+    return _svg(width, height, out, f"{unit} against draft tokens k")
+
+
+def position_chart(values: list[float], width: int = 300, height: int = 130) -> str:
+    """Acceptance by draft position: one bar per position, 0-100%."""
+    if not values:
+        return ""
+    pad_l, pad_r, pad_t, pad_b = 40, 8, 16, 32
+    w, h = width - pad_l - pad_r, height - pad_t - pad_b
+    bw = w / len(values)
+    out = [
+        f'<text x="{pad_l}" y="11">accepted, by draft position</text>',
+        f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" '
+        'stroke="currentColor" stroke-opacity="0.6"/>',
+    ]
     for frac in (0, 0.5, 1):
         yy = pad_t + h * (1 - frac)
-        parts.append(
-            f'<text x="{pad_l - 4}" y="{yy + 3:.1f}" text-anchor="end">{top * frac:.0f}</text>'
+        out.append(f'<text x="{pad_l - 5}" y="{yy + 4:.1f}" text-anchor="end">{frac:.0%}</text>')
+    for i, v in enumerate(values):
+        bh = h * max(0.0, min(1.0, v))
+        bx = pad_l + i * bw + bw * 0.15
+        out.append(
+            f'<rect x="{bx:.1f}" y="{pad_t + h - bh:.1f}" width="{bw * 0.7:.1f}" '
+            f'height="{bh:.1f}" style="fill:{GOOD}"><title>position {i + 1}: {v:.0%}'
+            "</title></rect>"
+            f'<text x="{bx + bw * 0.35:.1f}" y="{pad_t + h + 14}" text-anchor="middle">'
+            f"{i + 1}</text>"
         )
-        parts.append(f'<text x="{pad_l + w + 4}" y="{yy + 3:.1f}">{frac:.0%}</text>')
-    parts.append(
-        f'<text x="{pad_l}" y="{pad_t - 2}">tok/s (blue)</text>'
-        f'<text x="{pad_l + w}" y="{pad_t - 2}" text-anchor="end">acceptance (green)</text></svg>'
+    out.append(
+        f'<text x="{pad_l + w / 2:.1f}" y="{height - 3}" text-anchor="middle">position</text>'
     )
-    return "".join(parts)
+    return _svg(width, height, out, "acceptance by draft position")
+
+
+def history_table(rows: list[dict]) -> str:
+    """Run history as an HTML table; every cell is escaped."""
+    head = "".join(f"<th>{c}</th>" for c in HISTORY_COLUMNS)
+    body = []
+    for r in rows:
+        prompt = r.get("prompt", "")
+        cells = [
+            prompt if len(prompt) <= 40 else prompt[:37] + "...",
+            r["mode"],
+            "" if r["k"] is None else str(r["k"]),
+            f"{r['tps']:.1f}",
+            "" if r.get("e2e_s") is None else f"{r['e2e_s']:.2f}",
+            "" if r["acceptance"] is None else f"{r['acceptance']:.0%}",
+            "" if r["ttft"] is None else f"{r['ttft']:.2f}",
+            r["finish"],
+        ]
+        body.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+    return f"<table class='grid mlxnb-history'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def runs_table(rows: list[dict]) -> str:
+    """The runs of a Compare: one line each."""
+    head = "<tr><th>run</th><th>pair</th><th>decoding</th><th>tok/s</th>"
+    head += "<th>end-to-end s</th><th>TTFT s</th><th>accepted</th><th>finish</th></tr>"
+    body = []
+    for r in rows:
+        acc = f"{r['accepted']}/{r['proposed']}" if r["proposed"] else ""
+        ttft = "" if r["ttft_s"] is None else f"{r['ttft_s']:.2f}"
+        cells = [
+            r["run"],
+            r["pair"],
+            r["role"],
+            f"{r['decode_tps']:.1f}",
+            f"{r['e2e_s']:.2f}",
+            ttft,
+            acc,
+            r["finish_reason"],
+        ]
+        body.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+    return f"<table class='grid'>{head}{''.join(body)}</table>"

@@ -67,7 +67,8 @@ HELP = """mlx_notebook magics
   -o/--out NAME             bind a result handle (.text .done .wait() .cancel())
   --wait                    block until done (interrupt the kernel to stop)
   -f/--format markdown|text|code
-  --compare                 run normal and speculative decoding side by side
+  --compare [--repeats N]   normal vs speculative decoding in N interleaved pairs
+  --metric e2e|decode       what --compare's verdict uses (default: end to end)
 
 %mlx status | stop | models | unload [MODEL] | panel | help
 """
@@ -115,6 +116,8 @@ class MLXNotebook(Magics):
     @argument("--wait", action="store_true", help="block until done")
     @argument("-f", "--format", default="markdown", help="markdown, text or code")
     @argument("--compare", action="store_true", help="normal vs speculative side by side")
+    @argument("--repeats", type=int, default=3, help="interleaved pairs for --compare")
+    @argument("--metric", default="e2e", help="e2e or decode: what --compare's verdict uses")
     @cell_magic
     def generate(self, line: str, cell: str):
         """Generate from the cell body; see ``%mlx help``."""
@@ -229,7 +232,13 @@ class MLXNotebook(Magics):
         from .compare import CompareRun
 
         try:
-            run = CompareRun(self.engine, request, refresh_hz=self.refresh_hz).start()
+            run = CompareRun(
+                self.engine,
+                request,
+                repeats=args.repeats,
+                metric=args.metric,
+                refresh_hz=self.refresh_hz,
+            ).start()
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         run.view.display()

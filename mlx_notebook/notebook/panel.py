@@ -1,9 +1,12 @@
-"""The control panel: generation settings, Generate / Stop / Compare / Sweep k, history."""
+"""The control panel: generation settings, Generate / Stop / Compare / Sweep k, history.
+
+Compare and Sweep run through `mlx_notebook.measure`, the same code as
+``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``.
+"""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 
 import ipywidgets as widgets
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
@@ -11,11 +14,14 @@ from traitlets import Bool, Enum, Float, Int, Unicode, observe
 from ..engine.job import Job, Result
 from ..engine.request import Request
 from ..engine.worker import Engine
-from .charts import history_table, sweep_chart
-from .compare import CompareResult, CompareRun
+from ..measure.compare import CompareResult
+from ..measure.sweep import SweepResult
+from .charts import history_table
+from .compare import CompareRun
 from .magics import unescape
 from .render import STYLE, ViewState, escape
-from .view import LiveView, StatesRenderer, generation_view
+from .sweep import SweepRun
+from .view import LiveView, generation_view
 
 _recent: list[str] = []
 
@@ -43,6 +49,10 @@ class Panel(widgets.VBox):
     chat = Bool(True, help="Apply the chat template.")
     sweep_from = Int(1, help="First k of a sweep.")
     sweep_to = Int(8, help="Last k of a sweep.")
+    repeats = Int(3, min=1, help="Interleaved runs per setting in Compare and Sweep.")
+    metric = Enum(
+        ["e2e", "decode"], "e2e", help="What the verdict uses: end to end (prefill in) or decode."
+    )
     running = Bool(False, help="Whether an action is running.")
 
     def __init__(self, engine: Engine | None = None, refresh_hz: float = 20, **traits):
@@ -87,13 +97,17 @@ class Panel(widgets.VBox):
         self.stop_box = W.Textarea(placeholder="Stop strings, one per line", description="stop")
         self.chat_box = W.Checkbox(description="chat template")
         self.sweep_range = W.IntRangeSlider(min=1, max=16, description="sweep k")
+        self.repeats_box = W.BoundedIntText(min=1, max=20, description="repeats")
+        self.metric_box = W.ToggleButtons(
+            options=[("end to end", "e2e"), ("decode", "decode")], description="measure"
+        )
         self.generate_button = W.Button(description="Generate", icon="play", button_style="primary")
         self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
         self.compare_button = W.Button(description="Compare", icon="columns", button_style="info")
         self.sweep_button = W.Button(description="Sweep k", icon="line-chart")
+        self.clear_button = W.Button(description="Clear history", icon="trash")
         self.status = W.HTML()
         self.output = W.VBox()
-        self.chart = W.HTML()
         self.history_html = W.HTML()
         pairs = [
             ("prompt", self.prompt_box),
@@ -109,6 +123,8 @@ class Panel(widgets.VBox):
             ("seed", self.seed_box),
             ("stop_strings", self.stop_box),
             ("chat", self.chat_box),
+            ("repeats", self.repeats_box),
+            ("metric", self.metric_box),
         ]
         self._inputs = [w for _, w in pairs] + [self.sweep_range]
         self._pairs = pairs
@@ -116,6 +132,7 @@ class Panel(widgets.VBox):
         self.stop_button.on_click(lambda _b: self.stop())
         self.compare_button.on_click(lambda _b: self.compare())
         self.sweep_button.on_click(lambda _b: self.sweep())
+        self.clear_button.on_click(lambda _b: self.clear_history())
 
     def _layout(self):
         W = widgets
@@ -127,6 +144,7 @@ class Panel(widgets.VBox):
             W.HBox([self.draft_box, self.ngram_slider]),
             W.HBox([self.k_slider, self.temp_slider, self.top_p_slider]),
             W.HBox([self.max_box, self.seed_box]),
+            W.HBox([self.repeats_box, self.metric_box]),
             self.stop_box,
             W.HBox(
                 [
@@ -139,8 +157,8 @@ class Panel(widgets.VBox):
             ),
             self.status,
             self.output,
-            self.chart,
             self.history_html,
+            self.clear_button,
         ]
 
     @observe("model", "draft_model")
@@ -236,13 +254,17 @@ class Panel(widgets.VBox):
 
     def _end(self, status: str) -> None:
         # Runs on a view's refresh thread: only widget traits are touched.
-        self.history_html.value = f'{STYLE}<div class="mlxnb">{history_table(self.history)}</div>'
+        self._show_history()
         self.status.value = escape(status)
         options = self._model_options()  # newly loaded models and recent specs
         self.model_box.options = options
         self.draft_box.options = options
         self.running = False
         self._finished.set()
+
+    def _show_history(self) -> None:
+        rows = history_table(self.history) if self.history else ""
+        self.history_html.value = f'{STYLE}<div class="mlxnb">{rows}</div>' if rows else ""
 
     # -- actions ------------------------------------------------------------
     def generate(self) -> None:
@@ -260,74 +282,54 @@ class Panel(widgets.VBox):
         def done() -> None:
             res = job.result(raise_on_error=False)
             self.last_result = res
-            self._record(req, res)
+            self._record(req, res, req.mode)
             self._end(f"done: {res.finish_reason}")
 
         state = ViewState(model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown")
         self._show(generation_view(state, self.refresh_hz, on_done=done).attach(job))
 
     def compare(self) -> None:
-        """Normal, then speculative, on the same prompt, seed and parameters."""
+        """Normal and speculative decoding in ``repeats`` interleaved pairs."""
         req = self._begin("comparing")
         if req is None:
             return
 
         def done(res: CompareResult) -> None:
             self.last_result = res
-            for sub, r in ((replace(req, draft=None), res.normal), (req, res.speculative)):
-                if r is not None:
-                    self._record(sub, r)
-            self._end(res.summary())
+            for _, role, r in res.runs:
+                self._record(req, r, "normal" if role == "normal" else req.mode)
+            self._end(res.verdict_line())
 
-        try:
-            run = CompareRun(self.engine, req, self.refresh_hz, on_done=done).start()
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._active = run.jobs
-        self._view = run.view
-        self.output.children = [run.widget]
+        self._run(
+            CompareRun(self.engine, req, self.repeats, self.metric, self.refresh_hz, on_done=done)
+        )
 
     def sweep(self) -> None:
-        """Speculative decoding for each k in the sweep range, plus a normal baseline."""
+        """Speculative decoding at each k of the range, repeated, against normal decoding."""
         req = self._begin("sweeping k")
         if req is None:
             return
-        ks = list(range(self.sweep_from, self.sweep_to + 1))
-        reqs = [replace(req, draft=None, reuse_cache=False)] + [
-            replace(req, num_draft_tokens=k, reuse_cache=False) for k in ks
-        ]
-        self._active = jobs = []
+        ks = range(self.sweep_from, self.sweep_to + 1)
+
+        def done(res: SweepResult) -> None:
+            self.last_result = res
+            for k, r in res.runs:
+                if r is not None:
+                    self._record(req, r, "normal" if k is None else req.mode, k)
+            self._end(res.verdict_line())
+
+        self._run(
+            SweepRun(self.engine, req, ks, self.repeats, self.metric, self.refresh_hz, on_done=done)
+        )
+
+    def _run(self, run) -> None:
         try:
-            for r in reqs:
-                jobs.append(self.engine.submit(r))
+            run.start()
         except Exception as exc:
             self._fail(exc)
             return
-        renderer = SweepRenderer(reqs)
-
-        def done() -> None:
-            results = [j.result(raise_on_error=False) for j in jobs]
-            self.last_result = results
-            for r, res in zip(reqs[1:], results[1:]):  # the baseline is the chart's dashed line
-                self._record(r, res)
-            base = (
-                results[0].stats.generation_tps
-                if results[0].finish_reason in ("stop", "length")
-                else None
-            )
-            pts = [
-                (r.num_draft_tokens, res.stats.generation_tps, res.stats.acceptance_rate)
-                for r, res in zip(reqs[1:], results[1:])
-                if res.finish_reason in ("stop", "length")
-            ]
-            self.chart.value = f'{STYLE}<div class="mlxnb">{sweep_chart(pts, base)}</div>'
-            best = max(pts, key=lambda p: p[1], default=None)
-            self._end(
-                f"sweep done; best k = {best[0]} ({best[1]:.1f} tok/s)" if best else "sweep stopped"
-            )
-
-        self._show(LiveView(renderer, self.refresh_hz, on_done=done).attach(*jobs))
+        self._active = list(run.jobs)
+        self._show(run.view)
 
     def stop(self) -> None:
         """Cancel the running action; whatever finished is kept."""
@@ -342,72 +344,38 @@ class Panel(widgets.VBox):
             raise TimeoutError("panel action still running")
         return self.last_result
 
+    def clear_history(self) -> None:
+        """Forget the run history."""
+        self.history.clear()
+        self._show_history()
+
     def history_text(self) -> str:
         """The run history as plain text."""
-        lines = ["mode      k   tok/s  accept  TTFT   finish"]
+        lines = ["mode      k   tok/s  e2e s  accept  TTFT   finish  prompt"]
         for r in self.history:
             acc = "" if r["acceptance"] is None else f"{r['acceptance']:.0%}"
             ttft = "" if r["ttft"] is None else f"{r['ttft']:.2f}"
             lines.append(
                 f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
-                f"{acc:>6} {ttft:>5}  {r['finish']}"
+                f"{r['e2e_s']:6.2f} {acc:>6} {ttft:>5}  {r['finish']:<7} {r['prompt'][:30]}"
             )
         return "\n".join(lines)
 
     def _show(self, view: LiveView) -> None:
         self._view = view
-        self.output.children = [view.widget]
+        self.output.children = [view.widget]  # replaces the last view, chart and all
 
-    def _record(self, req: Request, res: Result) -> None:
+    def _record(self, req: Request, res: Result, mode: str, k: int | None = None) -> None:
+        prompt = req.prompt if isinstance(req.prompt, str) else str(req.prompt[-1]["content"])
         self.history.append(
             {
-                "mode": req.mode,
-                "k": None if req.mode == "normal" else req.num_draft_tokens,
+                "prompt": " ".join(prompt.split()),
+                "mode": mode,
+                "k": None if mode == "normal" else (k or req.num_draft_tokens),
                 "tps": res.stats.generation_tps,
+                "e2e_s": res.stats.total_s,
                 "acceptance": res.stats.acceptance_rate,
                 "ttft": res.stats.ttft_s,
                 "finish": res.finish_reason,
             }
         )
-
-
-class SweepRenderer(StatesRenderer):
-    """Progress of a sweep: one line per run."""
-
-    def __init__(self, requests: list[Request]) -> None:
-        super().__init__(
-            [ViewState(model=r.model, mode=r.mode, k=r.num_draft_tokens) for r in requests]
-        )
-        self.requests = requests
-
-    def html(self) -> str:
-        """One line per run."""
-        rows = self._rows()
-        return (
-            f'{STYLE}<div class="mlxnb mlxnb-sweep">'
-            + "".join(f"<div>{escape(r)}</div>" for r in rows)
-            + "</div>"
-        )
-
-    def plain(self) -> str:
-        """One line per run."""
-        return "\n".join(self._rows())
-
-    def _rows(self) -> list[str]:
-        rows = []
-        for r, s in zip(self.requests, self.states):
-            name = "normal" if r.mode == "normal" else f"{r.mode} k={r.num_draft_tokens}"
-            f = s.finished
-            detail = (
-                f"{f.stats.generation_tps:.1f} tok/s"
-                + (
-                    f", acceptance {f.stats.acceptance_rate:.0%}"
-                    if f.stats.acceptance_rate is not None
-                    else ""
-                )
-                + f", {f.finish_reason}"
-                if f
-                else f"{s.state_label()}, {s.tokens} tokens"
-            )
-            rows.append(f"{name}: {detail}")
-        return rows

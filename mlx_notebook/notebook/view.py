@@ -116,6 +116,11 @@ class LiveView:
         for job in self._jobs:
             job.cancel()
 
+    def invalidate(self) -> None:
+        """Something other than an event changed what the renderer shows: redraw now."""
+        self._dirty = True
+        self.refresh()
+
     @property
     def done(self) -> bool:
         """Whether every job has finished."""

@@ -1,0 +1,267 @@
+"""Sweep: speculative decoding at several k, each repeated, against interleaved normal runs.
+
+The k values run in a shuffled order in every repeat, with a normal run after
+every two speculative ones. Each speculative run is compared with the normal
+runs on either side of it, so slow drift of the machine cancels out. "Best k"
+is named only when its interval lies above normal decoding.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+from ..engine.job import Result
+from ..engine.request import Request
+from .compare import METRICS, OK, speed
+from .frame import to_frame
+from .runs import RunSet
+from .stats import Ratio, geomean, ratio, spread
+
+GROUP = 2  # speculative runs between two normal runs
+
+
+def schedule(ks: list[int], repeats: int, seed: int | None = None) -> list[int | None]:
+    """The run order: k values (shuffled per repeat) with None (normal) interleaved."""
+    rng = random.Random(seed)
+    flat: list[int] = []
+    for _ in range(repeats):
+        block = list(ks)
+        rng.shuffle(block)
+        flat += block
+    order: list[int | None] = [None]
+    for i, k in enumerate(flat):
+        order.append(k)
+        if (i + 1) % GROUP == 0:
+            order.append(None)
+    if order[-1] is not None:
+        order.append(None)
+    return order
+
+
+@dataclass
+class SweepResult:
+    """Runs of a sweep.
+
+    Attributes:
+        runs: ``(k or None, result or None)`` per planned run, in run order
+            (None for normal decoding; None result while unfinished).
+        ks: The k values swept.
+        metric: ``"e2e"`` or ``"decode"``.
+    """
+
+    runs: list[tuple[int | None, Result | None]] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+    metric: str = "e2e"
+
+    def _ok(self, r: Result | None) -> bool:
+        return r is not None and r.finish_reason in OK and speed(r, self.metric) > 0
+
+    @property
+    def baseline(self) -> list[float]:
+        """The normal runs' speeds (by `metric`)."""
+        return [speed(r, self.metric) for k, r in self.runs if k is None and self._ok(r)]
+
+    def _ratios(self, k: int) -> list[float]:
+        out = []
+        for i, (kk, r) in enumerate(self.runs):
+            if kk != k or not self._ok(r):
+                continue
+            near = [self._neighbour(i, -1), self._neighbour(i, 1)]
+            near = [n for n in near if n is not None]
+            if near:
+                out.append(speed(r, self.metric) / geomean(near))
+        return out
+
+    def _neighbour(self, i: int, step: int) -> float | None:
+        j = i + step
+        while 0 <= j < len(self.runs):
+            k, r = self.runs[j]
+            if k is None:
+                return speed(r, self.metric) if self._ok(r) else None
+            j += step
+        return None
+
+    def speedup(self, k: int) -> Ratio | None:
+        """Speed at ``k`` over the bracketing normal runs, or None before a run finished."""
+        values = self._ratios(k)
+        return ratio(values) if values else None
+
+    def _spec(self, k: int) -> list[Result]:
+        return [r for kk, r in self.runs if kk == k and self._ok(r)]
+
+    @property
+    def rows(self) -> list[dict]:
+        """One dict per k: speed, speedup with its interval, acceptance by position."""
+        out = []
+        for k in self.ks:
+            runs = self._spec(k)
+            sp = self.speedup(k)
+            prop = sum(r.stats.draft_tokens_proposed for r in runs)
+            acc = sum(r.stats.draft_tokens_accepted for r in runs)
+            speeds = [speed(r, self.metric) for r in runs]
+            med, lo, hi = spread(speeds) if speeds else (None, None, None)
+            out.append(
+                {
+                    "k": k,
+                    "runs": len(runs),
+                    "tps": med,
+                    "tps_min": lo,
+                    "tps_max": hi,
+                    "speedup": None if sp is None else sp.median,
+                    "low": None if sp is None else sp.low,
+                    "high": None if sp is None else sp.high,
+                    "acceptance": acc / prop if prop else 0.0,
+                    "accepted": acc,
+                    "by_position": _by_position(runs, k),
+                }
+            )
+        return out
+
+    @property
+    def best_k(self) -> int | None:
+        """The k with the highest speedup among those whose interval lies above 1, or None."""
+        good = [r for r in self.rows if r["accepted"] and r["low"] is not None and r["low"] > 1]
+        return max(good, key=lambda r: r["speedup"])["k"] if good else None
+
+    def verdict_line(self) -> str:
+        """One line naming the best k, or saying that none beat normal decoding."""
+        best = self.best_k
+        metric = "end to end" if self.metric == "e2e" else "decode tok/s"
+        if best is None:
+            return "no k beat normal decoding here (no interval lay above 1)"
+        r = next(r for r in self.rows if r["k"] == best)
+        return (
+            f"best k = {best}: {r['speedup']:.2f}× {metric} "
+            f"(95% CI {r['low']:.2f}–{r['high']:.2f}×, acceptance {r['acceptance']:.0%})"
+        )
+
+    def run_rows(self) -> list[dict]:
+        """One dict per finished run."""
+        return [
+            {
+                "run": i + 1,
+                "k": k,
+                "role": "normal" if k is None else "speculative",
+                "decode_tps": r.stats.generation_tps,
+                "e2e_s": r.stats.total_s,
+                "e2e_tps": r.stats.e2e_tps,
+                "ttft_s": r.stats.ttft_s,
+                "tokens": r.stats.generation_tokens,
+                "proposed": r.stats.draft_tokens_proposed,
+                "accepted": r.stats.draft_tokens_accepted,
+                "finish_reason": r.finish_reason,
+            }
+            for i, (k, r) in enumerate(self.runs)
+            if r is not None
+        ]
+
+    def to_frame(self, per: str = "k"):
+        """A pandas DataFrame: one row per k (``per="k"``) or per run (``per="run"``)."""
+        return to_frame(self.rows if per == "k" else self.run_rows())
+
+
+def _by_position(runs: list[Result], k: int) -> list[float]:
+    prop, acc = [0] * k, [0] * k
+    for r in runs:
+        for i, n in enumerate(r.stats.proposed_by_position[:k]):
+            prop[i] += n
+        for i, n in enumerate(r.stats.accepted_by_position[:k]):
+            acc[i] += n
+    return [a / p if p else 0.0 for a, p in zip(acc, prop)]
+
+
+class Sweep:
+    """A running sweep: its jobs, and the result so far.
+
+    Args:
+        backend: Where to run.
+        request: A speculative request; ``num_draft_tokens`` is what varies.
+        ks: The k values (the cap, for adaptive draft sources).
+        repeats: Runs per k. Default: 3.
+        metric: ``"e2e"`` or ``"decode"``.
+        seed: Seed of the shuffle (None: a new order each time).
+    """
+
+    def __init__(
+        self,
+        backend,
+        request: Request,
+        ks=range(1, 9),
+        repeats: int = 3,
+        metric: str = "e2e",
+        seed: int | None = None,
+    ) -> None:
+        ks = sorted(set(ks))
+        if request.mode == "normal":
+            raise ValueError("draft: Sweep needs a draft source (a draft model or 'lookup')")
+        if not ks or any(not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
+            raise ValueError(f"ks: must be integers in 1..16 (got {ks!r})")
+        if not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats: must be a positive integer (got {repeats!r})")
+        if metric not in METRICS:
+            raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
+        self.request, self.ks, self.metric = request, ks, metric
+        self.order = schedule(ks, repeats, seed)
+        normal = replace(request, draft=None, reuse_cache=False)
+        reqs = [
+            normal if k is None else replace(request, num_draft_tokens=k, reuse_cache=False)
+            for k in self.order
+        ]
+        self.runs = RunSet(backend, reqs)
+
+    @property
+    def jobs(self):
+        """The submitted jobs, in run order."""
+        return self.runs.jobs
+
+    def start(self) -> Sweep:
+        """Check and submit every run."""
+        self.runs.start()
+        return self
+
+    def result(self) -> SweepResult:
+        """The sweep so far."""
+        return SweepResult(list(zip(self.order, self.runs.results())), self.ks, self.metric)
+
+    def cancel(self) -> None:
+        """Stop every run; what finished is kept."""
+        self.runs.cancel()
+
+    def wait(self, timeout: float | None = None) -> SweepResult:
+        """Block until every run ended (Ctrl-C stops them); return the result."""
+        self.runs.wait(timeout)
+        return self.result()
+
+
+def sweep(
+    prompt,
+    *,
+    ks=range(1, 9),
+    repeats: int = 3,
+    model: str = "default",
+    draft: str = "lookup",
+    metric: str = "e2e",
+    seed: int | None = None,
+    backend=None,
+    **fields,
+) -> SweepResult:
+    """Sweep the draft length k against normal decoding, blocking (Ctrl-C stops it).
+
+    Args:
+        prompt: A string or chat messages.
+        ks: The k values.
+        repeats: Runs per k.
+        model: Main model spec.
+        draft: ``"lookup"`` or a draft model spec.
+        metric: ``"e2e"`` (prefill included) or ``"decode"``.
+        seed: Seed of the run order's shuffle.
+        backend: Where to run; the process-wide engine by default.
+        **fields: Other `Request` fields.
+    """
+    if backend is None:
+        from ..engine.worker import Engine
+
+        backend = Engine.default()
+    req = Request(prompt, model=model, draft=draft, **fields)
+    return Sweep(backend, req, ks, repeats, metric, seed).start().wait()
