@@ -27,7 +27,13 @@ FIX = (
     "if mlx was already imported"
 )
 
-_state: dict = {"active": False, "path": None, "reason": "not attempted"}
+_state: dict = {
+    "active": False,
+    "path": None,
+    "reason": "not attempted",
+    "gemv": False,
+    "gemv_reason": "not attempted",
+}
 _warned = False
 
 
@@ -59,13 +65,44 @@ def preload() -> None:
             )
         return
     try:
-        ctypes.CDLL(paths[0], mode=ctypes.RTLD_GLOBAL)
+        blas = ctypes.CDLL(paths[0], mode=ctypes.RTLD_LOCAL)
     except OSError as exc:
         _state["reason"] = f"could not load {paths[0]}: {exc}"
         return
+    _load_gemv(blas)  # before OpenBLAS joins the global scope, so MLX binds to it
+    ctypes.CDLL(paths[0], mode=ctypes.RTLD_GLOBAL)  # promotes the loaded library
     _state.update(active=True, path=paths[0], reason="loaded before mlx.core")
 
 
+def _load_gemv(blas) -> None:
+    from . import _native
+
+    if not _native.fast_enabled():
+        _state["gemv_reason"] = f"off ({_native.FAST_ENV}=0)"
+        return
+    path, how = _native.build_gemv()
+    if path is None:
+        _state["gemv_reason"] = how
+        return
+    try:
+        sgemm = ctypes.cast(blas.cblas_sgemm, ctypes.c_void_p)
+        sgemv = ctypes.cast(blas.cblas_sgemv, ctypes.c_void_p)
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        lib.mlxnb_gemv_init(sgemm, sgemv)  # before anything can call it
+    except (OSError, AttributeError) as exc:
+        _state["gemv_reason"] = f"could not load {path.name}: {exc}"
+        return
+    lib.mlxnb_gemv_forwarded.restype = ctypes.c_long
+    _state.update(gemv=True, gemv_reason=f"single-row products use sgemv ({how})")
+    _state["_lib"] = lib
+
+
+def gemv_calls() -> int:
+    """Single-row products forwarded to sgemv so far (0 when the shim is not loaded)."""
+    lib = _state.get("_lib")
+    return int(lib.mlxnb_gemv_forwarded()) if lib is not None else 0
+
+
 def status() -> dict:
-    """``{"active": bool, "path": str | None, "reason": str}``."""
-    return dict(_state)
+    """``{"active", "path", "reason", "gemv", "gemv_reason"}``: OpenBLAS and the sgemv shim."""
+    return {k: v for k, v in _state.items() if not k.startswith("_")}

@@ -57,3 +57,38 @@ def test_warns_once_when_mlx_was_imported_first():
     if any(os.path.exists(p) for p in _blas.CANDIDATES):
         assert out.stderr.count("mlx.core was imported first") == 1
         assert "libopenblas0-pthread" in out.stderr
+
+
+@needs_openblas
+def test_single_row_products_go_to_sgemv_and_agree_with_numpy():
+    code = (
+        "import json, mlx_notebook, numpy as np; from mlx_notebook import _blas; "
+        "import mlx.core as mx; a = mx.random.normal((1, 576)); w = mx.random.normal((1536, 576)); "
+        "b = mx.random.normal((5, 576)); y = a @ w.T; z = b @ w.T; t = a @ w[:576].T.T; "
+        "mx.eval(y, z, t); n = _blas.gemv_calls(); "
+        "err = float(np.abs(np.array(y) - np.array(a) @ np.array(w).T).max()); "
+        "err2 = float(np.abs(np.array(t) - np.array(a) @ np.array(w[:576])).max()); "
+        "print(json.dumps([_blas.status(), n, err, err2]))"
+    )
+    status, n, err, err2 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
+    assert status["gemv"] is True and "sgemv" in status["gemv_reason"]
+    assert n == 2  # the two single-row products; the five-row one stays sgemm
+    assert err < 1e-3 and err2 < 1e-3
+
+
+def test_fast_path_off_by_env():
+    status = json.loads(run(SNIPPET, MLX_NOTEBOOK_FAST="0").stdout.splitlines()[0])
+    assert status["gemv"] is False and "MLX_NOTEBOOK_FAST=0" in status["gemv_reason"]
+
+
+@needs_openblas
+def test_no_compiler_means_no_fast_path_and_generation_still_works(tmp_path, tiny_dir):
+    code = (
+        "import json, mlx_notebook as mn; "
+        f"r = mn.generate('Hello', model={tiny_dir!r}, chat=False, max_tokens=3); "
+        "print(json.dumps([mn.Engine.default().info()['blas'], r.finish_reason]))"
+    )
+    out = run(code, MLX_NOTEBOOK_CACHE=str(tmp_path), CC="/bin/false", MLX_NOTEBOOK_BLAS="")
+    status, reason = json.loads(out.stdout.splitlines()[-1])
+    assert status["gemv"] is False and "building it failed" in status["gemv_reason"]
+    assert status["active"] is True and reason == "length"

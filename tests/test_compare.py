@@ -70,6 +70,9 @@ def test_both_figures_are_reported():
     res = result([(10, 20), (10, 20), (10, 20)])
     line = res.verdict_line()
     assert "end to end" in line and "decode 2.00×" in line
+    fig = res.figures_line()
+    assert "decode: normal 10.0 tok/s, speculative 20.0 tok/s" in fig
+    assert "end to end: normal 1.00 s, speculative 0.50 s" in fig
 
 
 def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):

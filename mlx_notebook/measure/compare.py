@@ -9,6 +9,7 @@ is "faster" only when the whole interval lies above 1.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, replace
 
 from ..engine.job import Result
@@ -230,6 +231,24 @@ class CompareResult:
             margin = "" if self.margin is None else f", top-2 logit margin there {self.margin:.3g}"
             parts.append(f"{label} differs at token {at}{margin}")
         return " · ".join(parts)
+
+    def figures_line(self) -> str:
+        """Medians of each side: decode tok/s, end-to-end seconds and TTFT."""
+        sides = [("normal", self.normal), ("speculative", self.speculative)]
+        bits = []
+        for what, get, fmt in (
+            ("decode", lambda s: s.generation_tps, "{:.1f} tok/s"),
+            ("end to end", lambda s: s.total_s, "{:.2f} s"),
+            ("TTFT", lambda s: s.ttft_s, "{:.2f} s"),
+        ):
+            vals = []
+            for name, runs in sides:
+                xs = [get(r.stats) for r in runs if r.finish_reason in OK and get(r.stats)]
+                if xs:
+                    vals.append(f"{name} {fmt.format(statistics.median(xs))}")
+            if vals:
+                bits.append(f"{what}: " + ", ".join(vals))
+        return "medians · " + " · ".join(bits) if bits else ""
 
     def summary(self) -> str:
         """The verdict line."""

@@ -70,6 +70,11 @@ def _fit_dtype(model) -> None:
     # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
     import mlx.core as mx
 
-    if on_cpu():
+    from . import cpu_fast
+
+    cpu = on_cpu()
+    if cpu:
         model.set_dtype(mx.float32)
         mx.eval(model.parameters())
+    changes = cpu_fast.apply(model, "cpu" if cpu else "gpu")
+    object.__setattr__(model, "_mlxnb_fast", changes)  # not a parameter: kept off the tree

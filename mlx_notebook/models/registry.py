@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .vocab import fingerprint
@@ -26,6 +26,7 @@ class LoadedModel:
         vocab_size: Tokens in the vocabulary.
         context_length: The context window from the model's config, or None.
         logits_size: Width of the model's output (may exceed ``vocab_size``).
+        fast_path: Modules the CPU fast path swapped, e.g. ``["61 RMSNorm"]``.
     """
 
     name: str
@@ -38,6 +39,7 @@ class LoadedModel:
     vocab_size: int
     context_length: int | None = None
     logits_size: int | None = None
+    fast_path: list[str] = field(default_factory=list)
 
 
 class Registry:
@@ -150,6 +152,7 @@ class Registry:
                     "memory_mb": round(m.nbytes / 2**20, 1),
                     "dtype": m.dtype,
                     "vocab_size": m.vocab_size,
+                    "fast_path": m.fast_path,
                 }
                 for m in self._models.values()
             ]
@@ -228,4 +231,5 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         len(vocab),
         context_length=int(context) if isinstance(context, int) and context > 0 else None,
         logits_size=getattr(args, "vocab_size", None) or getattr(model, "vocab_size", None),
+        fast_path=list(getattr(model, "_mlxnb_fast", None) or []),
     )

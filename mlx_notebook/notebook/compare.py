@@ -103,7 +103,8 @@ class CompareRenderer:
             return f'<div class="verdict">{line}{progress}</div>'
         cls = "ok" if res.identical else ("bad" if res.identical is False else "")
         line = escape(res.verdict_line())
-        return f'<div class="verdict"><span class="{cls}"></span>{line}{progress}</div>'
+        figures = f'<div class="legend">{escape(res.figures_line())}</div>'
+        return f'<div class="verdict"><span class="{cls}"></span>{line}{progress}</div>{figures}'
 
 
 class CompareRun:

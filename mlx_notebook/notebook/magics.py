@@ -297,10 +297,12 @@ def format_status(info: dict) -> str:
         f"{info['running'] if info['running'] is not None else 'none'}; queued: {info['queued']}",
         f"device: {info['device']}",
         f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
+        f"CPU fast path: {'on' if blas.get('gemv') else 'off'} ({blas.get('gemv_reason', '')})",
         "models:" if info["models"] else "models: none loaded",
     ]
     for m in info["models"]:
-        lines.append(f"  {m['name']}  {m['dtype']}  {m['memory_mb']} MB")
+        fast = f"  fast path: {', '.join(m['fast_path'])}" if m.get("fast_path") else ""
+        lines.append(f"  {m['name']}  {m['dtype']}  {m['memory_mb']} MB{fast}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,62 @@
+"""Build, once, the small native library of the CPU fast path (see ``_gemv.c``).
+
+Compiled with the system C compiler into the cache folder, keyed by the
+source's hash, and written atomically. No compiler, no fast path: generation
+then runs exactly as in mlx-lm, and ``%mlx status`` says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+FAST_ENV = "MLX_NOTEBOOK_FAST"
+SOURCE = Path(__file__).with_name("_gemv.c")
+
+
+def fast_enabled() -> bool:
+    """Whether the CPU fast path is wanted (``MLX_NOTEBOOK_FAST=0`` turns it off)."""
+    return os.environ.get(FAST_ENV, "1") != "0"
+
+
+def _cache_dir() -> Path:
+    return (
+        Path(os.environ.get("MLX_NOTEBOOK_CACHE") or Path.home() / ".cache" / "mlx_notebook")
+        / "native"
+    )
+
+
+def build_gemv() -> tuple[Path | None, str]:
+    """Path of the built library (building it if needed), or None and the reason."""
+    src = SOURCE.read_bytes()
+    key = hashlib.sha1(src).hexdigest()[:12]
+    out = _cache_dir() / f"libmlxnb_gemv-{key}.so"
+    if out.is_file():
+        return out, "cached"
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None, "no C compiler to build it (install gcc)"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    try:
+        res = subprocess.run(
+            [cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if res.returncode != 0:
+            first = (res.stderr.strip().splitlines() or ["failed"])[0][:200]
+            return None, f"building it failed: {first}"
+        os.replace(tmp, out)  # atomic: readers see all or nothing
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"building it failed: {exc}"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out, "built"
