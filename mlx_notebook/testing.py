@@ -119,6 +119,7 @@ class ScriptedModel:
         rule: ``(position, token) -> next token``.
         delay_s: Sleep per forward call, to make cancel timing observable.
         token_delay_s: Extra sleep per input token, so prefill cost grows with length.
+        pos_delay_s: Extra sleep per input token per earlier token, as attention costs.
         fail_at: Raise RuntimeError when a forward call reaches this position.
     """
 
@@ -129,6 +130,7 @@ class ScriptedModel:
         delay_s: float = 0.0,
         token_delay_s: float = 0.0,
         fail_at: int | None = None,
+        pos_delay_s: float = 0.0,
     ) -> None:
         import mlx.nn as nn
 
@@ -136,6 +138,7 @@ class ScriptedModel:
         self.rule = rule
         self.delay_s = delay_s
         self.token_delay_s = token_delay_s
+        self.pos_delay_s = pos_delay_s
         self.fail_at = fail_at
         self.layers = [nn.Identity()]  # one KV cache slot
         self.calls = 0
@@ -153,10 +156,12 @@ class ScriptedModel:
 
         self.calls += 1
         ids = inputs[0].tolist()
-        if self.delay_s or self.token_delay_s:
-            time.sleep(self.delay_s + self.token_delay_s * len(ids))
         c = cache[0]
         start = c.offset
+        n = len(ids)
+        wait = self.delay_s + self.token_delay_s * n + self.pos_delay_s * n * (start + n / 2)
+        if wait:
+            time.sleep(wait)
         if self.fail_at is not None and start + len(ids) > self.fail_at:
             raise RuntimeError(f"scripted failure at position {self.fail_at}")
         kv = mx.zeros((1, 1, len(ids), 1))

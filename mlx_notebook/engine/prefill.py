@@ -1,13 +1,25 @@
-"""Prompt prefill in chunks sized by time, with cancel points between chunks.
+"""Prompt prefill in chunks sized by throughput and time, with cancel points between chunks.
 
 MLX cannot abort a graph in flight, so one chunk's compute bounds the cancel
-latency. The first chunk is small and timed; later chunks are sized so each
-takes about ``target_s``.
+latency: a chunk must fit the time target. Within that bound, bigger chunks
+amortize the fixed cost of a forward pass (reading every weight), but attention
+makes each token of a chunk dearer the longer the chunk: on a CPU, one chunk
+of 1,500 tokens runs slower than chunks of 128. A per-model cost model, learned
+from every chunk any job prefills, gives both limits:
+
+    t(n, p) = g + a * n + b * n * (p + n / 2)
+
+for a chunk of ``n`` tokens starting at position ``p``: a fixed cost ``g``,
+per-token compute ``a``, and attention ``b`` over the tokens before each one.
+Throughput ``n / t`` peaks at ``n* = sqrt(2 g / b)``; the time target caps ``n``
+where ``t`` reaches it. A new model's first chunk is small, to measure it.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import mlx.core as mx
@@ -18,32 +30,141 @@ CancelCheck = Callable[[], None]
 Progress = Callable[[int, int], None]
 
 
-class ChunkSizer:
-    """Picks the next prefill chunk length from the last chunk's speed.
+class PrefillProfile:
+    """What prefill chunks cost on one model, fitted from recent observations.
 
     Args:
-        target_s: Wanted seconds per chunk.
-        first: Length of the first, measuring chunk.
-        lo: Smallest chunk.
-        hi: Largest chunk (bounds memory of the attention scores).
+        keep: Observations kept (the most recent).
     """
 
-    # Attention makes later tokens dearer than the last chunk's rate says, so aim
-    # a little low and at most double per chunk.
+    def __init__(self, keep: int = 64) -> None:
+        self.obs: deque[tuple[int, int, float]] = deque(maxlen=keep)
+        self.coef: tuple[float, float, float] | None = None
+
+    def observe(self, n: int, pos: int, seconds: float) -> None:
+        """Record a chunk of ``n`` tokens at position ``pos`` that took ``seconds``."""
+        self.obs.append((n, pos, seconds))
+        self.coef = self._fit()
+
+    def predict(self, n: int, pos: int) -> float | None:
+        """Seconds for a chunk of ``n`` tokens at ``pos``, or None before a fit."""
+        if self.coef is None:
+            return None
+        g, a, b = self.coef
+        return g + a * n + b * n * (pos + n / 2)
+
+    def best(self) -> float:
+        """The chunk length of highest throughput (inf when attention looks free)."""
+        if self.coef is None:
+            return math.inf
+        g, _, b = self.coef
+        return math.sqrt(2 * g / b) if b > 0 else math.inf
+
+    def largest_within(self, seconds: float, pos: int) -> float | None:
+        """The longest chunk at ``pos`` predicted to take at most ``seconds``."""
+        if self.coef is None:
+            return None
+        g, a, b = self.coef
+        room = seconds - g
+        if room <= 0:
+            return 1.0
+        lin = a + b * pos
+        if b <= 0:
+            return room / lin if lin > 0 else math.inf
+        # b/2 n^2 + lin n - room = 0
+        return (-lin + math.sqrt(lin * lin + 2 * b * room)) / b
+
+    def _fit(self) -> tuple[float, float, float] | None:
+        # Least squares on [1, n, n (p + n/2)], coefficients kept non-negative.
+        rows = [(1.0, float(n), n * (p + n / 2)) for n, p, _ in self.obs]
+        ys = [t for _, _, t in self.obs]
+        if len({n for n, _, _ in self.obs}) < 2:
+            n, _, t = self.obs[-1]
+            return (0.0, t / n, 0.0)  # one size seen: all per-token, for now
+        best, best_err = None, math.inf
+        for keep in _SUBSETS:  # non-negative least squares by trying every subset of terms
+            coef = _lstsq([[r[i] for i in keep] for r in rows], ys)
+            if coef is None or any(c < 0 for c in coef):
+                continue
+            full = [0.0, 0.0, 0.0]
+            for i, c in zip(keep, coef):
+                full[i] = c
+            err = sum((sum(f * x for f, x in zip(full, r)) - y) ** 2 for r, y in zip(rows, ys))
+            if err < best_err:
+                best, best_err = tuple(full), err
+        return best
+
+
+_SUBSETS = [(0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)]
+
+
+def _lstsq(rows: list[list[float]], ys: list[float]) -> list[float] | None:
+    k = len(rows[0])
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(k)]
+    # Gaussian elimination with partial pivoting; k <= 3.
+    m = [ata[i] + [aty[i]] for i in range(k)]
+    for c in range(k):
+        p = max(range(c, k), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-18:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(k):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][k] / m[i][i] for i in range(k)]
+
+
+class ChunkSizer:
+    """Picks prefill chunk lengths from the model's cost profile and the time target.
+
+    Args:
+        target_s: Most seconds per chunk (what a Stop may have to wait).
+        profile: The model's shared profile; a private one when None.
+        first: Length of the first chunk for a model not yet measured.
+        lo: Smallest chunk.
+        hi: Largest chunk (bounds the memory of the attention scores).
+    """
+
+    # Aim under the target: one chunk's time varies with the machine's load.
     MARGIN = 0.8
-    GROWTH = 2.0
 
-    def __init__(self, target_s: float = 0.25, first: int = 8, lo: int = 1, hi: int = 2048):
+    def __init__(
+        self,
+        target_s: float = 0.25,
+        profile: PrefillProfile | None = None,
+        first: int = 8,
+        lo: int = 1,
+        hi: int = 2048,
+    ) -> None:
         self.target_s, self.lo, self.hi = target_s, lo, hi
-        self.size = max(lo, min(first, hi))
+        self.profile = profile if profile is not None else PrefillProfile()
+        self.first = max(lo, min(first, hi))
         self.largest = 0  # the largest chunk used, for the stats
+        self._last = 0
 
-    def observe(self, n: int, seconds: float) -> None:
-        """Record that ``n`` tokens took ``seconds``; resize the next chunk."""
+    def size_at(self, pos: int) -> int:
+        """The next chunk's length when prefilling from position ``pos``."""
+        p = self.profile
+        fit = p.largest_within(self.target_s * self.MARGIN, pos)
+        if fit is None:
+            return self.first
+        want = min(fit, p.best(), self.hi)
+        if self._last:  # within a prefill, grow at most 4x per chunk: the fit may be young
+            want = min(want, 4 * self._last)
+        return int(max(self.lo, want))
+
+    @property
+    def size(self) -> int:
+        """The next chunk's length at position 0."""
+        return self.size_at(0)
+
+    def observe(self, n: int, seconds: float, pos: int = 0) -> None:
+        """Record that ``n`` tokens at ``pos`` took ``seconds``."""
         self.largest = max(self.largest, n)
-        rate = n / max(seconds, 1e-6)
-        want = min(rate * self.target_s * self.MARGIN, self.GROWTH * max(n, self.size))
-        self.size = int(max(self.lo, min(self.hi, want)))
+        self._last = n
+        self.profile.observe(n, pos, seconds)
 
 
 def prefill(
@@ -68,11 +189,11 @@ def prefill(
     check()
     while len(seq.tokens) < end:
         start = len(seq.tokens)
-        chunk = tokens[start : min(end, start + sizer.size)]
+        chunk = tokens[start : min(end, start + sizer.size_at(start))]
         t0 = time.perf_counter()
         seq.forward(chunk)
         mx.eval([c.state for c in seq.cache])
-        sizer.observe(len(chunk), time.perf_counter() - t0)
+        sizer.observe(len(chunk), time.perf_counter() - t0, start)
         mx.clear_cache()
         progress(len(seq.tokens), total)
         check()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from .prefill import PrefillProfile
 from .sequence import CachedSequence, common_prefix
 
 
@@ -50,3 +52,16 @@ class PromptCache:
     def clear(self) -> None:
         """Drop the stored cache."""
         self._seq = None
+
+
+@dataclass
+class ModelState:
+    """What the engine keeps per loaded model between jobs (dropped with the model).
+
+    Attributes:
+        cache: Its reusable KV cache.
+        prefill: What its prefill chunks cost, for sizing them.
+    """
+
+    cache: PromptCache = field(default_factory=PromptCache)
+    prefill: PrefillProfile = field(default_factory=PrefillProfile)

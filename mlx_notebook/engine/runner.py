@@ -15,7 +15,7 @@ from .events import Finished, Notice, PrefillProgress, Stats, Token
 from .job import Job
 from .prefill import ChunkSizer, prefill
 from .prompt import check_top_k, encode_prompt, fit_context
-from .prompt_cache import PromptCache
+from .prompt_cache import ModelState, PromptCache
 from .sequence import CachedSequence
 from .speculative import DraftCounters, speculative_tokens
 from .stops import StopMatcher
@@ -25,7 +25,7 @@ def run_job(
     job: Job,
     main,
     draft,
-    cache_for: Callable[[object], PromptCache],
+    state_for: Callable[[object], ModelState],
     stream,
     safe_point: Callable[[], None] = lambda: None,
 ) -> Finished:
@@ -35,7 +35,7 @@ def run_job(
         job: The job; events other than `Finished` are emitted here.
         main: Loaded main model (``.model``, ``.tokenizer``).
         draft: Loaded draft model, or None.
-        cache_for: Returns the `PromptCache` of a loaded model.
+        state_for: Returns the `ModelState` (prompt cache, prefill profile) of a model.
         stream: The worker's MLX stream.
         safe_point: Called at every cancel point while the caches are consistent
             (the engine runs pending calls there).
@@ -81,18 +81,22 @@ def run_job(
         if req.repetition_penalty not in (None, 1, 1.0):
             processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
 
-        main_cache = cache_for(main)
+        main_state = state_for(main)
+        main_cache = main_state.cache
         seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
         source: DraftSource | None = None
         if req.mode == "lookup":
             source = PromptLookup(req.lookup_ngram)
         elif req.mode == "draft":
-            draft_cache = cache_for(draft)
+            draft_state = state_for(draft)
+            draft_cache = draft_state.cache
             dseq, _ = draft_cache.fetch(draft.model, prompt, req.reuse_cache)
             seqs.append((draft_cache, dseq))
-            source = DraftModel(dseq, sampler, ChunkSizer(req.prefill_target_s))
-        sizer = ChunkSizer(req.prefill_target_s)
+            source = DraftModel(
+                dseq, sampler, ChunkSizer(req.prefill_target_s, draft_state.prefill)
+            )
+        sizer = ChunkSizer(req.prefill_target_s, main_state.prefill)
         prefill(
             seq,
             prompt,

@@ -21,7 +21,7 @@ from .errors import EngineClosed, IncompatibleDraft, describe, detach_frames
 from .events import Finished, Loading, Queued, Started
 from .job import Job, Result
 from .prompt import check_top_k, encode_prompt, fit_context
-from .prompt_cache import PromptCache
+from .prompt_cache import ModelState
 from .request import Request
 
 log = logging.getLogger("mlx_notebook")
@@ -76,7 +76,7 @@ class Engine:
         self._closed = False
         self._death: str | None = None
         self._ids = itertools.count(1)
-        self._caches: dict[str, PromptCache] = {}
+        self._state: dict[str, ModelState] = {}
         self._device = "unknown"
         self._thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)
         _engines.add(self)
@@ -309,7 +309,7 @@ class Engine:
         return "" if r is None else f"job {r.id} on {r.request.model}"
 
     def _forget(self, name: str) -> None:
-        self._caches.pop(name, None)
+        self._state.pop(name, None)
 
     def _service_calls(self) -> None:
         """Run the pending calls (worker thread only, at a safe point)."""
@@ -374,7 +374,7 @@ class Engine:
                 fut.set_exception(EngineClosed(self._closed_reason()))
         try:
             self.registry.clear()
-            self._caches.clear()
+            self._state.clear()
             import mlx.core as mx
 
             if hasattr(mx, "clear_streams"):
@@ -401,7 +401,7 @@ class Engine:
                     draft = self._load(job, job.request.draft, pin=main.name, draft=True)
                     _require_same_vocab(main, draft)
                 with wired_limit(main.model, [stream]):  # raises the limit on Metal only
-                    final = run_job(job, main, draft, self._cache_for, stream, self._service_calls)
+                    final = run_job(job, main, draft, self._state_for, stream, self._service_calls)
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             final = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
         job.emit(final)
@@ -419,10 +419,10 @@ class Engine:
             # Say which option named the model that failed.
             raise type(exc)(f"draft (--draft): {str(exc).removeprefix('model: ')}") from None
 
-    def _cache_for(self, loaded: LoadedModel) -> PromptCache:
+    def _state_for(self, loaded: LoadedModel) -> ModelState:
         if self.registry.peek(loaded.name) is not loaded:
-            return PromptCache()  # unloaded while the job ran: keep nothing for it
-        return self._caches.setdefault(loaded.name, PromptCache())
+            return ModelState()  # unloaded while the job ran: keep nothing for it
+        return self._state.setdefault(loaded.name, ModelState())
 
 
 def _emit_all(moves: list[tuple[Job, Queued]]) -> None:

@@ -62,37 +62,67 @@ def _rotate_halves(x, cos, sin):
 _ROTATE = {True: mx.compile(_rotate_traditional), False: mx.compile(_rotate_halves)}
 
 
+class RopeTable:
+    """cos and sin of every position's angles for one RoPE configuration, grown on demand.
+
+    Args:
+        dims: Rotated feature dimensions.
+        base: Frequency base.
+        scale: Position scale.
+    """
+
+    def __init__(self, dims: int, base: float, scale: float) -> None:
+        self.dims, self.base, self.scale = dims, base, scale
+        self.size = 0
+        self.grow(2048)
+
+    def grow(self, need: int) -> None:
+        """Cover positions up to ``need`` (at least doubling)."""
+        if need <= self.size:
+            return
+        size = max(need, 2 * self.size)
+        inv = 1.0 / (self.base ** (mx.arange(0, self.dims, 2, dtype=mx.float32) / self.dims))
+        theta = (mx.arange(size, dtype=mx.float32) * self.scale)[:, None] * inv[None, :]
+        self.cos, self.sin = mx.cos(theta), mx.sin(theta)
+        mx.eval(self.cos, self.sin)
+        self.size = size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the two tables."""
+        return self.cos.nbytes + self.sin.nbytes
+
+
 class TableRoPE(nn.Module):
-    """``nn.RoPE`` from a cos/sin table of every position (grown on demand).
+    """``nn.RoPE`` from a cos/sin table of every position.
 
     Args:
         dims: Rotated feature dimensions (the rest pass through).
         traditional: Rotate adjacent pairs (True) or the two halves.
         base: Frequency base.
         scale: Position scale.
+        table: A table to share (layers of one model share one); a new one when None.
     """
 
-    def __init__(self, dims: int, traditional: bool, base: float, scale: float) -> None:
+    def __init__(
+        self,
+        dims: int,
+        traditional: bool,
+        base: float,
+        scale: float,
+        table: RopeTable | None = None,
+    ) -> None:
         super().__init__()
         self.dims, self.traditional, self.base, self.scale = dims, traditional, base, scale
-        self._size = 0
-        self._grow(2048)
-
-    def _grow(self, need: int) -> None:
-        size = max(need, 2 * self._size)
-        inv = 1.0 / (self.base ** (mx.arange(0, self.dims, 2, dtype=mx.float32) / self.dims))
-        theta = (mx.arange(size, dtype=mx.float32) * self.scale)[:, None] * inv[None, :]
-        self._cos, self._sin = mx.cos(theta), mx.sin(theta)
-        mx.eval(self._cos, self._sin)
-        self._size = size
+        self._table = table or RopeTable(dims, base, scale)
 
     def __call__(self, x: mx.array, offset: int = 0) -> mx.array:
         """Rotate ``x`` (..., L, D) for positions ``offset`` .. ``offset + L - 1``."""
         n = x.shape[-2]
-        if offset + n > self._size:
-            self._grow(offset + n)
-        cos = self._cos[offset : offset + n].astype(x.dtype)
-        sin = self._sin[offset : offset + n].astype(x.dtype)
+        t = self._table
+        t.grow(offset + n)
+        cos = t.cos[offset : offset + n].astype(x.dtype)
+        sin = t.sin[offset : offset + n].astype(x.dtype)
         rotate = _ROTATE[self.traditional]
         if self.dims == x.shape[-1]:
             return rotate(x, cos, sin)
@@ -100,23 +130,26 @@ class TableRoPE(nn.Module):
         return mx.concatenate([head, x[..., self.dims :]], axis=-1)
 
 
-def _replacement(module):
+def _replacement(module, tables: dict):
     if isinstance(module, nn.RMSNorm):
         return FusedRMSNorm(module.weight, module.eps)
     if type(module) is nn.RoPE:  # subclasses (scaled variants) compute other things
-        return TableRoPE(module.dims, module.traditional, module.base, module.scale)
+        key = (module.dims, module.base, module.scale)
+        if key not in tables:
+            tables[key] = RopeTable(*key)
+        return TableRoPE(module.dims, module.traditional, *key[1:], table=tables[key])
     return None
 
 
-def _swap(module, counts: dict) -> None:
+def _swap(module, counts: dict, tables: dict) -> None:
     for name, child in module.children().items():
         items = enumerate(child) if isinstance(child, list) else [(None, child)]
         for i, sub in items:
             if not isinstance(sub, nn.Module):
                 continue
-            new = _replacement(sub)
+            new = _replacement(sub, tables)
             if new is None:
-                _swap(sub, counts)
+                _swap(sub, counts, tables)
                 continue
             counts[type(sub).__name__] = counts.get(type(sub).__name__, 0) + 1
             if i is None:
@@ -138,5 +171,11 @@ def apply(model, device: str) -> list[str]:
     if device != "cpu" or not fast_enabled():
         return []
     counts: dict[str, int] = {}
-    _swap(model, counts)
+    _swap(model, counts, {})
     return [f"{n} {name}" for name, n in sorted(counts.items())]
+
+
+def buffer_bytes(model) -> int:
+    """Bytes the fast path added to ``model`` beside its parameters (the RoPE tables)."""
+    tables = {id(m._table): m._table for _, m in model.named_modules() if isinstance(m, TableRoPE)}
+    return sum(t.nbytes for t in tables.values())

@@ -20,7 +20,7 @@ class LoadedModel:
         model: The mlx-lm model.
         tokenizer: mlx-lm's `TokenizerWrapper`.
         path: Where it was loaded from, if local.
-        nbytes: Bytes of its parameters.
+        nbytes: Bytes of its parameters and of the CPU fast path's tables.
         dtype: Dtype of its first floating parameter, e.g. ``float32``.
         vocab_key: Fingerprint of the vocabulary, for draft compatibility.
         vocab_size: Tokens in the vocabulary.
@@ -216,6 +216,10 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
 
     params = tree_flatten(model.parameters())
     nbytes = sum(v.nbytes for _, v in params)
+    if getattr(model, "_mlxnb_fast", None):
+        from .cpu_fast import buffer_bytes
+
+        nbytes += buffer_bytes(model)
     dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")
     vocab = tokenizer.get_vocab()
     args = getattr(model, "args", None)

@@ -1,0 +1,251 @@
+"""CPU decode and prefill, side by side: our engine (fast path on and off), mlx-lm, llama.cpp.
+
+Usage:
+    python benchmarks/bench_cpu.py [--rounds 5] [--llama-python PYTHON]
+
+Every configuration runs in a process of its own (the fast path is process-wide),
+and each round runs them all in a rotated order, so drift of a shared machine
+hits all of them alike. Figures are medians over rounds with min-max, and ratios
+are taken round by round (paired), then their median.
+
+- ours (fast path on / off): the engine on the bundled default model (float32).
+- mlx-lm: ``mlx_lm.stream_generate`` on the same converted float32 weights, with
+  OpenBLAS loaded as in the engine and no fast path.
+- llama.cpp: llama-cpp-python with 2 threads, on an f32 copy of the same GGUF
+  (written here with the ``gguf`` package) and on the Q4_1 file as shipped. It is
+  optional (the ``bench`` extra, ~10 minutes to compile); ``--llama-python`` points
+  at another interpreter that has it.
+
+Also printed: this machine's memory read bandwidth (numpy), the decode limit it
+implies for the float32 weights, and Stop latency mid-prefill (20 random cancels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+DECODE_PROMPT = "Describe a rainy afternoon in a small town."
+ROOT = Path(__file__).resolve().parent.parent
+
+OURS = r"""
+import json, random, sys, time
+import mlx_notebook
+from mlx_notebook.engine import Engine, Request
+prompt_text, n, stops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+eng = Engine.default()
+eng.submit(Request("hi", max_tokens=2)).result()
+r = eng.submit(Request(prompt_text, max_tokens=n, reuse_cache=False)).result()
+out = {"decode": r.stats.generation_tps, "ids": r.token_ids}
+tok = eng.registry.peek("default").tokenizer
+long_prompt = tok.decode(tok.encode(open(sys.argv[4]).read())[:1500])
+r = eng.submit(Request(long_prompt, chat=False, max_tokens=1, reuse_cache=False)).result()
+out["prefill"], out["chunk"] = r.stats.prompt_tps, r.stats.prefill_chunk
+lat = []
+for _ in range(stops):
+    job = eng.submit(Request(long_prompt, chat=False, max_tokens=1, reuse_cache=False))
+    next(e for e in job.events(detach=True) if type(e).__name__ == "PrefillProgress")
+    time.sleep(random.uniform(0.0, 6.0))
+    t0 = time.perf_counter()
+    job.cancel()
+    job.wait()
+    if job.finished.finish_reason == "cancelled":
+        lat.append(time.perf_counter() - t0)
+out["stop"] = lat
+out["fast"] = eng.info()["blas"]["gemv"]
+print(json.dumps(out))
+"""
+
+MLX_LM = r"""
+import json, sys
+import mlx_notebook  # OpenBLAS, as the engine has it (MLX_NOTEBOOK_FAST=0: no fast path)
+import mlx.core as mx
+from mlx_lm import load, stream_generate
+from mlx_lm.sample_utils import make_sampler
+path, prompt_text, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, tok = load(path)
+model.set_dtype(mx.float32)
+msgs = [{"role": "user", "content": prompt_text}]
+ids = tok.apply_chat_template(msgs, add_generation_prompt=True)
+for r in stream_generate(model, tok, ids, max_tokens=n, sampler=make_sampler(0.0)):
+    pass
+out = {"decode": r.generation_tps}
+long_ids = tok.encode(open(sys.argv[4]).read())[:1500]
+for r in stream_generate(model, tok, long_ids, max_tokens=1):
+    pass
+out["prefill"] = r.prompt_tps
+print(json.dumps(out))
+"""
+
+LLAMA = r"""
+import json, sys, time
+from llama_cpp import Llama
+path, n = sys.argv[1], int(sys.argv[2])
+llm = Llama(model_path=path, n_threads=2, n_threads_batch=2, n_ctx=2048, n_batch=512,
+            verbose=False)
+msgs = [{"role": "user", "content": sys.argv[3]}]
+t_first = None
+count = 0
+for chunk in llm.create_chat_completion(msgs, max_tokens=n, temperature=0.0, stream=True):
+    if chunk["choices"][0]["delta"].get("content"):
+        count += 1
+        if t_first is None:
+            t_first = time.perf_counter()
+t_end = time.perf_counter()
+out = {"decode": (count - 1) / (t_end - t_first)}
+long_ids = llm.tokenize(open(sys.argv[4]).read().encode())[:1500]
+llm.reset()
+t0 = time.perf_counter()
+llm.eval(long_ids)
+out["prefill"] = len(long_ids) / (time.perf_counter() - t0)
+print(json.dumps(out))
+"""
+
+
+def f32_gguf(src: Path, dst: Path) -> Path:
+    """An f32 copy of a GGUF file: every quantized tensor dequantized, metadata kept."""
+    if dst.is_file():
+        return dst
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(name, field.contents(), vtype, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(name, field.contents(), vtype)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for t in reader.tensors:
+        data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        shape = [int(d) for d in reversed(t.shape)]  # GGUF lists dimensions fastest first
+        writer.add_tensor(t.name, data.reshape(shape))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def bandwidth_gbs() -> float:
+    """Memory read bandwidth: the best of several sums over a 512 MB array."""
+    import time
+
+    import numpy as np
+
+    a = np.ones(128 * 2**20, dtype=np.float32)
+    best = 0.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a.sum()
+        best = max(best, a.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def run(cmd, env=None) -> dict:
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=900
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def fmt(xs: list[float], unit: str) -> str:
+    med = statistics.median(xs)
+    return f"{med:7.1f} {unit} (min {min(xs):.1f}, max {max(xs):.1f}, n={len(xs)})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--stops", type=int, default=4, help="random Stops per engine process")
+    ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    args = ap.parse_args()
+
+    import mlx_notebook  # noqa: F401 - OpenBLAS first
+    from mlx_notebook.models.default import default_gguf
+    from mlx_notebook.models.gguf import cache_root, convert_gguf
+
+    q41 = default_gguf()
+    mlx_dir = convert_gguf(q41, "f32")
+    text = ROOT / "README.md"
+    py = sys.executable
+    configs = {
+        "ours, fast path on": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), str(args.stops),
+                                str(text)], {"MLX_NOTEBOOK_FAST": "1"}),
+        "ours, fast path off": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), "0",
+                                 str(text)], {"MLX_NOTEBOOK_FAST": "0"}),
+        "mlx-lm": ([py, "-c", MLX_LM, str(mlx_dir), DECODE_PROMPT, str(args.tokens), str(text)],
+                   {"MLX_NOTEBOOK_FAST": "0"}),
+    }  # fmt: skip
+    llama_py = args.llama_python
+    if llama_py is None:
+        try:
+            import llama_cpp  # noqa: F401
+
+            llama_py = py
+        except ImportError:
+            print("llama-cpp-python not installed (pip install '.[bench]'): llama.cpp skipped")
+    if llama_py:
+        f32 = f32_gguf(q41, cache_root() / "bench" / "SmolLM2-135M-Instruct.f32.gguf")
+        for name, path in (("llama.cpp f32", f32), ("llama.cpp Q4_1", q41)):
+            cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), DECODE_PROMPT, str(text)]
+            configs[name] = (cmd, {})
+    names = list(configs)
+    results: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            cmd, env = configs[name]
+            results[name].append(run(cmd, env))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    gbs = bandwidth_gbs()
+    weights = sum(p.stat().st_size for p in Path(mlx_dir).glob("*.safetensors"))
+    print(f"\nDecode ({args.tokens} tokens, greedy), tok/s, median over {args.rounds} rounds:")
+    for name in names:
+        print(f"  {name:22s} {fmt([x['decode'] for x in results[name]], 'tok/s')}")
+    print("\nPrefill of a 1,500-token prompt, tok/s:")
+    for name in names:
+        print(f"  {name:22s} {fmt([x['prefill'] for x in results[name]], 'tok/s')}")
+
+    def ratio(a: str, b: str, key: str) -> str:
+        rs = [x[key] / y[key] for x, y in zip(results[a], results[b])]
+        return f"{statistics.median(rs):.2f}x (min {min(rs):.2f}, max {max(rs):.2f})"
+
+    print("\nPaired ratios (round by round):")
+    print(f"  decode, fast path on / off:      {ratio(names[0], names[1], 'decode')}")
+    print(f"  decode, ours / mlx-lm:           {ratio(names[0], 'mlx-lm', 'decode')}")
+    if "llama.cpp f32" in results:
+        print(f"  decode, ours / llama.cpp f32:    {ratio(names[0], 'llama.cpp f32', 'decode')}")
+        print(f"  decode, ours / llama.cpp Q4_1:   {ratio(names[0], 'llama.cpp Q4_1', 'decode')}")
+    print(f"  prefill, ours / mlx-lm:          {ratio(names[0], 'mlx-lm', 'prefill')}")
+    same = all(x["ids"] == y["ids"] for x, y in zip(results[names[0]], results[names[1]]))
+    print(f"  greedy tokens, fast path on == off: {same}")
+    stops = [s * 1e3 for x in results[names[0]] for s in x["stop"]]
+    if stops:
+        print(
+            f"\nStop mid-prefill (fast path on, {len(stops)} random cancels): median "
+            f"{statistics.median(stops):.0f} ms, max {max(stops):.0f} ms; largest chunk "
+            f"{max(x['chunk'] for x in results[names[0]])} tokens"
+        )
+    print(
+        f"\nMemory read bandwidth (numpy sum, best of 5): {gbs:.1f} GB/s; float32 weights "
+        f"{weights / 1e6:.0f} MB per token -> decode limit {gbs * 1e9 / weights:.1f} tok/s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Prefill chunk sizing: the cost model, its two limits, and Stop during a long prefill."""
+
+import math
+import random
+import time
+
+import pytest
+
+from mlx_notebook.engine import Request
+from mlx_notebook.engine.prefill import ChunkSizer, PrefillProfile
+
+
+def cost(n, p, g=0.02, a=1e-3, b=2e-6):
+    return g + a * n + b * n * (p + n / 2)
+
+
+def test_profile_recovers_the_cost_model_and_its_limits():
+    prof = PrefillProfile()
+    for n, p in [(8, 0), (32, 8), (128, 40), (100, 168), (60, 268), (200, 328), (150, 528)]:
+        prof.observe(n, p, cost(n, p))
+    g, a, b = prof.coef
+    assert g == pytest.approx(0.02, rel=1e-3) and a == pytest.approx(1e-3, rel=1e-3)
+    assert b == pytest.approx(2e-6, rel=1e-3)
+    assert prof.best() == pytest.approx(math.sqrt(2 * 0.02 / 2e-6))  # throughput peak
+    n = prof.largest_within(0.2, 1000)
+    assert cost(n, 1000) == pytest.approx(0.2)
+
+
+def test_noise_never_gives_negative_costs():
+    prof = PrefillProfile()
+    rng = random.Random(0)
+    for i in range(40):
+        n, p = rng.choice([16, 32, 64, 128]), 64 * i
+        prof.observe(n, p, max(1e-4, 0.001 * n * rng.uniform(0.7, 1.3)))  # no fixed cost
+    assert all(c >= 0 for c in prof.coef)
+
+
+def test_sizer_caps_by_time_and_throughput_and_grows_gradually():
+    prof = PrefillProfile()
+    s = ChunkSizer(target_s=10.0, profile=prof, first=8)
+    assert s.size_at(0) == 8  # a new model: measure with a small chunk
+    s.observe(8, cost(8, 0), 0)
+    assert s.size_at(8) == 32  # at most 4x per chunk while the fit is young
+    for n, p in [(32, 8), (128, 40), (100, 168)]:
+        s.observe(n, cost(n, p), p)
+    assert s.size_at(300) == int(prof.best())  # the time cap is far: throughput decides
+    tight = ChunkSizer(target_s=0.1, profile=prof)
+    n = tight.size_at(2000)
+    assert cost(n, 2000) <= 0.1 * ChunkSizer.MARGIN + 1e-9
+
+
+@pytest.mark.slow
+def test_stop_mid_prefill_on_the_default_model(engine):
+    engine.submit(Request("hi", max_tokens=2)).result(timeout=300)
+    tok = engine.registry.peek("default").tokenizer
+    text = open(__file__.replace("tests/test_prefill.py", "README.md")).read()
+    prompt = tok.decode(tok.encode(text)[:1500])
+    rng = random.Random(1)
+    lat = []
+    while len(lat) < 20:
+        job = engine.submit(Request(prompt, chat=False, max_tokens=1, reuse_cache=False))
+        next(e for e in job.events(detach=True) if type(e).__name__ == "PrefillProgress")
+        time.sleep(rng.uniform(0.0, 6.0))
+        t0 = time.perf_counter()
+        job.cancel()
+        job.wait(30)
+        if job.finished.finish_reason == "cancelled":  # not already past prefill
+            lat.append(time.perf_counter() - t0)
+    lat.sort()
+    assert (lat[9] + lat[10]) / 2 <= 0.3, lat
+    assert lat[-1] <= 0.5, lat
