@@ -57,7 +57,7 @@ for _ in range(stops):
     if job.finished.finish_reason == "cancelled":
         lat.append(time.perf_counter() - t0)
 out["stop"] = lat
-out["fast"] = eng.info()["blas"]["gemv"]
+out["fast"] = mlx_notebook._blas.status()["gemv"]
 print(json.dumps(out))
 """
 
@@ -84,7 +84,17 @@ print(json.dumps(out))
 
 LLAMA = r"""
 import json, sys, time
+import llama_cpp
 from llama_cpp import Llama
+# Multi-token batches of the Q4_1 file crash in llama.cpp's repacked CPU buffers
+# (AMX/repack, seen with llama-cpp-python 0.3.36 here): load without them.
+_default = llama_cpp.llama_model_default_params
+def _params():
+    p = _default()
+    p.use_extra_bufts = False
+    return p
+llama_cpp.llama_model_default_params = _params
+llama_cpp.llama.llama_cpp.llama_model_default_params = _params
 path, n = sys.argv[1], int(sys.argv[2])
 llm = Llama(model_path=path, n_threads=2, n_threads_batch=2, n_ctx=2048, n_batch=512,
             verbose=False)
@@ -111,6 +121,7 @@ def f32_gguf(src: Path, dst: Path) -> Path:
     """An f32 copy of a GGUF file: every quantized tensor dequantized, metadata kept."""
     if dst.is_file():
         return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
     import gguf
     import numpy as np
 
@@ -172,6 +183,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--stops", type=int, default=4, help="random Stops per engine process")
     ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    ap.add_argument("--save", default=None, help="write every round's raw results to this file")
     args = ap.parse_args()
 
     import mlx_notebook  # noqa: F401 - OpenBLAS first
@@ -211,6 +223,8 @@ def main() -> None:
             cmd, env = configs[name]
             results[name].append(run(cmd, env))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        if args.save:
+            Path(args.save).write_text(json.dumps(results))
 
     gbs = bandwidth_gbs()
     weights = sum(p.stat().st_size for p in Path(mlx_dir).glob("*.safetensors"))

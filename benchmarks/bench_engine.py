@@ -154,7 +154,7 @@ def main():
         model = str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
     engine = Engine()
     print(
-        f"model={model} device={engine.call(lambda: None).result() or engine.info()['device']}"
+        f"model={model} device={engine.call(lambda: None).result() or engine.info().device}"
         f" blas={_blas.status()['active']} python={sys.version.split()[0]}"
     )
     bench_speed(engine, model, args.tokens, args.rounds)

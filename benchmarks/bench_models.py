@@ -33,7 +33,7 @@ for _ in range(int(sys.argv[2])):
     job.result()
     tps.append((len(times) - 1) / (times[-1] - times[0]))
 print(json.dumps({"tps": tps, "load_s": load_s, "blas": _blas.status()["active"],
-                  "dtype": e.info()["models"][0]["dtype"]}))
+                  "dtype": e.info().models[0].dtype}))
 e.close()
 """
 

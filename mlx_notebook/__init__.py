@@ -12,11 +12,12 @@ from . import _blas
 # Must precede the first `import mlx.core` in the process (see _blas).
 _blas.preload()
 
-from .engine import Engine, Finished, Job, Request, Result, Token  # noqa: E402
+from .engine import Finished, GenerationError, Job, Request, Result, Token  # noqa: E402
 
 __all__ = [
     "Engine",
     "Finished",
+    "GenerationError",
     "Job",
     "Panel",
     "Request",
@@ -32,14 +33,29 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+def __getattr__(name: str):
+    # The local engine imports MLX and mlx-lm (about a second): only when first used.
+    if name == "Engine":
+        from .engine.worker import Engine
+
+        return Engine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def generate(prompt, **fields) -> Result:
-    """Generate on the process-wide engine and block for the `Result`.
+    """Generate and block for the `Result` (on a server for ``http(s)://`` model specs).
 
     Args:
         prompt: A string or chat messages.
         **fields: Any `Request` field (``model``, ``max_tokens``, ``stop``, ...).
+
+    Raises:
+        GenerationError: The generation ended in error.
     """
-    return Engine.default().generate(prompt, **fields)
+    from .engine.backend import backend_for
+
+    route = backend_for(fields.pop("model", "default"))
+    return route.backend.submit(Request(prompt, model=route.model, **fields)).result()
 
 
 def compare(prompt, **kw):

@@ -73,7 +73,24 @@ class Harness:
         """Run ``code``; return (reply content, the text it produced)."""
         msg_id = self.execute(code, wait=False)
         reply = self.reply(msg_id, timeout)
+        self.idle(msg_id, timeout)
         return reply, self.texts(msg_id)
+
+    def idle(self, msg_id, timeout=30):
+        """Wait for the kernel's idle status for ``msg_id``: its outputs have all been sent.
+
+        iopub and shell are separate channels, so outputs may arrive after the reply.
+        """
+
+        def seen():
+            with self._lock:
+                msgs = list(self.outputs.get(msg_id, []))
+            return any(
+                m["msg_type"] == "status" and m["content"].get("execution_state") == "idle"
+                for m in msgs
+            )
+
+        self.wait_for(f"idle after {msg_id}", seen, timeout)
 
     def texts(self, msg_id):
         """stdout/stderr text, results and errors produced by one execution."""

@@ -10,8 +10,8 @@ import pytest
 from mlx_notebook import _blas
 
 SNIPPET = (
-    "import json, mlx_notebook as mn; e = mn.Engine(); "
-    "print(json.dumps(e.info()['blas'])); print(e.info()['device']); e.close()"
+    "import json, mlx_notebook as mn; from mlx_notebook import _blas; e = mn.Engine(); "
+    "print(json.dumps(_blas.status())); print(e.info().device); e.close()"
 )
 
 
@@ -86,7 +86,7 @@ def test_no_compiler_means_no_fast_path_and_generation_still_works(tmp_path, tin
     code = (
         "import json, mlx_notebook as mn; "
         f"r = mn.generate('Hello', model={tiny_dir!r}, chat=False, max_tokens=3); "
-        "print(json.dumps([mn.Engine.default().info()['blas'], r.finish_reason]))"
+        "from mlx_notebook import _blas; print(json.dumps([_blas.status(), r.finish_reason]))"
     )
     out = run(code, MLX_NOTEBOOK_CACHE=str(tmp_path), CC="/bin/false", MLX_NOTEBOOK_BLAS="")
     status, reason = json.loads(out.stdout.splitlines()[-1])

@@ -68,8 +68,8 @@ def test_loaded_models_report_the_fast_path(engine, tiny_dir):
     from mlx_notebook.engine import Request
 
     engine.submit(Request("hi", model=tiny_dir, chat=False, max_tokens=2)).result(timeout=30)
-    (m,) = engine.info()["models"]
-    assert m["fast_path"] == ["5 RMSNorm", "2 RoPE"]
+    (m,) = engine.info().models
+    assert m.fast_path == ("5 RMSNorm", "2 RoPE")
 
 
 # Greedy tokens of mlx-lm itself, with the fast path off, in a fresh process.
@@ -106,7 +106,7 @@ def check_against_mlx_lm(engine, path, prompts, n):
         engine.submit(Request(p, model=path, chat=False, max_tokens=n)).result(timeout=300)
         for p in prompts
     ]
-    assert all(engine.info()["models"][-1]["fast_path"] for _ in ours)  # it was on
+    assert all(engine.info().models[-1].fast_path for _ in ours)  # it was on
     env = {**os.environ, "MLX_NOTEBOOK_FAST": "0"}
     res = subprocess.run(
         [sys.executable, "-c", REFERENCE, path, json.dumps(prompts), str(n),

@@ -83,10 +83,10 @@ def test_options_reach_the_request(ip, magics, tiny_dir):
     ],
 )
 def test_bad_options_are_one_line_usage_errors(ip, line, msg):
-    before = mlx_notebook.Engine.default().info()["queued"]
+    before = mlx_notebook.Engine.default().info().queued
     with pytest.raises(UsageError, match=msg):
         gen(ip, line)
-    assert mlx_notebook.Engine.default().info()["queued"] == before
+    assert mlx_notebook.Engine.default().info().queued == before
 
 
 def test_bad_option_prints_no_traceback(ip, capsys):
@@ -152,7 +152,7 @@ def test_compare_with_an_incompatible_draft_submits_nothing(
         gen(ip, f"-m {tiny_dir} --draft {other_vocab_dir} --compare --raw -n 4")
     assert submitted == []
     info = mlx_notebook.Engine.default().info()
-    assert info["queued"] == 0 and info["running"] is None
+    assert info.queued == 0 and info.running is None
 
 
 # -- outputs that last (issue 11) -------------------------------------------------------

@@ -141,7 +141,7 @@ def test_bad_setting_shows_error_and_runs_nothing(panel):
     panel.prompt = "   "
     panel.generate_button.click()
     assert not panel.running and "prompt" in panel.status.value
-    assert panel.engine.info()["queued"] == 0
+    assert panel.engine.info().queued == 0
 
 
 def test_generate_button(panel):

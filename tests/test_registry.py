@@ -39,10 +39,10 @@ def test_unload_and_snapshot(engine, dirs):
     from mlx_notebook.engine import Request
 
     engine.submit(Request("hi", model=dirs[0], max_tokens=2)).result(timeout=30)
-    info = engine.info()["models"]
-    assert info[0]["name"] == dirs[0] and info[0]["memory_mb"] > 0 and info[0]["dtype"] == "float32"
+    info = engine.info().models
+    assert info[0].name == dirs[0] and info[0].memory_mb > 0 and info[0].dtype == "float32"
     assert engine.unload(dirs[0]).names == [dirs[0]]
-    assert engine.info()["models"] == []
+    assert engine.info().models == ()
     assert engine.unload("nothing").names == []
 
 

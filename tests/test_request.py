@@ -31,7 +31,7 @@ def test_bad_values_raise_naming_the_field_and_nothing_is_queued(field, value):
     setattr(req, field, value)
     with pytest.raises(ValueError, match=field):
         eng.submit(req)
-    assert eng.info()["queued"] == 0
+    assert eng.info().queued == 0
 
 
 def test_good_request_and_modes():

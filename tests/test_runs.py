@@ -12,7 +12,7 @@ def test_a_bad_request_submits_nothing(engine, tiny_dir):
     runs = RunSet(engine, [good, bad])
     with pytest.raises(ValueError, match="max_tokens"):
         runs.start()
-    assert runs.jobs == [] and engine.info()["queued"] == 0
+    assert runs.jobs == [] and engine.info().queued == 0
 
 
 def test_runs_in_order_and_results(engine, tiny_dir):

@@ -130,7 +130,7 @@ def test_draft_with_another_vocabulary_is_rejected_in_submit_naming_both(
     with pytest.raises(ValueError, match="vocabulary") as info:
         engine.submit(Request("Hi", model=tiny_dir, draft=other, max_tokens=3))
     assert tiny_dir in str(info.value) and other in str(info.value)
-    assert engine.info()["queued"] == 0
+    assert engine.info().queued == 0
 
 
 def test_draft_vocabulary_is_checked_on_the_worker_when_submit_cannot_tell(

@@ -208,7 +208,7 @@ def test_cancel_all_and_close(scripted, engine):
     assert engine.cancel_all() == 3
     assert [j.wait(timeout=5).finish_reason for j in jobs] == ["cancelled"] * 3
     engine.close()
-    assert not engine.info()["worker_alive"]
+    assert not engine.info().worker_alive
     with pytest.raises(RuntimeError, match="closed"):
         engine.submit(req("slow"))
 
@@ -275,7 +275,7 @@ def test_a_raising_listener_never_ends_the_worker_and_is_logged_once(engine, tin
     assert isinstance(seen[-1], Finished)  # kept receiving events after failing
     logged = [r for r in caplog.records if "listener" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
-    assert engine.info()["worker_alive"]
+    assert engine.info().worker_alive
     assert engine.submit(req(tiny_dir, max_tokens=2)).result(timeout=30).finish_reason == "length"
 
 
@@ -297,7 +297,7 @@ def test_a_dead_worker_fails_every_job_and_closes_the_engine(scripted, engine, m
     assert all(f.finish_reason == "error" and "worker died" in f.error for f in fins)
     assert engine.closed
     engine.close()  # joins the dead worker
-    assert not engine.info()["worker_alive"]
+    assert not engine.info().worker_alive
     with pytest.raises(RuntimeError, match="worker died"):
         engine.submit(req("slow"))
     with pytest.raises(RuntimeError, match="closed"):
@@ -322,7 +322,7 @@ def test_unload_while_generating_cancels_that_models_jobs_quickly(engine, script
     assert report.names == ["slow"] and set(report.cancelled) == {running.id, waiting.id}
     assert "cancelled 2 job(s)" in report.message()
     assert running.wait(5).finish_reason == waiting.wait(5).finish_reason == "cancelled"
-    assert engine.info()["models"] == []
+    assert engine.info().models == ()
 
 
 def test_unload_of_another_model_runs_between_steps_of_the_running_job(engine, scripted):
@@ -360,7 +360,7 @@ def test_a_call_whose_caller_gave_up_never_runs(engine, tiny_dir):
     with pytest.raises(TimeoutError, match="withdrawn"):
         engine.run_on_worker(lambda: engine.registry.unload(tiny_dir), timeout=0.1)
     time.sleep(0.8)
-    assert [m["name"] for m in engine.info()["models"]] == [tiny_dir]
+    assert [m.name for m in engine.info().models] == [tiny_dir]
 
 
 def test_prompt_longer_than_the_context_is_refused(engine, tmp_path):
@@ -377,7 +377,7 @@ def test_prompt_longer_than_the_context_is_refused(engine, tmp_path):
     # Loaded now: submit() refuses it on the caller's thread, naming both numbers.
     with pytest.raises(ContextOverflow, match=r"\d+ tokens do not fit .*\(64 tokens"):
         engine.submit(req(small, prompt=long_prompt))
-    assert engine.info()["queued"] == 0
+    assert engine.info().queued == 0
     # max_tokens beyond the room left is clamped, and the job says so.
     job = engine.submit(req(small, prompt="Hello", max_tokens=500))
     evs = list(job.events(timeout=30))

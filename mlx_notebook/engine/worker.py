@@ -17,6 +17,7 @@ from typing import Any
 from ..models.registry import LoadedModel, Registry
 from ..models.spec import ModelNotFound
 from ..models.vocab import spec_fingerprint
+from .backend import EngineInfo, ModelInfo
 from .errors import EngineClosed, IncompatibleDraft, describe, detach_frames
 from .events import Finished, Loading, Queued, Started
 from .job import Job, Result
@@ -35,15 +36,17 @@ class Unloaded:
     Attributes:
         names: The models unloaded.
         cancelled: Ids of the jobs cancelled because they used those models.
+        note: Why nothing could be unloaded, if that is the case.
     """
 
     names: list[str] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
+    note: str = ""
 
     def message(self) -> str:
         """One line for ``%mlx unload``."""
         if not self.names:
-            return "nothing to unload"
+            return f"nothing to unload ({self.note})" if self.note else "nothing to unload"
         msg = f"unloaded: {', '.join(self.names)}"
         if self.cancelled:
             ids = ", ".join(map(str, self.cancelled))
@@ -225,22 +228,40 @@ class Engine:
             lambda: top2_margin(self.registry.get(request.model), request, generated), timeout
         )
 
-    def info(self) -> dict[str, Any]:
-        """Device, worker state, queue, loaded models and BLAS acceleration."""
+    def info(self) -> EngineInfo:
+        """Device, worker state, queue, loaded models, acceleration and prompt caches."""
         from .. import _blas
 
         with self._cond:
             running = self._running
             queued = len(self._queue)
-        return {
-            "device": self._device,
-            "worker_alive": self._thread.is_alive(),
-            "running": None if running is None else running.id,
-            "queued": queued,
-            "models": self.registry.snapshot(),
-            "blas": _blas.status(),
-            "closed": self._closed_reason() if self._closed else None,
-        }
+        blas = _blas.status()
+        notes = [
+            f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} "
+            f"({blas['reason']})",
+            f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
+        ]
+        models = tuple(
+            ModelInfo(
+                m["name"],
+                m["path"],
+                m["memory_mb"],
+                m["dtype"],
+                m["vocab_size"],
+                tuple(m["fast_path"]),
+            )
+            for m in self.registry.snapshot()
+        )
+        return EngineInfo(
+            kind="local",
+            device=self._device,
+            worker_alive=self._thread.is_alive(),
+            running=None if running is None else running.id,
+            queued=queued,
+            models=models,
+            notes=tuple(notes),
+            closed=self._closed_reason() if self._closed else None,
+        )
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Cancel everything, stop the worker and wait for it (never under our lock)."""

@@ -390,8 +390,9 @@ def compare(
         The `CompareResult`. Ctrl-C stops the runs and re-raises.
     """
     if backend is None:
-        from ..engine.worker import Engine
+        from ..engine.backend import backend_for
 
-        backend = Engine.default()
+        route = backend_for(model)
+        backend, model = route.backend, route.model
     req = Request(prompt, model=model, draft=draft, num_draft_tokens=num_draft_tokens, **fields)
     return Comparison(backend, req, repeats, metric).start().wait()

@@ -260,8 +260,9 @@ def sweep(
         **fields: Other `Request` fields.
     """
     if backend is None:
-        from ..engine.worker import Engine
+        from ..engine.backend import backend_for
 
-        backend = Engine.default()
+        route = backend_for(model)
+        backend, model = route.backend, route.model
     req = Request(prompt, model=model, draft=draft, **fields)
     return Sweep(backend, req, ks, repeats, metric, seed).start().wait()

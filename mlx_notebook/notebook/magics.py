@@ -11,8 +11,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 from traitlets import Float, Int, Unicode
 
+from ..engine.backend import Backend, Route, backend_for, existing_backends
 from ..engine.request import Request
-from ..engine.worker import Engine
 from .document import resend_final
 from .handle import GenerationHandle, remember
 from .render import FORMATS, ViewState
@@ -71,6 +71,9 @@ HELP = """mlx_notebook magics
   --metric e2e|decode       what --compare's verdict uses (default: end to end)
 
 %mlx status | stop | models | unload [MODEL] | panel | help
+
+Models on a server: -m http://HOST:PORT/v1[#MODEL], or for every cell
+  %config MLXNotebook.server_url = "http://HOST:PORT/v1"  (key: MLX_NOTEBOOK_API_KEY)
 """
 
 
@@ -85,18 +88,30 @@ class MLXNotebook(Magics):
     temperature = Float(0.0, help="Default sampling temperature (0 = greedy).").tag(config=True)
     refresh_hz = Float(20.0, help="Most view refreshes per second.").tag(config=True)
     num_draft_tokens = Int(3, help="Default draft tokens per speculative step.").tag(config=True)
+    server_url = Unicode(
+        "",
+        help="An OpenAI-compatible server (e.g. http://127.0.0.1:8080/v1) for every model "
+        "spec that is not a URL itself; empty: generate locally.",
+    ).tag(config=True)
+    server_api_key = Unicode(
+        "", help="Bearer token for server_url; $MLX_NOTEBOOK_API_KEY when empty."
+    ).tag(config=True)
 
-    def __init__(self, shell=None, engine: Engine | None = None, **kw):
+    def __init__(self, shell=None, engine: Backend | None = None, **kw):
         super().__init__(shell=shell, **kw)
         self._engine = engine
         self._notices: list[str] = []
 
+    def route(self, model: str) -> Route:
+        """Where requests for ``model`` go (an injected backend wins)."""
+        if self._engine is not None and not self._engine.closed:
+            return Route(self._engine, model)
+        return backend_for(model, self.server_url or None, self.server_api_key or None)
+
     @property
-    def engine(self) -> Engine:
-        """The engine jobs go to (the process-wide one unless injected)."""
-        if self._engine is None or self._engine.closed:
-            self._engine = Engine.default()
-        return self._engine
+    def engine(self) -> Backend:
+        """The backend for the default model."""
+        return self.route(self.default_model).backend
 
     # -- %%generate ---------------------------------------------------------
     @magic_arguments()
@@ -202,8 +217,10 @@ class MLXNotebook(Magics):
             UsageError: The request was refused (nothing was queued).
             GenerationError: With ``wait``, the job ended in error (one line).
         """
+        route = self.route(request.model)
+        request.model = route.model
         try:
-            job = self.engine.submit(request)
+            job = route.backend.submit(request)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         state = ViewState(
@@ -231,9 +248,11 @@ class MLXNotebook(Magics):
     def _compare(self, args, request: Request):
         from .compare import CompareRun
 
+        route = self.route(request.model)
+        request.model = route.model
         try:
             run = CompareRun(
-                self.engine,
+                route.backend,
                 request,
                 repeats=args.repeats,
                 metric=args.metric,
@@ -269,41 +288,37 @@ class MLXNotebook(Magics):
         if cmd == "help":
             print(HELP)
         elif cmd == "stop":
-            print(f"cancelled {self.engine.cancel_all()} job(s)")
+            n = sum(b.cancel_all() for b in existing_backends())
+            print(f"cancelled {n} job(s)")
         elif cmd == "status":
-            print(format_status(self.engine.info()))
+            print(self.status())
         elif cmd == "models":
-            models = self.engine.info()["models"]
-            print(
-                "\n".join(f"{m['name']}  {m['dtype']}  {m['memory_mb']} MB" for m in models)
-                or "no models loaded"
-            )
+            lines = [
+                f"{m.name}  {m.dtype or ''}  {m.memory_mb if m.memory_mb is not None else ''}"
+                for b in self._backends()
+                for m in b.info().models
+            ]
+            print("\n".join(line.rstrip() for line in lines) or "no models loaded")
         elif cmd == "unload":
-            print(self.engine.unload(args.target).message())
+            route = self.route(args.target or self.default_model)
+            spec = route.model if args.target else None
+            print(route.backend.unload(spec).message())
         elif cmd == "panel":
             from .panel import Panel
 
-            return Panel(engine=self.engine)
+            return Panel(engine=self._engine, server_url=self.server_url)
         else:
             raise UsageError(f"unknown %mlx command {cmd!r}; try %mlx help")
         return None
 
+    def _backends(self) -> list[Backend]:
+        found = existing_backends()
+        default = self.engine
+        return found if default in found else [default, *found]
 
-def format_status(info: dict) -> str:
-    """Human-readable ``%mlx status``."""
-    blas = info["blas"]
-    lines = [
-        f"worker: {'alive' if info['worker_alive'] else 'stopped'}; running job: "
-        f"{info['running'] if info['running'] is not None else 'none'}; queued: {info['queued']}",
-        f"device: {info['device']}",
-        f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
-        f"CPU fast path: {'on' if blas.get('gemv') else 'off'} ({blas.get('gemv_reason', '')})",
-        "models:" if info["models"] else "models: none loaded",
-    ]
-    for m in info["models"]:
-        fast = f"  fast path: {', '.join(m['fast_path'])}" if m.get("fast_path") else ""
-        lines.append(f"  {m['name']}  {m['dtype']}  {m['memory_mb']} MB{fast}")
-    return "\n".join(lines)
+    def status(self) -> str:
+        """``%mlx status``: every backend in use (the default one made if needed)."""
+        return "\n\n".join(b.info().format() for b in self._backends())
 
 
 def load(ipython) -> None:
@@ -328,5 +343,5 @@ def unload(ipython) -> None:
         if c._engine is not None:
             c._engine.cancel_all()
     mm.registry.pop("MLXNotebook", None)
-    if Engine._default is not None:
-        Engine._default.cancel_all()
+    for b in existing_backends():
+        b.cancel_all()

@@ -11,9 +11,9 @@ import threading
 import ipywidgets as widgets
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
 
+from ..engine.backend import Backend, Route, backend_for
 from ..engine.job import Job, Result
 from ..engine.request import Request
-from ..engine.worker import Engine
 from ..measure.compare import CompareResult
 from ..measure.sweep import SweepResult
 from .charts import history_table
@@ -54,9 +54,12 @@ class Panel(widgets.VBox):
         ["e2e", "decode"], "e2e", help="What the verdict uses: end to end (prefill in) or decode."
     )
     running = Bool(False, help="Whether an action is running.")
+    server_url = Unicode(
+        "", help="An OpenAI-compatible server for model specs that are not URLs; empty: local."
+    )
 
-    def __init__(self, engine: Engine | None = None, refresh_hz: float = 20, **traits):
-        self.engine = engine or Engine.default()
+    def __init__(self, engine: Backend | None = None, refresh_hz: float = 20, **traits):
+        self._fixed = engine
         self.refresh_hz = refresh_hz
         self.history: list[dict] = []
         self.last_result = None
@@ -161,6 +164,18 @@ class Panel(widgets.VBox):
             self.clear_button,
         ]
 
+    def route(self) -> Route:
+        """Where the current model's requests go (a backend passed in wins)."""
+        model = self.model or "default"
+        if self._fixed is not None:
+            return Route(self._fixed, model)
+        return backend_for(model, self.server_url or None)
+
+    @property
+    def engine(self) -> Backend:
+        """The backend for the current model."""
+        return self.route().backend
+
     @observe("model", "draft_model")
     def _remember(self, change) -> None:
         v = change["new"]
@@ -168,7 +183,7 @@ class Panel(widgets.VBox):
             _recent.append(v)
 
     def _model_options(self) -> list[str]:
-        loaded = [m["name"] for m in self.engine.info()["models"]]
+        loaded = [m.name for m in self.engine.info().models]
         return list(dict.fromkeys(["default", *loaded, *_recent]))
 
     def _link_controls(self) -> None:
@@ -209,7 +224,7 @@ class Panel(widgets.VBox):
         draft = {"none": None, "lookup": "lookup", "model": self.draft_model or None}
         req = Request(
             prompt=self.prompt,
-            model=self.model or "default",
+            model=self.route().model,
             system=self.system or None,
             chat=self.chat,
             max_tokens=self.max_tokens,
