@@ -76,6 +76,15 @@ class Harness:
         self.idle(msg_id, timeout)
         return reply, self.texts(msg_id)
 
+    def started(self, msg_id, timeout=30):
+        """Wait until the kernel began executing ``msg_id`` (its execute_input arrived)."""
+
+        def seen():
+            with self._lock:
+                return any(m["msg_type"] == "execute_input" for m in self.outputs.get(msg_id, []))
+
+        self.wait_for(f"execution of {msg_id} started", seen, timeout)
+
     def idle(self, msg_id, timeout=30):
         """Wait for the kernel's idle status for ``msg_id``: its outputs have all been sent.
 

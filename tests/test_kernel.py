@@ -134,7 +134,8 @@ def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
     k.reply(m)
     view_of(k, before)
     mid = k.execute("bg.wait()", wait=False)
-    time.sleep(1.0)
+    k.started(mid)  # interrupt the wait, not something before it
+    time.sleep(0.5)
     k.interrupt()
     reply = k.reply(mid, 20)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"

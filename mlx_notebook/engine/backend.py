@@ -151,11 +151,19 @@ class Route:
     Attributes:
         backend: The backend.
         model: The spec to put in the `Request` (a remote model id, or the local spec).
+        remote: The server, for a remote model.
     """
 
     backend: Backend
     model: str
     remote: RemoteSpec | None = field(default=None)
+
+    @property
+    def label(self) -> str:
+        """How a view names the model: with the server, for a remote one."""
+        if self.remote is None:
+            return self.model
+        return f"{self.model} @ {self.remote.base_url}"
 
 
 def backend_for(model: str, server_url: str | None = None, api_key: str | None = None) -> Route:

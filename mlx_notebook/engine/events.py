@@ -101,6 +101,8 @@ class Stats:
         total_s: Seconds from the start of the job's own work (after any model
             load) to its end: prefill and decode, the end-to-end figure.
         prefill_chunk: The largest prefill chunk used, in tokens.
+        drafts_known: False when the draft counts are unknown (a server that does
+            not report them), so zero proposed does not mean none accepted.
     """
 
     prompt_tokens: int = 0
@@ -117,6 +119,7 @@ class Stats:
     accepted_by_position: list[int] = field(default_factory=list)
     total_s: float = 0.0
     prefill_chunk: int = 0
+    drafts_known: bool = True
 
     @property
     def acceptance_rate(self) -> float | None:

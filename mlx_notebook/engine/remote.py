@@ -130,10 +130,13 @@ class RemoteEngine:
 
         try:
             r = httpx.get(f"{self.base_url}/models", headers=self._headers(), timeout=3.0)
-            r.raise_for_status()
-            return [m.get("id", "?") for m in r.json().get("data", [])], "reachable"
         except Exception as exc:  # the status line says why; nothing else depends on it
             return [], f"unreachable: {_one_line(exc)}"
+        try:
+            r.raise_for_status()
+            return [m.get("id", "?") for m in r.json().get("data", [])], "reachable"
+        except Exception:
+            return [], f"reachable; its /models answered HTTP {r.status_code} with no model list"
 
     def close(self, timeout: float = 5.0) -> None:
         """Cancel everything and stop the loop's thread."""
@@ -238,6 +241,9 @@ class RemoteEngine:
                 async for line in resp.aiter_lines():
                     if stream.feed(line):
                         break
+                else:
+                    if stream.reason is None:  # neither [DONE] nor a finish reason
+                        raise ServerError("the server closed the connection mid-stream")
             job.emit(stream.finished())
         except asyncio.CancelledError:
             job.emit(stream.finished("cancelled"))
@@ -340,6 +346,7 @@ class _Stream:
                 s.prompt_tps = s.prompt_tokens / s.ttft_s
             if s.generation_tokens > 1 and self.t_last > self.t_first:
                 s.generation_tps = (s.generation_tokens - 1) / (self.t_last - self.t_first)
+        s.drafts_known = self.job.request.mode == "normal"  # servers do not report them
         if reason is None:
             reason = "length" if self.reason == "length" else "stop"
         return Finished("".join(self.pieces), reason, None, error, s)
@@ -367,10 +374,10 @@ def _describe_http(exc: BaseException, url: str) -> str:
 
     if isinstance(exc, ServerError):
         return f"ServerError: {exc}"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return f"ServerError: the server closed the connection mid-stream ({_one_line(exc)})"
     if isinstance(exc, httpx.ConnectError):
         return f"ServerError: could not connect to {url} (is the server running?)"
     if isinstance(exc, httpx.TimeoutException):
         return f"ServerError: no answer from {url} in time ({type(exc).__name__})"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"ServerError: the server closed the connection mid-stream ({_one_line(exc)})"
     return describe(exc)

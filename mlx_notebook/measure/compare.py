@@ -100,6 +100,11 @@ class CompareResult:
         return self._sum("draft_tokens_accepted")
 
     @property
+    def drafts_known(self) -> bool:
+        """Whether the draft counts were reported (a server may not report them)."""
+        return all(r.stats.drafts_known for r in self.speculative)
+
+    @property
     def acceptance(self) -> float:
         """Accepted / proposed draft tokens over all speculative runs (0 if none proposed)."""
         return self.accepted / self.proposed if self.proposed else 0.0
@@ -141,13 +146,13 @@ class CompareResult:
         difference is noise or the cost of rejected drafts.
         """
         r = self.ratio()
-        return None if r is None or not self.accepted else r.median
+        return None if r is None or (self.drafts_known and not self.accepted) else r.median
 
     @property
     def speedup_interval(self) -> tuple[float, float] | None:
         """95% interval of the speedup, or None (see `speedup`)."""
         r = self.ratio()
-        return None if r is None or not self.accepted else r.interval
+        return None if r is None or (self.drafts_known and not self.accepted) else r.interval
 
     @property
     def verdict(self) -> str | None:
@@ -159,12 +164,13 @@ class CompareResult:
         if r is None:
             return None
         v = r.verdict()
-        return "same" if v == "faster" and not self.accepted else v
+        return "same" if v == "faster" and self.drafts_known and not self.accepted else v
 
     # -- text ------------------------------------------------------------------
-    def _ids(self) -> list[tuple[str, list[int]]]:
+    def _ids(self) -> list[tuple[str, list]]:
+        # Token ids where known; a server's stream gives text only (ids are -1).
         return [
-            (f"{role} run {i + 1}", r.token_ids)
+            (f"{role} run {i + 1}", r.token_ids if min(r.token_ids, default=0) >= 0 else r.text)
             for i, (_, role, r) in enumerate(self.runs)
             if r.finish_reason in OK
         ]
@@ -200,7 +206,7 @@ class CompareResult:
         metric = "end to end" if self.metric == "e2e" else "decode tok/s"
         if r is None:
             head = "no pair has completed yet"
-        elif not self.accepted:
+        elif self.drafts_known and not self.accepted:
             head = "no draft token was accepted, so speculative decoding saved nothing here"
             if r.verdict() == "slower":
                 head += f"; it was slower ({metric}, {n} pairs)"
@@ -223,13 +229,16 @@ class CompareResult:
             parts.append(
                 f"acceptance {self.acceptance:.0%}, {self.mean_accepted:.2f} tokens per round"
             )
+        elif not self.drafts_known:
+            parts.append("acceptance not reported by the server")
         same = self.identical
         if same:
             parts.append(f"identical text in all {len(self._ids())} runs")
         elif same is False:
             label, at = self.divergence
             margin = "" if self.margin is None else f", top-2 logit margin there {self.margin:.3g}"
-            parts.append(f"{label} differs at token {at}{margin}")
+            unit = "token" if min(self.runs[0][2].token_ids, default=0) >= 0 else "character"
+            parts.append(f"{label} differs at {unit} {at}{margin}")
         return " · ".join(parts)
 
     def figures_line(self) -> str:

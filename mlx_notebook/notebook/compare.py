@@ -25,14 +25,15 @@ class CompareRenderer:
     Args:
         comparison: The comparison being run.
         fmt: Text format of the columns.
+        label: How to name the model (default: its spec).
     """
 
-    def __init__(self, comparison: Comparison, fmt: str = "text") -> None:
+    def __init__(self, comparison: Comparison, fmt: str = "text", label: str | None = None):
         self.comparison = comparison
         req = comparison.request
         self.states = [
             ViewState(
-                model=req.model,
+                model=label or req.model,
                 mode="normal" if role == "normal" else req.mode,
                 k=req.num_draft_tokens,
                 fmt=fmt,
@@ -118,6 +119,7 @@ class CompareRun:
         refresh_hz: View refresh rate.
         fmt: Text format of the columns.
         on_done: Called with the final `CompareResult` (on the refresh thread).
+        label: How to name the model in the view.
     """
 
     def __init__(
@@ -129,10 +131,11 @@ class CompareRun:
         refresh_hz: float = 20,
         fmt: str = "text",
         on_done=None,
+        label: str | None = None,
     ) -> None:
         self.comparison = Comparison(backend, request, repeats, metric)
         self.request = request
-        self.renderer = CompareRenderer(self.comparison, fmt)
+        self.renderer = CompareRenderer(self.comparison, fmt, label)
         self._on_done = on_done
         self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish)
         self.widget = self.view.widget

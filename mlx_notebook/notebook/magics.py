@@ -224,7 +224,7 @@ class MLXNotebook(Magics):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         state = ViewState(
-            model=request.model,
+            model=route.label,
             mode=request.mode,
             k=request.num_draft_tokens,
             fmt=fmt,
@@ -257,6 +257,7 @@ class MLXNotebook(Magics):
                 repeats=args.repeats,
                 metric=args.metric,
                 refresh_hz=self.refresh_hz,
+                label=route.label,
             ).start()
         except ValueError as exc:
             raise UsageError(str(exc)) from None

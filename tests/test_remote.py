@@ -1,0 +1,202 @@
+"""RemoteEngine against a real mlx_lm.server (tiny model), and its failures, one line each."""
+
+import time
+
+import pytest
+from server_harness import free_port, misbehaving_server, mlx_lm_server, stop
+
+from mlx_notebook.engine import Request, Token
+from mlx_notebook.engine.backend import backend_for, remote_spec
+from mlx_notebook.engine.remote import RemoteEngine, body
+
+PROMPT = "Hello world. The quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir):
+    with mlx_lm_server(tiny_dir) as (base, proc):
+        yield base
+    assert proc.poll() is not None  # torn down
+
+
+@pytest.fixture
+def remote(server):
+    eng = RemoteEngine(server)
+    yield eng
+    eng.close()
+
+
+def test_spec_parsing_and_routing(server):
+    assert remote_spec("http://h:1/v1#m").model == "m"
+    assert remote_spec("https://h/v1/").base_url == "https://h/v1"
+    assert remote_spec("default") is None
+    route = backend_for(f"{server}#tiny")
+    assert route.model == "tiny" and route.backend.base_url == server
+    assert backend_for(f"{server}#other").backend is route.backend  # one engine per server
+    assert backend_for("some/model", server_url=server).model == "some/model"
+
+
+def test_request_body_maps_the_options():
+    b = body(Request("hi", model="m", temperature=0.5, top_p=0.9, top_k=5, seed=3,
+                     stop=["END"], max_tokens=7, draft="d", num_draft_tokens=2))  # fmt: skip
+    assert b["messages"] == [{"role": "user", "content": "hi"}] and b["model"] == "m"
+    assert (b["temperature"], b["top_p"], b["top_k"], b["seed"], b["max_tokens"]) == (
+        0.5, 0.9, 5, 3, 7)  # fmt: skip
+    assert b["stop"] == ["END"] and b["draft_model"] == "d" and b["num_draft_tokens"] == 2
+    raw = body(Request("hi", chat=False, system="sys"))
+    assert raw["prompt"] == "sys\n\nhi" and "messages" not in raw
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_greedy_text_equals_the_local_engine(remote, engine, tiny_dir, chat):
+    req = dict(chat=chat, max_tokens=30)
+    local = engine.submit(Request(PROMPT, model=tiny_dir, **req)).result(timeout=60)
+    evs = list(remote.submit(Request(PROMPT, **req)).events(timeout=60))
+    fin = evs[-1]
+    assert fin.text == local.text and fin.finish_reason == local.finish_reason
+    assert [type(e).__name__ for e in evs[:2]] == ["Queued", "Started"]
+    assert "".join(e.text for e in evs if isinstance(e, Token)) == fin.text
+    s = fin.stats
+    assert s.generation_tokens == local.stats.generation_tokens and s.prompt_tokens > 0
+    assert s.ttft_s > 0 and s.generation_tps > 0
+
+
+def test_stop_mid_stream_keeps_the_text_and_the_server_serves_on(remote):
+    job = remote.submit(Request(PROMPT, chat=False, max_tokens=3000))
+    n = 0
+    for ev in job.events(detach=True):
+        if isinstance(ev, Token):
+            n += 1
+            if n == 20:
+                break
+    t0 = time.perf_counter()
+    job.cancel()
+    fin = job.wait(5)
+    assert time.perf_counter() - t0 < 1.0
+    assert fin.finish_reason == "cancelled" and fin.text.startswith(job.text[:10]) and fin.text
+    nxt = remote.submit(Request(PROMPT, chat=False, max_tokens=5)).result(timeout=60)
+    assert nxt.finish_reason in ("length", "stop") and nxt.text
+
+
+def test_jobs_queue_fifo_and_a_queued_one_can_be_dropped(remote):
+    a = remote.submit(Request(PROMPT, chat=False, max_tokens=200))
+    b = remote.submit(Request(PROMPT, chat=False, max_tokens=5))
+    c = remote.submit(Request(PROMPT, chat=False, max_tokens=5))
+    assert c.position == 2
+    c.cancel()
+    assert c.wait(1).finish_reason == "cancelled"
+    assert a.result(timeout=60).finish_reason == "length"
+    assert b.result(timeout=60).finish_reason == "length"
+
+
+def test_lookup_needs_a_local_model(remote):
+    with pytest.raises(ValueError, match="--lookup .* needs a local model"):
+        remote.submit(Request(PROMPT, draft="lookup"))
+
+
+def test_status_lists_the_server_and_its_models(remote, tiny_dir):
+    info = remote.info()
+    assert info.kind == "remote" and info.device == remote.base_url
+    assert [m.name for m in info.models] == [tiny_dir]
+    assert "reachable" in info.format()
+
+
+def one_line_error(fin, *words):
+    assert fin.finish_reason == "error"
+    assert "\n" not in fin.error and "Traceback" not in fin.error
+    for w in words:
+        assert w in fin.error, fin.error
+
+
+def test_no_server_is_one_line():
+    eng = RemoteEngine(f"http://127.0.0.1:{free_port()}/v1")
+    try:
+        fin = eng.submit(Request("hi")).wait(30)
+        one_line_error(fin, "could not connect", "is the server running")
+        assert "unreachable" in eng.info().format()
+    finally:
+        eng.close()
+
+
+def test_http_error_carries_the_servers_message(remote):
+    fin = remote.submit(Request("hi", model="/no/such/model/dir")).wait(60)
+    one_line_error(fin, "HTTP 4")
+
+
+def test_malformed_event_keeps_the_partial_text():
+    with misbehaving_server("malformed") as url:
+        eng = RemoteEngine(url)
+        try:
+            fin = eng.submit(Request("hi")).wait(30)
+        finally:
+            eng.close()
+    one_line_error(fin, "malformed event")
+    assert fin.text == "partial"
+
+
+def test_timeout_is_one_line():
+    with misbehaving_server("silent") as url:
+        eng = RemoteEngine(url, timeout=0.5)
+        try:
+            fin = eng.submit(Request("hi")).wait(30)
+        finally:
+            eng.close()
+    one_line_error(fin, "no answer", "in time")
+
+
+def test_server_killed_mid_stream_keeps_the_partial_text(tiny_dir):
+    with mlx_lm_server(tiny_dir) as (base, proc):
+        eng = RemoteEngine(base)
+        try:
+            job = eng.submit(Request(PROMPT, chat=False, max_tokens=3000))
+            n = 0
+            for ev in job.events(detach=True):
+                if isinstance(ev, Token):
+                    n += 1
+                    if n == 10:
+                        break
+            stop(proc)
+            fin = job.wait(30)
+        finally:
+            eng.close()
+    one_line_error(fin, "closed the connection mid-stream")
+    assert len(fin.text) > 0
+
+
+def test_compare_with_a_server_side_draft_reports_both_runs(server, tiny_dir):
+    import mlx_notebook
+
+    res = mlx_notebook.compare(
+        PROMPT, model=f"{server}", draft=tiny_dir, repeats=1, chat=False, max_tokens=20,
+        metric="decode",
+    )  # fmt: skip
+    assert [role for _, role, _ in res.runs] == ["normal", "speculative"]
+    assert res.identical is True  # compared as text: servers give no token ids
+    assert "acceptance not reported by the server" in res.verdict_line()
+
+
+@pytest.mark.kernel
+def test_generate_streams_from_the_server_in_a_real_kernel_and_stops(server):
+    from kernel_harness import Harness
+
+    k = Harness()
+    try:
+        assert k.execute("%load_ext mlx_notebook")["status"] == "ok"
+        before = set(k.state)
+        mid = k.execute(f"%%generate -m {server} -n 3000 --raw -f text -o r\n{PROMPT}", wait=False)
+        assert k.reply(mid, 30)["status"] == "ok"  # returns at once
+        html = k.wait_for(
+            "a view", lambda: [c for c in k.widgets("HTMLModel") if c not in before], 30
+        )[0]
+        (button,) = [c for c in k.widgets("ButtonModel", description="Stop") if c not in before]
+        k.wait_for("streaming", lambda: "generating" in (k.value(html, "value") or ""), 30)
+        assert server in k.value(html, "value")  # the header names the server's model
+        k.click(button)
+        doc = k.wait_for("final document", lambda: k.final_output(mid), 30)
+        assert "stopped" in doc["text/html"] and "cancelled" in doc["text/plain"]
+        _, out = k.output("print(r.finish_reason, len(r.text) > 0)", 10)
+        assert "cancelled True" in out
+        _, out = k.output(f"%config MLXNotebook.server_url = {server!r}\n%mlx status", 10)
+        assert "backend: remote" in out and server in out
+    finally:
+        k.close()
