@@ -74,6 +74,11 @@ class Harness:
         msg_id = self.execute(code, wait=False)
         reply = self.reply(msg_id, timeout)
         self.idle(msg_id, timeout)
+        # ipykernel 7 flushes stdout from its IOPub thread: a stream message can come
+        # a moment after the idle status. Give late output a short grace period.
+        deadline = time.monotonic() + 2.0
+        while not self.texts(msg_id) and time.monotonic() < deadline:
+            time.sleep(0.02)
         return reply, self.texts(msg_id)
 
     def started(self, msg_id, timeout=30):
