@@ -15,6 +15,7 @@ _blas.preload()
 from .engine import Finished, GenerationError, Job, Request, Result, Token  # noqa: E402
 
 __all__ = [
+    "Chat",
     "Engine",
     "Finished",
     "GenerationError",
@@ -39,6 +40,10 @@ def __getattr__(name: str):
         from .engine.worker import Engine
 
         return Engine
+    if name == "Chat":
+        from .chat import Chat
+
+        return Chat
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -103,3 +103,83 @@ def test_untrimmable_cache_falls_back_without_error(engine, tiny_tokenizer):
     for _ in range(2):
         r = engine.submit(make("rot", P1, max_tokens=5)).result(timeout=30)
         assert r.finish_reason == "length" and r.stats.cached_tokens == 0
+
+
+# -- several prefixes per model (issue 14) -----------------------------------------------
+
+
+def lru_fixture(engine, tiny_dir):
+    from mlx_notebook.engine.prompt_cache import PromptCache
+
+    lm = engine.call(lambda: engine.registry.get(tiny_dir)).result()
+    return lm.model, PromptCache(max_bytes=1 << 40)
+
+
+def run_on(engine, fn):
+    return engine.run_on_worker(fn, timeout=60)
+
+
+def test_fetch_picks_the_longest_prefix_and_never_aliases(engine, tiny_dir):
+    import mlx.core as mx
+
+    model, pc = lru_fixture(engine, tiny_dir)
+
+    def scenario():
+        from mlx_notebook.engine.sequence import CachedSequence
+
+        a = CachedSequence(model)
+        a.forward(list(range(5, 25)))  # conversation A: 20 tokens
+        b = CachedSequence(model)
+        b.forward(list(range(5, 12)) + [99, 98, 97])  # B shares 7 with A
+        mx.eval([c.state for c in a.cache + b.cache])
+        pc.store(a)
+        pc.store(b)
+        # Continuing A: A's entry is taken (it is a prefix of the new prompt).
+        seq, n = pc.fetch(model, list(range(5, 30)))
+        taken = (seq is a, n, len(pc))
+        pc.store(seq)
+        # A branch of A (shares 10): a copy is trimmed, A stays whole.
+        br, m = pc.fetch(model, list(range(5, 15)) + [1, 2, 3])
+        return taken, (br is not a, m, len(pc), [len(t) for t in pc.entries], pc.copies)
+
+    taken, branch = run_on(engine, scenario)
+    assert taken == (True, 20, 1)  # only B left while A is out
+    assert branch[0] and branch[1] == 10 and branch[2] == 2 and 20 in branch[3]
+    assert branch[4] == 1
+
+
+def test_prefix_entries_are_dropped_and_the_budget_evicts_the_oldest(engine, tiny_dir):
+    import mlx.core as mx
+
+    from mlx_notebook.engine.prompt_cache import PromptCache
+
+    model, _ = lru_fixture(engine, tiny_dir)
+
+    def scenario():
+        from mlx_notebook.engine.sequence import CachedSequence
+
+        def seq(tokens):
+            s = CachedSequence(model)
+            s.forward(tokens)
+            mx.eval([c.state for c in s.cache])
+            return s
+
+        one = seq(list(range(10)))
+        pc = PromptCache(max_bytes=int(2.5 * one.nbytes))
+        pc.store(one)
+        longer = seq(list(range(10)) + [50, 51])
+        pc.store(longer)  # `one` is a prefix of it: dropped
+        after_prefix = len(pc)
+        pc.store(seq([200, 201, 202]))
+        pc.store(seq([300, 301, 302]))  # over budget: the oldest (longer) goes
+        return after_prefix, pc.entries, pc.nbytes <= pc.max_bytes
+
+    after_prefix, entries, within = run_on(engine, scenario)
+    assert after_prefix == 1
+    assert entries == [[200, 201, 202], [300, 301, 302]] and within
+
+
+def test_status_reports_the_prompt_caches(engine, tiny_dir):
+    engine.submit(Request("Hello", model=tiny_dir, chat=False, max_tokens=3)).result(timeout=30)
+    notes = "\n".join(engine.info().notes)
+    assert f"prompt cache of {tiny_dir}: 1 entries" in notes and "budget" in notes

@@ -5,7 +5,7 @@ No IPython or ipywidgets imports here: a plain script can use it directly.
 ``import mlx_notebook`` stays fast.
 """
 
-from .backend import Backend, EngineInfo, ModelInfo, backend_for
+from .backend import Backend, EngineInfo, ModelInfo, Unloaded, backend_for
 from .errors import (
     Cancelled,
     ContextOverflow,
@@ -54,7 +54,7 @@ __all__ = [
     "backend_for",
 ]
 
-_LAZY = {"Engine": "worker", "Unloaded": "worker", "RemoteEngine": "remote"}
+_LAZY = {"Engine": "worker", "RemoteEngine": "remote"}
 
 
 def __getattr__(name: str):

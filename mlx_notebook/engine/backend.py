@@ -89,6 +89,31 @@ class EngineInfo:
         return "\n".join(lines)
 
 
+@dataclass
+class Unloaded:
+    """What `Engine.unload` did.
+
+    Attributes:
+        names: The models unloaded.
+        cancelled: Ids of the jobs cancelled because they used those models.
+        note: Why nothing could be unloaded, if that is the case.
+    """
+
+    names: list[str] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    note: str = ""
+
+    def message(self) -> str:
+        """One line for ``%mlx unload``."""
+        if not self.names:
+            return f"nothing to unload ({self.note})" if self.note else "nothing to unload"
+        msg = f"unloaded: {', '.join(self.names)}"
+        if self.cancelled:
+            ids = ", ".join(map(str, self.cancelled))
+            msg += f" (cancelled {len(self.cancelled)} job(s) using it: {ids})"
+        return msg
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Runs requests as jobs. Implemented by `Engine` and `RemoteEngine`."""

@@ -20,11 +20,17 @@ TokenStream = Iterator[tuple[int, bool]]
 
 
 def make_step(
-    seq: CachedSequence, sampler: Sampler, processors: list[Processor] | None, history: list[int]
+    seq: CachedSequence,
+    sampler: Sampler,
+    processors: list[Processor] | None,
+    history: list[int],
+    greedy: bool = False,
 ) -> Callable[[mx.array], mx.array]:
     """Build ``step(input_ids) -> sampled`` for the last position, as mlx-lm does.
 
-    Logits processors see the full token context, prompt included.
+    Logits processors see the full token context, prompt included. Greedy
+    sampling takes the argmax of the raw logits: normalizing them first (a
+    log-sum-exp over the whole vocabulary) cannot change it.
     """
     ctx = mx.array(history[:-1], dtype=mx.uint32) if processors else None
 
@@ -35,6 +41,8 @@ def make_step(
             ctx = mx.concatenate([ctx, ids])
             for p in processors:
                 logits = p(ctx, logits)
+        if greedy:
+            return mx.argmax(logits, axis=-1)
         return sampler(logits - mx.logsumexp(logits, keepdims=True))
 
     return step
@@ -49,6 +57,7 @@ def normal_tokens(
     max_tokens: int,
     check: CancelCheck,
     stream,
+    greedy: bool = False,
 ) -> TokenStream:
     """Yield tokens one at a time, evaluating step n+1 while n is consumed.
 
@@ -60,8 +69,9 @@ def normal_tokens(
         max_tokens: Most tokens to yield.
         check: Cancel point; raises `Cancelled`.
         stream: The MLX stream of the worker thread.
+        greedy: The sampler is greedy (argmax); skip normalizing the logits.
     """
-    step = make_step(seq, sampler, processors, history)
+    step = make_step(seq, sampler, processors, history, greedy)
     with mx.stream(stream):
         check()
         y = step(mx.array(history[-1:], dtype=mx.uint32))

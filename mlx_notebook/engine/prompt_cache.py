@@ -1,57 +1,155 @@
-"""Prompt-cache reuse: keep a model's KV cache from its last job, with its tokens."""
+"""Prompt-cache reuse: several KV caches per model, each with the exact tokens it holds.
+
+A conversation, a second conversation and a one-off generation can all keep
+their caches: `fetch` picks the entry sharing the longest prefix with the new
+prompt, so each turn of a chat prefills only what is new. Entries never alias:
+an entry that is a prefix of the new prompt is taken out (the job extends it,
+and it comes back longer); one that must be trimmed is copied first, so the
+original stays for its own conversation. The least recently used entries go
+when the byte budget is exceeded.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .prefill import PrefillProfile
 from .sequence import CachedSequence, common_prefix
 
+BYTES_ENV = "MLX_NOTEBOOK_PROMPT_CACHE_MB"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux ``MemAvailable``), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:  # macOS and others: a quarter of physical memory is a fair guess of free
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def default_budget() -> int:
+    """``$MLX_NOTEBOOK_PROMPT_CACHE_MB`` if set, else a quarter of the memory available."""
+    env = os.environ.get(BYTES_ENV)
+    if env:
+        return int(float(env) * 2**20)
+    free = available_memory()
+    return free // 4 if free else 2**30
+
 
 class PromptCache:
-    """One model's reusable cache.
+    """One model's reusable KV caches: an LRU of `CachedSequence` entries within a budget.
 
-    `fetch` hands the cache out, trimmed to the longest common prefix with the new
-    prompt; `store` takes it back after the job. Caches that cannot be trimmed
-    (rotating or recurrent ones) are never reused.
+    Caches that cannot be trimmed (rotating or recurrent ones) are never reused.
+
+    Args:
+        max_bytes: Byte budget of all entries; `default_budget` when None.
+        max_entries: Most entries kept.
     """
 
-    def __init__(self) -> None:
-        self._seq: CachedSequence | None = None
+    def __init__(self, max_bytes: int | None = None, max_entries: int = 32) -> None:
+        self.max_bytes = default_budget() if max_bytes is None else max_bytes
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, CachedSequence] = OrderedDict()  # oldest first
+        # The worker changes the entries; status readers on other threads count them.
+        self._lock = threading.Lock()
+        self.hits = 0  # prompt tokens reused, over all fetches
+        self.copies = 0  # entries copied to keep the original
 
-    @property
-    def tokens(self) -> list[int]:
-        """Tokens held by the stored cache (empty when none is stored)."""
-        return list(self._seq.tokens) if self._seq else []
+    def __len__(self) -> int:
+        return len(self._entries)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the stored cache."""
-        return self._seq.nbytes if self._seq else 0
+        """Bytes held by all entries."""
+        with self._lock:
+            return sum(s.nbytes for s in self._entries.values())
+
+    @property
+    def entries(self) -> list[list[int]]:
+        """The token lists held, least recently used first."""
+        with self._lock:
+            return [list(s.tokens) for s in self._entries.values()]
 
     def fetch(self, model, tokens: Sequence[int], reuse: bool = True) -> tuple[CachedSequence, int]:
-        """Take the cache for a job on ``tokens`` (a fresh one unless ``reuse``).
+        """A sequence for a job on ``tokens``: the best entry's cache, or a fresh one.
 
         Returns:
-            ``(seq, reused)``: the sequence holding ``tokens[:reused]``. At least
-            the last prompt token is always left to compute.
+            ``(seq, reused)``: ``seq`` holds ``tokens[:reused]``; at least the last
+            prompt token is always left to compute. ``seq`` belongs to the job
+            until `store` takes it back.
         """
-        seq, self._seq = self._seq, None
-        if not reuse or seq is None or seq.model is not model or not seq.trimmable:
+        best, best_len = None, 0
+        if reuse:
+            for key, seq in self._entries.items():
+                if seq.model is not model or not seq.trimmable:
+                    continue
+                n = common_prefix(seq.tokens, tokens)
+                if n > best_len:
+                    best, best_len = key, n
+        keep = min(best_len, len(tokens) - 1)
+        if best is None or keep <= 0:
             return CachedSequence(model), 0
-        keep = min(common_prefix(seq.tokens, tokens), len(tokens) - 1)
+        seq = self._entries[best]
+        if len(seq.tokens) <= keep:  # a prefix of the prompt: extend it in place
+            with self._lock:
+                del self._entries[best]
+        else:  # trimming would lose the rest of its conversation: work on a copy
+            seq = seq.copy()
+            self.copies += 1
         seq.trim_to(keep)
+        self.hits += keep
         return seq, keep
 
     def store(self, seq: CachedSequence) -> None:
-        """Keep ``seq`` for the next job, if it is consistent and trimmable."""
-        if seq.trimmable and seq.consistent():
-            self._seq = seq
+        """Keep ``seq`` (if consistent and trimmable); drop entries it makes redundant."""
+        if not (seq.trimmable and seq.consistent()) or not seq.tokens:
+            return
+        with self._lock:
+            for key, other in list(self._entries.items()):
+                if other is seq:
+                    continue
+                # A prefix of the new entry only takes space: the new one covers it.
+                if other.model is seq.model and common_prefix(other.tokens, seq.tokens) == len(
+                    other.tokens
+                ):
+                    del self._entries[key]
+            self._entries[id(seq)] = seq
+            self._entries.move_to_end(id(seq))
+            self._evict()
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the budget, evicting at once if needed."""
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._evict()
 
     def clear(self) -> None:
-        """Drop the stored cache."""
-        self._seq = None
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def _evict(self) -> None:
+        # Called with the lock held.
+        def size() -> int:
+            return sum(s.nbytes for s in self._entries.values())
+
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        while len(self._entries) > 1 and size() > self.max_bytes:
+            self._entries.popitem(last=False)
+        if self._entries and size() > self.max_bytes:
+            self._entries.clear()  # one entry alone over budget: keep nothing
 
 
 @dataclass
@@ -59,7 +157,7 @@ class ModelState:
     """What the engine keeps per loaded model between jobs (dropped with the model).
 
     Attributes:
-        cache: Its reusable KV cache.
+        cache: Its reusable KV caches.
         prefill: What its prefill chunks cost, for sizing them.
     """
 

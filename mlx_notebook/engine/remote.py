@@ -98,7 +98,7 @@ class RemoteEngine:
 
     def unload(self, spec: str | None = None):
         """Nothing to free here: the server manages its models."""
-        from .worker import Unloaded
+        from .backend import Unloaded
 
         return Unloaded(note="models on a server are loaded and freed by the server")
 

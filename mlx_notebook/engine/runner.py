@@ -114,7 +114,7 @@ def run_job(
             stream=stream,
         )
         if source is None:
-            tokens = normal_tokens(seq, history, **common)
+            tokens = normal_tokens(seq, history, greedy=req.greedy, **common)
         else:
             tokens = speculative_tokens(
                 seq,
@@ -123,6 +123,7 @@ def run_job(
                 num_draft=req.num_draft_tokens,
                 counters=counters,
                 draft_progress=lambda d, t: job.emit(PrefillProgress(d, t, "draft")),
+                greedy=req.greedy,
                 **common,
             )
 

@@ -55,6 +55,12 @@ class CachedSequence:
                 raise RuntimeError(f"cache trimmed {trimmed} of {extra} tokens")
             del self.tokens[n:]
 
+    def copy(self) -> CachedSequence:
+        """An independent sequence: the same tokens, its own copy of the cache arrays."""
+        import copy
+
+        return CachedSequence(self.model, copy.deepcopy(self.cache), self.tokens)
+
     @property
     def nbytes(self) -> int:
         """Bytes the KV cache has allocated."""

@@ -57,6 +57,7 @@ def speculative_tokens(
     stream,
     counters: DraftCounters,
     draft_progress: Progress = lambda d, t: None,
+    greedy: bool = False,
 ) -> TokenStream:
     """Yield ``(token, from_draft)`` using ``source`` for drafts.
 
@@ -79,12 +80,13 @@ def speculative_tokens(
         stream: The MLX stream of the worker thread.
         counters: Updated with proposed/accepted draft counts.
         draft_progress: ``(done, total)`` of the source's prefill.
+        greedy: The sampler is greedy (argmax); skip normalizing the logits.
     """
     n = 0
     with mx.stream(stream):
         if source.needs_prefill:
             check()
-            first = _verify(seq, history, [], sampler, processors)[0]
+            first = _verify(seq, history, [], sampler, processors, greedy)[0]
             history.append(first)
             n += 1
             yield first, False
@@ -94,7 +96,7 @@ def speculative_tokens(
             check()
             # Leave room for the main model's own token after the drafts.
             drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
-            sampled = _verify(seq, history, drafts, sampler, processors)
+            sampled = _verify(seq, history, drafts, sampler, processors, greedy)
             accepted = 0
             while accepted < len(drafts) and sampled[accepted] == drafts[accepted]:
                 accepted += 1
@@ -113,6 +115,7 @@ def _verify(
     drafts: list[int],
     sampler: Sampler,
     processors: list[Processor] | None,
+    greedy: bool = False,
 ) -> list[int]:
     """One main-model pass over the last token and the drafts; sample every row."""
     logits = seq.forward([history[-1], *drafts])[0]
@@ -126,5 +129,7 @@ def _verify(
                 row = p(full[: len(history) + i], row)
             rows.append(row)
         logits = mx.concatenate(rows, axis=0)
+    if greedy:  # normalizing cannot change an argmax
+        return mx.argmax(logits, axis=-1).tolist()
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     return sampler(logprobs).tolist()

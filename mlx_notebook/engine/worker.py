@@ -11,47 +11,20 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..models.registry import LoadedModel, Registry
 from ..models.spec import ModelNotFound
-from ..models.vocab import spec_fingerprint
-from .backend import EngineInfo, ModelInfo
-from .errors import EngineClosed, IncompatibleDraft, describe, detach_frames
+from .backend import EngineInfo, ModelInfo, Unloaded
+from .checks import check_request, require_same_vocab
+from .errors import EngineClosed, describe, detach_frames
 from .events import Finished, Loading, Queued, Started
 from .job import Job, Result
-from .prompt import check_top_k, encode_prompt, fit_context
 from .prompt_cache import ModelState
 from .request import Request
 
 log = logging.getLogger("mlx_notebook")
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-@dataclass
-class Unloaded:
-    """What `Engine.unload` did.
-
-    Attributes:
-        names: The models unloaded.
-        cancelled: Ids of the jobs cancelled because they used those models.
-        note: Why nothing could be unloaded, if that is the case.
-    """
-
-    names: list[str] = field(default_factory=list)
-    cancelled: list[int] = field(default_factory=list)
-    note: str = ""
-
-    def message(self) -> str:
-        """One line for ``%mlx unload``."""
-        if not self.names:
-            return f"nothing to unload ({self.note})" if self.note else "nothing to unload"
-        msg = f"unloaded: {', '.join(self.names)}"
-        if self.cancelled:
-            ids = ", ".join(map(str, self.cancelled))
-            msg += f" (cancelled {len(self.cancelled)} job(s) using it: {ids})"
-        return msg
 
 
 class Engine:
@@ -61,15 +34,22 @@ class Engine:
         registry: Loaded-model registry; a new one (LRU of ``max_loaded``) when None.
         max_loaded: Most models kept loaded when ``registry`` is None.
         start: Start the worker now. Tests pass False to inspect queued state.
+        prompt_cache_bytes: Byte budget of each model's prompt caches; None: a
+            quarter of the memory available when the model loads.
     """
 
     _default: Engine | None = None
     _default_lock = threading.Lock()
 
     def __init__(
-        self, registry: Registry | None = None, max_loaded: int = 2, start: bool = True
+        self,
+        registry: Registry | None = None,
+        max_loaded: int = 2,
+        start: bool = True,
+        prompt_cache_bytes: int | None = None,
     ) -> None:
         self.registry = registry or Registry(max_loaded=max_loaded)
+        self.prompt_cache_bytes = prompt_cache_bytes
         # Prompt caches hold their model: drop them when the registry lets it go.
         self.registry.on_evict = self._forget
         self._cond = threading.Condition()
@@ -104,19 +84,15 @@ class Engine:
         """Validate ``request`` as `submit` would, without queuing anything.
 
         Models already loaded are checked in full (context window, ``top_k``,
-        draft vocabulary); others are checked on the worker before prefill.
+        draft vocabulary, chat template); others are checked on the worker before
+        prefill.
 
         Raises:
             ValueError: A field is invalid (the message names it), the prompt does
-                not fit the context window, or the draft's vocabulary differs.
+                not fit the context window, the draft's vocabulary differs, or a
+                conversation's model has no chat template.
         """
-        request.validate()
-        self._check_draft(request)
-        lm = self.registry.peek(request.model)
-        if lm is not None:
-            ids = encode_prompt(request, lm.tokenizer)
-            fit_context(len(ids), request.max_tokens, lm.context_length, lm.name)
-            check_top_k(request.top_k, lm.logits_size or lm.vocab_size, lm.name)
+        check_request(request, self.registry)
 
     def submit(self, request: Request) -> Job:
         """Validate ``request`` on the caller's thread and queue it.
@@ -220,6 +196,14 @@ class Engine:
         """Make an already built model available under ``name`` (built on the worker)."""
         self.run_on_worker(lambda: self.registry.register(name, model, tokenizer))
 
+    def set_prompt_cache_bytes(self, n: int | None) -> None:
+        """Change every model's prompt-cache budget (None: the default)."""
+        from .prompt_cache import default_budget
+
+        self.prompt_cache_bytes = n
+        for state in list(self._state.values()):
+            state.cache.resize(default_budget() if n is None else n)
+
     def logit_margin(self, request: Request, generated: list[int], timeout: float = 60) -> float:
         """Top-2 logit gap of ``request.model`` after the prompt and ``generated`` tokens."""
         from .diagnostics import top2_margin
@@ -241,6 +225,12 @@ class Engine:
             f"({blas['reason']})",
             f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
         ]
+        for name, state in list(self._state.items()):
+            c = state.cache
+            notes.append(
+                f"prompt cache of {name}: {len(c)} entries, {c.nbytes / 2**20:.1f} MB "
+                f"(budget {c.max_bytes / 2**20:.0f} MB)"
+            )
         models = tuple(
             ModelInfo(
                 m["name"],
@@ -293,17 +283,6 @@ class Engine:
         r = job.request
         specs = [r.model] + ([r.draft] if r.mode == "draft" else [])
         return {self.registry.key_for(s) for s in specs}
-
-    def _check_draft(self, request: Request) -> None:
-        # On the caller's thread, without MLX: loaded models, or local tokenizer files.
-        if request.mode != "draft":
-            return
-        keys = []
-        for spec in (request.model, request.draft):
-            lm = self.registry.peek(spec)
-            keys.append(lm.vocab_key if lm is not None else spec_fingerprint(spec))
-        if None not in keys and keys[0] != keys[1]:
-            raise IncompatibleDraft(_vocab_message(request.model, request.draft))
 
     def _drop_queued(self, job: Job) -> None:
         with self._cond:
@@ -420,7 +399,7 @@ class Engine:
                 draft = None
                 if job.request.mode == "draft":
                     draft = self._load(job, job.request.draft, pin=main.name, draft=True)
-                    _require_same_vocab(main, draft)
+                    require_same_vocab(main, draft)
                 with wired_limit(main.model, [stream]):  # raises the limit on Metal only
                     final = run_job(job, main, draft, self._state_for, stream, self._service_calls)
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
@@ -441,9 +420,14 @@ class Engine:
             raise type(exc)(f"draft (--draft): {str(exc).removeprefix('model: ')}") from None
 
     def _state_for(self, loaded: LoadedModel) -> ModelState:
+        from .prompt_cache import PromptCache
+
         if self.registry.peek(loaded.name) is not loaded:
             return ModelState()  # unloaded while the job ran: keep nothing for it
-        return self._state.setdefault(loaded.name, ModelState())
+        state = self._state.get(loaded.name)
+        if state is None:
+            state = self._state[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
+        return state
 
 
 def _emit_all(moves: list[tuple[Job, Queued]]) -> None:
@@ -459,19 +443,6 @@ def _close_all() -> None:
 
 
 atexit.register(_close_all)
-
-
-def _require_same_vocab(main: LoadedModel, draft: LoadedModel) -> None:
-    if main.vocab_key != draft.vocab_key:
-        sizes = f" ({draft.vocab_size} vs {main.vocab_size} tokens)"
-        raise IncompatibleDraft(_vocab_message(main.name, draft.name) + sizes)
-
-
-def _vocab_message(main: str, draft: str) -> str:
-    return (
-        f"draft: model {draft!r} has a different vocabulary from main model {main!r}; "
-        "a draft model must share the main model's tokenizer"
-    )
 
 
 def _describe_device(mx) -> str:

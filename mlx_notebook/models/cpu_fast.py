@@ -6,7 +6,9 @@ graph nodes per call, and each node costs a few microseconds to dispatch. On a
 135M model that is half of a decode step's 4,200 nodes. At load, on CPU only,
 each ``nn.RMSNorm`` and plain ``nn.RoPE`` module is swapped for one computing
 the same function with fewer nodes: a compiled (fused) RMSNorm, and RoPE from a
-precomputed cos/sin table. mlx-lm's model code and weights are unchanged.
+precomputed cos/sin table. The projections that read the same input (q/k/v,
+gate/up) become views of one product with their weights stacked: fewer, larger
+matrix-vector products, and bit-identical results. mlx-lm's model code is unchanged.
 
 ``MLX_NOTEBOOK_FAST=0`` turns this off (with the sgemv shim, see ``_gemv.c``).
 """
@@ -45,12 +47,12 @@ class FusedRMSNorm(nn.Module):
         return self._fn(x, self.weight)
 
 
-def _rotate_traditional(x, cos, sin):
-    # Adjacent pairs (x0, x1) rotate together, as llama.cpp lays out Q and K.
+def _rotate_traditional(x, cos2, sin2):
+    # Adjacent pairs (x0, x1) rotate together, as llama.cpp lays out Q and K:
+    # (x0 c - x1 s, x1 c + x0 s) = x * [c, c] + swap(x) * [-s, s], one fused expression.
     shape = x.shape
-    x = x.reshape(*shape[:-1], shape[-1] // 2, 2)
-    x1, x2 = x[..., 0], x[..., 1]
-    return mx.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).reshape(shape)
+    swapped = x.reshape(*shape[:-1], shape[-1] // 2, 2)[..., ::-1].reshape(shape)
+    return x * cos2 + swapped * sin2
 
 
 def _rotate_halves(x, cos, sin):
@@ -84,13 +86,16 @@ class RopeTable:
         inv = 1.0 / (self.base ** (mx.arange(0, self.dims, 2, dtype=mx.float32) / self.dims))
         theta = (mx.arange(size, dtype=mx.float32) * self.scale)[:, None] * inv[None, :]
         self.cos, self.sin = mx.cos(theta), mx.sin(theta)
-        mx.eval(self.cos, self.sin)
+        # The interleaved layout's per-feature tables: [c0, c0, c1, c1, ...], [-s0, s0, ...].
+        self.cos2 = mx.repeat(self.cos, 2, axis=-1)
+        self.sin2 = mx.stack([-self.sin, self.sin], axis=-1).reshape(size, self.dims)
+        mx.eval(self.cos, self.sin, self.cos2, self.sin2)
         self.size = size
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the two tables."""
-        return self.cos.nbytes + self.sin.nbytes
+        """Bytes of the tables."""
+        return self.cos.nbytes + self.sin.nbytes + self.cos2.nbytes + self.sin2.nbytes
 
 
 class TableRoPE(nn.Module):
@@ -121,13 +126,74 @@ class TableRoPE(nn.Module):
         n = x.shape[-2]
         t = self._table
         t.grow(offset + n)
-        cos = t.cos[offset : offset + n].astype(x.dtype)
-        sin = t.sin[offset : offset + n].astype(x.dtype)
+        cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
+        cos, sin = cos[offset : offset + n], sin[offset : offset + n]
+        if cos.dtype != x.dtype:
+            cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
         rotate = _ROTATE[self.traditional]
         if self.dims == x.shape[-1]:
             return rotate(x, cos, sin)
         head = rotate(x[..., : self.dims], cos, sin)
         return mx.concatenate([head, x[..., self.dims :]], axis=-1)
+
+
+class StackedLinear(nn.Module):
+    """The weights of several bias-free ``nn.Linear`` layers stacked, computed once per input.
+
+    Args:
+        linears: Layers that take the same input (same input width).
+    """
+
+    def __init__(self, linears: list) -> None:
+        super().__init__()
+        self.weight = mx.concatenate([lin.weight for lin in linears], axis=0)
+        mx.eval(self.weight)
+        bounds, start = [], 0
+        for lin in linears:
+            bounds.append((start, start + lin.weight.shape[0]))
+            start += lin.weight.shape[0]
+        object.__setattr__(self, "bounds", bounds)  # plain data, not parameters
+        object.__setattr__(self, "_last", (None, None))
+
+    def product(self, x: mx.array) -> mx.array:
+        """``x @ W.T`` for the stacked ``W``, reused while the same input comes again."""
+        seen, y = self._last
+        if x is not seen:  # the model calls q, k and v (or gate and up) on one array
+            y = x @ self.weight.T
+            object.__setattr__(self, "_last", (x, y))
+        return y
+
+
+class StackedView(nn.Module):
+    """One original layer's rows of a `StackedLinear` (it owns no parameters)."""
+
+    def __init__(self, stack: StackedLinear, index: int) -> None:
+        super().__init__()
+        object.__setattr__(self, "_stack", stack)
+        object.__setattr__(self, "_span", stack.bounds[index])
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """The original layer's outputs for ``x``."""
+        a, b = self._span
+        return self._stack.product(x)[..., a:b]
+
+
+_STACKS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def _stack(module, counts: dict) -> None:
+    for names in _STACKS:
+        layers = [module.get(n) for n in names]
+        if not all(type(lin) is nn.Linear and "bias" not in lin for lin in layers):
+            continue
+        if len({lin.weight.shape[1] for lin in layers}) != 1:
+            continue
+        stack = StackedLinear(layers)
+        module["mlxnb_" + "_".join(n.split("_")[0] for n in names)] = stack  # a parameter
+        for i, n in enumerate(names):
+            setattr(module, n, StackedView(stack, i))
+        key = "/".join(n.split("_")[0] for n in names) + " stacked"
+        counts[key] = counts.get(key, 0) + 1
 
 
 def _replacement(module, tables: dict):
@@ -142,10 +208,11 @@ def _replacement(module, tables: dict):
 
 
 def _swap(module, counts: dict, tables: dict) -> None:
+    _stack(module, counts)
     for name, child in module.children().items():
         items = enumerate(child) if isinstance(child, list) else [(None, child)]
         for i, sub in items:
-            if not isinstance(sub, nn.Module):
+            if not isinstance(sub, nn.Module) or isinstance(sub, (StackedLinear, StackedView)):
                 continue
             new = _replacement(sub, tables)
             if new is None:

@@ -40,6 +40,32 @@ def spec_fingerprint(spec: str) -> str | None:
     return _file_fingerprint(str(path), st.st_size, st.st_mtime_ns)
 
 
+def spec_has_chat_template(spec: str) -> bool | None:
+    """Whether a local model has a chat template, from its files; None when unknown."""
+    from .spec import resolve
+
+    try:
+        s = resolve(spec)
+    except (OSError, ValueError):
+        return None
+    if s.kind == "dir":
+        folder = s.path
+    elif s.kind in ("gguf", "default"):
+        tok = _converted_tokenizer(s)
+        if tok is None:
+            return None
+        folder = tok.parent
+    else:
+        return None
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return bool(cfg.get("chat_template"))
+
+
 def _converted_tokenizer(s) -> Path | None:
     from .default import default_gguf
     from .gguf import cache_path

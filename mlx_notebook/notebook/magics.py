@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
-from traitlets import Float, Int, Unicode
+from traitlets import Float, Int, Unicode, observe
 
 from ..engine.backend import Backend, Route, backend_for, existing_backends
 from ..engine.request import Request
@@ -50,6 +50,30 @@ def check_out_name(name: str, shell=None) -> None:
         )
 
 
+_OPTIONS = [
+    argument("-m", "--model", default=None, help="model spec"),
+    argument("--draft", default=None, help="draft model spec"),
+    argument("--lookup", action="store_true", help="prompt-lookup drafting"),
+    argument("-k", "--num-draft", type=int, default=None, help="draft tokens per step"),
+    argument("--ngram", type=int, default=3, help="n-gram size for --lookup"),
+    argument("-n", "--max-tokens", type=int, default=None, help="max generated tokens"),
+    argument("-t", "--temperature", type=float, default=None, help="sampling temperature"),
+    argument("--top-p", type=float, default=1.0, help="nucleus sampling"),
+    argument("--seed", type=int, default=None, help="random seed"),
+    argument("--stop", action="append", default=[], help="stop string (repeatable)"),
+    argument("-o", "--out", default=None, help="name to bind the result handle to"),
+    argument("--wait", action="store_true", help="block until done"),
+    argument("-f", "--format", default="markdown", help="markdown, text or code"),
+]
+
+
+def generation_options(fn):
+    """The options ``%%generate`` and ``%%chat`` share (a `magic_arguments` decorator)."""
+    for opt in reversed(_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
 def unescape(s: str) -> str:
     r"""Turn ``\n``, ``\t`` and ``\\`` typed in a stop string into the characters."""
     return _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], s)
@@ -70,6 +94,9 @@ HELP = """mlx_notebook magics
   --compare [--repeats N]   normal vs speculative decoding in N interleaved pairs
   --metric e2e|decode       what --compare's verdict uses (default: end to end)
 
+%%chat [-c NAME] [-s SYSTEM] [options]   the cell is the next message of a conversation
+%chat list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | load NAME FILE
+      | show [NAME]
 %mlx status | stop | models | unload [MODEL] | panel | help
 
 Models on a server: -m http://HOST:PORT/v1[#MODEL], or for every cell
@@ -96,6 +123,18 @@ class MLXNotebook(Magics):
     server_api_key = Unicode(
         "", help="Bearer token for server_url; $MLX_NOTEBOOK_API_KEY when empty."
     ).tag(config=True)
+    prompt_cache_mb = Float(
+        0.0,
+        help="Byte budget of each local model's prompt caches, in MB; 0: a quarter of the "
+        "memory available when the model loads.",
+    ).tag(config=True)
+
+    @observe("prompt_cache_mb")
+    def _prompt_cache_changed(self, change) -> None:
+        engine = self.route("default").backend
+        if hasattr(engine, "set_prompt_cache_bytes"):  # a local engine
+            mb = change["new"]
+            engine.set_prompt_cache_bytes(int(mb * 2**20) if mb > 0 else None)
 
     def __init__(self, shell=None, engine: Backend | None = None, **kw):
         super().__init__(shell=shell, **kw)
@@ -115,21 +154,9 @@ class MLXNotebook(Magics):
 
     # -- %%generate ---------------------------------------------------------
     @magic_arguments()
-    @argument("-m", "--model", default=None, help="model spec")
-    @argument("--draft", default=None, help="draft model spec")
-    @argument("--lookup", action="store_true", help="prompt-lookup drafting")
-    @argument("-k", "--num-draft", type=int, default=None, help="draft tokens per step")
-    @argument("--ngram", type=int, default=3, help="n-gram size for --lookup")
-    @argument("-n", "--max-tokens", type=int, default=None, help="max generated tokens")
-    @argument("-t", "--temperature", type=float, default=None, help="sampling temperature")
-    @argument("--top-p", type=float, default=1.0, help="nucleus sampling")
-    @argument("--seed", type=int, default=None, help="random seed")
+    @generation_options
     @argument("-s", "--system", default=None, help="system prompt")
     @argument("--raw", action="store_true", help="no chat template")
-    @argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    @argument("-o", "--out", default=None, help="name to bind the result handle to")
-    @argument("--wait", action="store_true", help="block until done")
-    @argument("-f", "--format", default="markdown", help="markdown, text or code")
     @argument("--compare", action="store_true", help="normal vs speculative side by side")
     @argument("--repeats", type=int, default=3, help="interleaved pairs for --compare")
     @argument("--metric", default="e2e", help="e2e or decode: what --compare's verdict uses")
@@ -144,11 +171,11 @@ class MLXNotebook(Magics):
             request, out=args.out, wait=args.wait, fmt=args.format, notices=self._notices
         )
 
-    def build_request(self, args, cell: str) -> Request:
-        """Turn parsed options and the cell body into a validated Request.
+    def request_fields(self, args) -> dict:
+        """The `Request` fields the shared options describe (settings fill the gaps).
 
         Raises:
-            UsageError: One clear line for any bad option or value.
+            UsageError: One clear line for a bad combination.
         """
         if args.format not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
@@ -158,17 +185,8 @@ class MLXNotebook(Magics):
             check_out_name(args.out, self.shell)
         if args.model is not None and not args.model.strip():
             raise UsageError("-m/--model: must not be empty (omit it for the default model)")
-        if args.compare and not (args.draft or args.lookup):
-            args.lookup = True  # compare against prompt lookup unless a draft is given
-        # IPython ends every cell with a newline the user did not type.
-        body = cell[:-1] if cell.endswith("\n") else cell
-        prompt, unknown = self.fill(body)
-        self._notices = [unknown_notice(unknown)] if unknown else []
-        request = Request(
-            prompt=prompt,
+        return dict(
             model=self.default_model if args.model is None else args.model,
-            system=args.system,
-            chat=not args.raw,
             max_tokens=args.max_tokens if args.max_tokens is not None else self.max_tokens,
             temperature=args.temperature if args.temperature is not None else self.temperature,
             top_p=args.top_p,
@@ -180,11 +198,30 @@ class MLXNotebook(Magics):
             else self.num_draft_tokens,
             lookup_ngram=args.ngram,
         )
+
+    def build_request(self, args, cell: str) -> Request:
+        """Turn parsed options and the cell body into a validated Request.
+
+        Raises:
+            UsageError: One clear line for any bad option or value.
+        """
+        if getattr(args, "compare", False) and not (args.draft or args.lookup):
+            args.lookup = True  # compare against prompt lookup unless a draft is given
+        fields = self.request_fields(args)
+        prompt, self._notices = self.fill_body(cell)
+        request = Request(prompt=prompt, system=args.system, chat=not args.raw, **fields)
         try:
             request.validate()
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         return request
+
+    def fill_body(self, cell: str) -> tuple[str, list[str]]:
+        """The cell body filled from the user's variables, and the view's warnings."""
+        # IPython ends every cell with a newline the user did not type.
+        body = cell[:-1] if cell.endswith("\n") else cell
+        text, unknown = self.fill(body)
+        return text, [unknown_notice(unknown)] if unknown else []
 
     def fill(self, text: str) -> tuple[str, list[str]]:
         """Fill ``{name}`` from the user's variables; return the text and unknown names.
@@ -210,7 +247,7 @@ class MLXNotebook(Magics):
         wait: bool = False,
         fmt: str = "markdown",
         notices: list[str] | None = None,
-    ) -> GenerationHandle | None:
+    ) -> None:
         """Submit, display the view, bind the handle; block with ``wait``.
 
         Raises:
@@ -223,19 +260,24 @@ class MLXNotebook(Magics):
             job = route.backend.submit(request)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        handle = GenerationHandle(job, request.model)
+        remember(handle)
+        self.show(job, route.label, fmt, notices, out and (out, handle), wait)
+
+    def show(self, job, label: str, fmt: str, notices, bind=None, wait: bool = False) -> None:
+        """Display ``job``'s live view; bind ``(name, value)``; block with ``wait``.
+
+        Raises:
+            GenerationError: With ``wait``, the job ended in error (one line).
+        """
+        r = job.request
         state = ViewState(
-            model=route.label,
-            mode=request.mode,
-            k=request.num_draft_tokens,
-            fmt=fmt,
-            notices=list(notices or []),
+            model=label, mode=r.mode, k=r.num_draft_tokens, fmt=fmt, notices=list(notices or [])
         )
         view = generation_view(state, refresh_hz=self.refresh_hz).display()
         view.attach(job)
-        handle = GenerationHandle(job, request.model)
-        remember(handle)
-        if out:
-            self.shell.user_ns[out] = handle
+        if bind:
+            self.shell.user_ns[bind[0]] = bind[1]
         if wait:
             try:
                 job.result()
@@ -243,7 +285,6 @@ class MLXNotebook(Magics):
                 pass  # job.result() cancelled it and waited: the view shows "stopped"
             finally:
                 view.wait_rendered(5.0)  # the final document is sent before the cell ends
-        return None
 
     def _compare(self, args, request: Request):
         from .compare import CompareRun
@@ -324,8 +365,11 @@ class MLXNotebook(Magics):
 
 def load(ipython) -> None:
     """Register the magics and their settings."""
+    from .chat import ChatMagics
+
     magics = MLXNotebook(shell=ipython, config=ipython.config)
     ipython.register_magics(magics)
+    ipython.register_magics(ChatMagics(ipython, magics))
     if resend_final not in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.register("pre_run_cell", resend_final)
     if magics not in ipython.configurables:
@@ -339,6 +383,9 @@ def unload(ipython) -> None:
         ipython.events.unregister("pre_run_cell", resend_final)
     mm.magics["cell"].pop("generate", None)
     mm.magics["line"].pop("mlx", None)
+    mm.magics["cell"].pop("chat", None)
+    mm.magics["line"].pop("chat", None)
+    mm.registry.pop("ChatMagics", None)
     for c in [c for c in ipython.configurables if isinstance(c, MLXNotebook)]:
         ipython.configurables.remove(c)
         if c._engine is not None:

@@ -1,0 +1,252 @@
+"""Chat: history, Stop and undo, files, refusals, and a cache that makes each turn cheap."""
+
+import json
+
+import pytest
+
+from mlx_notebook.chat import Chat, ChatBusy
+from mlx_notebook.engine import Request, Token
+from mlx_notebook.engine.errors import GenerationError
+
+
+@pytest.fixture
+def chat(engine, tiny_dir):
+    return Chat(tiny_dir, "You are terse.", backend=engine, max_tokens=12)
+
+
+def test_turns_build_the_history(chat):
+    a = chat.ask("Hello")
+    b = chat.ask("And then?")
+    assert [m["role"] for m in chat.messages] == ["system", "user", "assistant"] * 1 + [
+        "user", "assistant"]  # fmt: skip
+    assert chat.messages[2]["content"] == a and chat.messages[4]["content"] == b
+    assert "[assistant]" in chat.transcript() and "And then?" in chat.transcript()
+
+
+def test_each_turn_sends_the_whole_conversation(chat):
+    chat.ask("Hello")
+    req = chat.request("Next")
+    assert req.prompt[0] == {"role": "system", "content": "You are terse."}
+    assert [m["role"] for m in req.prompt] == ["system", "user", "assistant", "user"]
+    assert req.chat and req.max_tokens == 12
+
+
+def test_a_stopped_reply_is_kept_marked_and_the_next_turn_continues(engine, tiny_dir):
+    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+    turn = c.send("Hello")
+    for ev in turn.job.events(detach=True):
+        if isinstance(ev, Token) and ev.index == 5:
+            turn.cancel()
+            break
+    turn.wait(30)
+    assert turn.finish_reason == "cancelled"
+    assert c.messages[-1] == {"role": "assistant", "content": turn.text, "stopped": True}
+    c.ask("Go on", max_tokens=3)
+    assert [m["role"] for m in c.messages] == ["user", "assistant", "user", "assistant"]
+    assert "(stopped)" in c.transcript()
+
+
+def test_undo_reset_fork(chat):
+    chat.ask("One")
+    chat.ask("Two")
+    fork = chat.fork()
+    removed = chat.undo()
+    assert [m["content"] for m in removed][0] == "Two" and len(chat.messages) == 3
+    assert len(fork.messages) == 5  # the fork is independent
+    chat.reset()
+    assert chat.messages == [{"role": "system", "content": "You are terse."}]
+    assert chat.undo() == []
+
+
+def test_busy_empty_and_unknown_options_start_nothing(engine, tiny_dir):
+    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+    turn = c.send("Hello")
+    with pytest.raises(ChatBusy):
+        c.send("again")
+    turn.cancel()
+    turn.wait(30)
+    with pytest.raises(ValueError, match="empty"):
+        c.send("   ")
+    with pytest.raises(ValueError, match="unknown request field"):
+        c.send("hi", bogus=1)
+    with pytest.raises(ValueError, match="unknown request field"):
+        Chat(tiny_dir, bogus=1)
+
+
+def test_an_error_takes_the_exchange_back(engine):
+    c = Chat("/no/such/model", backend=engine)
+    with pytest.raises(GenerationError, match="no such file"):
+        c.ask("Hello")
+    assert c.messages == []
+
+
+def test_a_model_without_a_chat_template_is_refused_with_advice(engine, tmp_path):
+    from mlx_notebook.testing import build_tiny_model
+
+    path = build_tiny_model(tmp_path / "plain")
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    c = Chat(str(path), backend=engine)
+    with pytest.raises(ValueError, match="no chat template.*--raw"):
+        c.send("Hello")
+    assert engine.info().queued == 0 and c.messages == []
+
+
+def test_save_and_load_round_trip(chat, tmp_path):
+    chat.ask("Hello")
+    f = tmp_path / "c.json"
+    chat.save(f)
+    data = json.loads(f.read_text())
+    assert [m["role"] for m in data] == ["system", "user", "assistant"]
+    back = Chat.load(f, model=chat.model, backend=chat.backend)
+    assert back.messages == chat.messages
+    (tmp_path / "bad.json").write_text('{"role": "user"}')
+    with pytest.raises(ValueError, match="expected a JSON list"):
+        Chat.load(tmp_path / "bad.json")
+    (tmp_path / "bad2.json").write_text('[{"role": "robot", "content": "x"}]')
+    with pytest.raises(ValueError, match="message 0 needs a role"):
+        Chat.load(tmp_path / "bad2.json")
+    with pytest.raises(ValueError, match="cannot read"):
+        Chat.load(tmp_path / "missing.json")
+
+
+def test_editing_messages_reuses_the_unchanged_prefix(chat):
+    chat.ask("Hello there")
+    chat.ask("Tell me more")
+    chat.messages[3]["content"] = "Tell me less"  # an edit near the end
+    turn = chat.send("ok")
+    turn.wait(30)
+    s = turn.stats
+    assert 0 < s.cached_tokens < s.prompt_tokens
+
+
+@pytest.mark.parametrize("after", ["plain", "stop", "undo"])
+def test_a_cached_turn_equals_the_same_turn_from_scratch(engine, tiny_dir, after):
+    c = Chat(tiny_dir, "Be brief.", backend=engine, max_tokens=20)
+    c.ask("Hello world")
+    if after == "stop":
+        t = c.send("The quick brown fox", max_tokens=500)
+        for ev in t.job.events(detach=True):
+            if isinstance(ev, Token) and ev.index == 7:
+                t.cancel()
+                break
+        t.wait(30)
+    elif after == "undo":
+        c.ask("The quick brown fox")
+        c.undo()
+    turn = c.send("Rivers flow to the sea")
+    turn.wait(30)
+    assert turn.stats.cached_tokens > 0  # the conversation's cache was used
+    fresh = engine.submit(
+        Request(turn.job.request.prompt, model=tiny_dir, max_tokens=20, reuse_cache=False)
+    ).result(timeout=30)
+    assert turn.job.result().token_ids == fresh.token_ids
+
+
+# -- on the bundled default model (issue 14's acceptance) --------------------------------
+
+QUESTIONS = [
+    "Name a river in Europe.", "Where does it flow?", "Name a mountain there.",
+    "How high is it?", "Name a city nearby.", "What is it known for?",
+    "Name a food from there.", "How is it made?", "Name a festival there.",
+    "When does it happen?",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def default_engine():
+    from mlx_notebook.engine import Engine
+
+    eng = Engine()
+    eng.submit(Request("hi", max_tokens=2)).result(timeout=300)
+    yield eng
+    eng.close()
+
+
+def turn_figures(turn):
+    s = turn.stats
+    return s.prompt_tokens, s.cached_tokens, s.generation_tokens, s.ttft_s
+
+
+def check_reuse(figures, slack=8):
+    for (p0, _, g0, _), (_, c1, _, _) in zip(figures, figures[1:]):
+        assert c1 >= p0 + g0 - slack, (p0, g0, c1)
+
+
+@pytest.mark.slow
+def test_ten_turns_each_prefill_only_what_is_new(default_engine):
+    c = Chat(backend=default_engine, max_tokens=24)
+    figs = [turn_figures(c.send(q).wait()) for q in QUESTIONS]
+    check_reuse(figs)
+    p9, _, g9, _ = figs[8]
+    p10, c10, _, t10 = figs[9]
+    new = p10 - (p9 + g9)  # the last user message and its template
+    assert p10 - c10 <= new + 16, figs[9]
+    assert t10 <= 1.5 * figs[1][3], (t10, figs[1][3])
+    assert p10 > 4 * figs[1][0]  # the conversation grew many times longer
+
+
+@pytest.mark.slow
+def test_two_conversations_and_a_generate_between_keep_their_caches(default_engine):
+    a = Chat(backend=default_engine, max_tokens=16)
+    b = Chat(backend=default_engine, system="You answer in French.", max_tokens=16)
+    fa, fb = [], []
+    for q in QUESTIONS[:4]:
+        fa.append(turn_figures(a.send(q).wait()))
+        fb.append(turn_figures(b.send(q).wait()))
+        default_engine.submit(Request("Write one word.", max_tokens=4)).result(timeout=120)
+    check_reuse(fa)
+    check_reuse(fb)
+    assert len(default_engine._state["default"].cache) >= 3
+
+
+@pytest.mark.kernel
+def test_chat_cells_in_a_real_kernel(tiny_dir, tmp_path):
+    from kernel_harness import Harness
+
+    k = Harness()
+    try:
+        assert k.execute("%load_ext mlx_notebook")["status"] == "ok"
+
+        def cell(body, line=""):
+            before = set(k.state)
+            mid = k.execute(f"%%chat -m {tiny_dir} -n 3000 {line}\n{body}", wait=False)
+            assert k.reply(mid, 30)["status"] == "ok"
+            return mid, before
+
+        def view(before):
+            html = k.wait_for(
+                "the view", lambda: [c for c in k.widgets("HTMLModel") if c not in before], 30
+            )[0]
+            (button,) = [c for c in k.widgets("ButtonModel", description="Stop") if c not in before]
+            return html, button
+
+        m1, b1 = cell("Hello there", "-n 8")
+        k.wait_for("turn 1 done", lambda: k.final_output(m1), 30)
+        m2, b2 = cell("Tell me a long story")
+        html, button = view(b2)
+        k.wait_for("turn 2 streams", lambda: "generating" in (k.value(html, "value") or ""))
+        assert "chat chat, turn 2" in k.value(html, "value")
+        k.click(button)
+        doc = k.wait_for("turn 2 stopped", lambda: k.final_output(m2), 30)
+        assert "stopped" in doc["text/html"]
+        _, out = k.output("%chat history", 10)
+        assert "[assistant (stopped)]" in out and "Tell me a long story" in out
+        m3, _ = cell("Go on", "-n 6 -o third")
+        k.wait_for("turn 3 done", lambda: k.final_output(m3), 30)
+        _, out = k.output("print(third.finish_reason, third.stats.cached_tokens > 0)", 10)
+        assert "length True" in out  # it continued from the cached conversation
+        f = tmp_path / "conv.json"
+        _, out = k.output(f"%chat save chat {f}\n%chat load copy {f}\n%chat list", 10)
+        assert "saved 6 message(s)" in out and "loaded 6 message(s)" in out
+        assert "copy: 3 turn(s)" in out
+        reply, out = k.output("%chat history nosuch", 10)
+        assert "no conversation named 'nosuch'" in out and "Traceback" not in out
+        reply, out = k.output("%%chat\n   ", 10)
+        assert "the message is empty" in out
+        (tmp_path / "bad.json").write_text("not json")
+        _, out = k.output(f"%chat load bad {tmp_path / 'bad.json'}", 10)
+        assert "is not JSON" in out
+    finally:
+        k.close()
