@@ -187,3 +187,29 @@ def test_sweep_on_an_open_ended_prompt_names_no_best_k(default_engine):
                            backend=default_engine)  # fmt: skip
     assert r.best_k is None, r.verdict_line()
     assert "no k beat normal decoding" in r.verdict_line()
+
+
+def test_suffix_compare_and_sweep_leave_the_session_index_alone(engine, tiny_dir):
+    engine.forget_history()
+    res = mlx_notebook.compare(
+        COPY, model=tiny_dir, chat=False, max_tokens=20, repeats=2, backend=engine,
+        draft_kind="suffix", num_draft_tokens=16,
+    )  # fmt: skip
+    assert res.identical is True and len(res.runs) == 4
+    sw = mlx_notebook.sweep(
+        COPY, ks=[2, 16], repeats=1, model=tiny_dir, chat=False, max_tokens=12,
+        backend=engine, draft_kind="suffix",
+    )  # fmt: skip
+    assert sorted(k for k, _ in sw.runs if k) == [2, 16]
+    # Neither taught the index: later suffix runs see the session as it was.
+    assert " 0 tokens in 0 documents" in " ".join(engine.info().notes)
+
+
+def test_compare_magic_with_suffix(ipshell, tiny_dir):
+    ip = ipshell
+    ip.run_line_magic("load_ext", "mlx_notebook")
+    ip.run_cell_magic(
+        "generate", f"-m {tiny_dir} --compare --suffix --raw -n 12 --wait -o cmp", COPY
+    )
+    res = ip.user_ns["cmp"].wait()
+    assert res.identical and res.k == 16

@@ -52,7 +52,7 @@ def test_options_reach_the_request(ip, magics, tiny_dir):
         '--stop "END" --stop "\\n\\n" --raw -f text',
     )
     r = magics.build_request(args, "Hi")
-    assert (r.model, r.draft, r.num_draft_tokens, r.max_tokens, r.temperature) == (
+    assert (r.model, r.draft_kind, r.num_draft_tokens, r.max_tokens, r.temperature) == (
         tiny_dir,
         "lookup",
         5,
@@ -63,6 +63,13 @@ def test_options_reach_the_request(ip, magics, tiny_dir):
     assert r.stop == ["END", "\n\n"]
 
 
+def test_suffix_flag_caps_at_sixteen_unless_k_given(magics, tiny_dir):
+    r = magics.build_request(parse(magics.generate, f"-m {tiny_dir} --suffix"), "Hi")
+    assert (r.draft_kind, r.draft, r.num_draft_tokens, r.mode) == ("suffix", None, 16, "suffix")
+    r = magics.build_request(parse(magics.generate, f"-m {tiny_dir} --suffix -k 6"), "Hi")
+    assert r.num_draft_tokens == 6
+
+
 @pytest.mark.parametrize(
     "line,msg",
     [
@@ -71,7 +78,8 @@ def test_options_reach_the_request(ip, magics, tiny_dir):
         ("--top-p 2", "top_p"),
         ("-k 40 --lookup", "num_draft_tokens"),
         ("-f html", "--format"),
-        ("--draft x --lookup", "either"),
+        ("--draft x --lookup", "one of"),
+        ("--suffix --lookup", "one of"),
         ("-o 1bad", "Python name"),
         ("-o class", "Python name"),
         ("-o In", "reserved by IPython"),

@@ -137,6 +137,20 @@ def test_a_new_action_clears_the_last_chart(panel):
     panel.wait(60)
 
 
+def test_suffix_choice_runs_suffix_drafting(panel):
+    panel.draft_source = "suffix"
+    assert panel.ngram_slider.disabled and not panel.k_slider.disabled
+    assert not panel.compare_button.disabled and not panel.sweep_button.disabled
+    req = panel.request()
+    assert (req.mode, req.draft) == ("suffix", None)
+    panel.draft_kind.value = "suffix"
+    panel.generate_button.click()
+    res = panel.wait(60)
+    assert res.finish_reason == "length" and panel.history[-1]["mode"] == "suffix"
+    panel.generate_button.click()  # the same prompt again: drafts from the first answer
+    assert panel.wait(60).stats.draft_tokens_accepted > 0
+
+
 def test_bad_setting_shows_error_and_runs_nothing(panel):
     panel.prompt = "   "
     panel.generate_button.click()

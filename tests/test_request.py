@@ -89,3 +89,19 @@ def test_tiny_temperatures_count_as_greedy():
     assert Request("hi", temperature=1e-45).greedy
     assert Request("hi", temperature=0).greedy
     assert not Request("hi", temperature=0.5).greedy
+
+
+def test_draft_kinds_and_their_shorthands():
+    r = Request("hi", draft="suffix")
+    r.validate()
+    assert (r.kind, r.mode, r.draft) == ("suffix", "suffix", None)
+    r = Request("hi", draft="/some/model")
+    r.validate()
+    assert (r.kind, r.mode) == ("model", "draft")
+    r = Request("hi", draft_kind="lookup")
+    r.validate()
+    assert r.mode == "lookup"
+    for bad in (dict(draft_kind="model"), dict(draft_kind="suffix", draft="/m"),
+                dict(draft_kind="tree")):  # fmt: skip
+        with pytest.raises(ValueError, match="draft"):
+            Request("hi", **bad).validate()

@@ -1,12 +1,15 @@
-"""Draft sources for speculative decoding: one interface, two implementations.
+"""Draft sources for speculative decoding: one interface, a factory for each kind.
 
 A source proposes up to k tokens that may follow the committed history. The
-verify/accept/rewind logic in `speculative` is shared by both.
+verify/accept/rewind logic in `speculative` is shared by all of them. A new
+kind of source is a class here and an entry in `SOURCES` (plus its name in the
+magics and the Panel).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import mlx.core as mx
@@ -114,3 +117,51 @@ class DraftModel:
     def _sample(self, logits: mx.array) -> mx.array:
         logits = logits[:, -1, :]
         return self.sampler(logits - mx.logsumexp(logits, keepdims=True))
+
+
+@dataclass
+class DraftContext:
+    """What a source factory may use.
+
+    Attributes:
+        request: The job's request (``lookup_ngram``, ``num_draft_tokens``, ...).
+        sampler: The job's sampler.
+        draft_seq: The draft model and its cache (kind ``model`` only).
+        draft_profile: The draft model's prefill profile (kind ``model`` only).
+        session: The main model's index of earlier prompts and outputs.
+    """
+
+    request: object
+    sampler: Sampler
+    draft_seq: CachedSequence | None = None
+    draft_profile: object = None
+    session: object = None
+
+
+def _suffix(ctx: DraftContext):
+    from .suffix import SuffixDraft
+
+    return SuffixDraft(ctx.session)
+
+
+SOURCES: dict[str, Callable[[DraftContext], DraftSource]] = {
+    "lookup": lambda c: PromptLookup(c.request.lookup_ngram),
+    "suffix": _suffix,
+    "model": lambda c: DraftModel(
+        c.draft_seq, c.sampler, ChunkSizer(c.request.prefill_target_s, c.draft_profile)
+    ),
+}
+
+
+def make_source(kind: str, ctx: DraftContext) -> DraftSource | None:
+    """The draft source of ``kind`` (None for ``"none"``).
+
+    Raises:
+        ValueError: An unknown kind.
+    """
+    if kind == "none":
+        return None
+    try:
+        return SOURCES[kind](ctx)
+    except KeyError:
+        raise ValueError(f"draft_kind: unknown source {kind!r}") from None

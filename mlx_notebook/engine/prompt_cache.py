@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 
 from .prefill import PrefillProfile
 from .sequence import CachedSequence, common_prefix
+from .suffix import SuffixIndex
+
+SUFFIX_TOKENS = 100_000  # tokens of earlier prompts and outputs kept per model
 
 BYTES_ENV = "MLX_NOTEBOOK_PROMPT_CACHE_MB"
 
@@ -159,7 +162,9 @@ class ModelState:
     Attributes:
         cache: Its reusable KV caches.
         prefill: What its prefill chunks cost, for sizing them.
+        suffix: Its earlier prompts and outputs, for suffix drafting.
     """
 
     cache: PromptCache = field(default_factory=PromptCache)
     prefill: PrefillProfile = field(default_factory=PrefillProfile)
+    suffix: SuffixIndex = field(default_factory=lambda: SuffixIndex(SUFFIX_TOKENS))

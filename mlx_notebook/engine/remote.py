@@ -27,6 +27,8 @@ from .request import Request
 UNSUPPORTED = {
     "lookup": "--lookup (prompt lookup) needs a local model: it drafts from token ids, "
     "which a server does not expose; use --draft MODEL for server-side speculation",
+    "suffix": "--suffix (suffix drafting) needs a local model: it drafts from token ids, "
+    "which a server does not expose; use --draft MODEL for server-side speculation",
 }
 
 

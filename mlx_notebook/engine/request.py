@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LOOKUP = "lookup"
+SHORTHANDS = (LOOKUP, "suffix")  # `draft` values that name a kind, not a model
+DRAFT_KINDS = ("none", "lookup", "suffix", "model")
+_MODES = {"none": "normal", "lookup": "lookup", "suffix": "suffix", "model": "draft"}
 MIN_TEMPERATURE = 1e-4
 """Temperatures below this are treated as 0 (greedy): 1/T would overflow float32."""
 
@@ -31,13 +34,20 @@ class Request:
         seed: Seed for MLX's random generator, in [0, 2**64); the same seed gives
             the same text.
         stop: Stop strings. Generation ends before the first one; it is not emitted.
-        draft: Draft model spec, ``"lookup"`` for prompt-lookup drafting, or None.
-        num_draft_tokens: Tokens drafted per step, 1..16. Default: 3.
+        draft: Draft model spec (``draft_kind="model"``). ``"lookup"`` and
+            ``"suffix"`` are accepted for those kinds; a spec alone implies ``"model"``.
+        draft_kind: Where drafts come from: ``"none"``, ``"lookup"`` (the prompt),
+            ``"suffix"`` (this job and the session's earlier jobs) or ``"model"``.
+        num_draft_tokens: Tokens drafted per step, 1..16 (for ``suffix``, the cap
+            of its adaptive length). Default: 3.
         lookup_ngram: n-gram size for prompt lookup, 1..8. Default: 3.
         prefill_target_s: Seconds of compute per prefill chunk, which bounds the
             cancel latency during prefill. Default: 0.25.
         reuse_cache: Reuse the model's KV cache from earlier jobs for a common
             prompt prefix. False prefills from scratch (fair timing comparisons).
+        remember: Add this job's prompt and output to the model's session index for
+            later suffix drafting. Compare and Sweep turn it off so their repeated
+            runs do not teach each other the answer.
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -53,17 +63,26 @@ class Request:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     draft: str | None = None
+    draft_kind: str = "none"
     num_draft_tokens: int = 3
     lookup_ngram: int = 3
     prefill_target_s: float = 0.25
     reuse_cache: bool = True
+    remember: bool = True
+
+    @property
+    def kind(self) -> str:
+        """The draft kind, with the shorthands of `draft` resolved."""
+        if self.draft_kind != "none":
+            return self.draft_kind
+        if self.draft is None:
+            return "none"
+        return self.draft if self.draft in SHORTHANDS else "model"
 
     @property
     def mode(self) -> str:
-        """``"normal"``, ``"lookup"`` or ``"draft"``."""
-        if self.draft is None:
-            return "normal"
-        return LOOKUP if self.draft == LOOKUP else "draft"
+        """``"normal"``, ``"lookup"``, ``"suffix"`` or ``"draft"`` (a draft model)."""
+        return _MODES.get(self.kind, self.kind)
 
     @property
     def greedy(self) -> bool:
@@ -117,6 +136,16 @@ class Request:
             _check_unicode("stop", s)
         if self.draft is not None and (not isinstance(self.draft, str) or not self.draft):
             raise bad("draft", "must be a model spec or 'lookup'")
+        if self.draft_kind not in DRAFT_KINDS:
+            raise bad("draft_kind", f"must be one of {', '.join(DRAFT_KINDS)}")
+        kind = self.kind
+        if kind == "model" and (self.draft is None or self.draft in SHORTHANDS):
+            raise bad("draft", "draft_kind 'model' needs a draft model spec")
+        if kind in SHORTHANDS and self.draft not in (None, kind):
+            raise bad("draft", f"a draft model spec does not go with draft_kind {kind!r}")
+        self.draft_kind = kind
+        if kind != "model":
+            self.draft = None
         if not _is_int(self.num_draft_tokens) or not 1 <= self.num_draft_tokens <= 16:
             raise bad("num_draft_tokens", "must be in 1..16")
         if not _is_int(self.lookup_ngram) or not 1 <= self.lookup_ngram <= 8:

@@ -9,7 +9,7 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from .decode import normal_tokens
-from .drafts import DraftModel, DraftSource, PromptLookup
+from .drafts import DraftContext, DraftSource, make_source
 from .errors import Cancelled, describe, detach_frames
 from .events import Finished, Notice, PrefillProgress, Stats, Token
 from .job import Job
@@ -50,6 +50,8 @@ def run_job(
     detok, stops = None, StopMatcher(req.stop)
     t_first = t_last = None
     finalized = False
+    prompt_ids: list[int] | None = None
+    generated: list[int] = []
 
     def check() -> None:
         if job.cancelled:
@@ -58,7 +60,7 @@ def run_job(
 
     try:
         check()
-        prompt = encode_prompt(req, tok)
+        prompt = prompt_ids = encode_prompt(req, tok)
         stats.prompt_tokens = len(prompt)
         max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
         if max_tokens < req.max_tokens:
@@ -85,17 +87,14 @@ def run_job(
         main_cache = main_state.cache
         seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
-        source: DraftSource | None = None
-        if req.mode == "lookup":
-            source = PromptLookup(req.lookup_ngram)
-        elif req.mode == "draft":
+        ctx = DraftContext(req, sampler, session=main_state.suffix)
+        if req.mode == "draft":
             draft_state = state_for(draft)
             draft_cache = draft_state.cache
             dseq, _ = draft_cache.fetch(draft.model, prompt, req.reuse_cache)
             seqs.append((draft_cache, dseq))
-            source = DraftModel(
-                dseq, sampler, ChunkSizer(req.prefill_target_s, draft_state.prefill)
-            )
+            ctx.draft_seq, ctx.draft_profile = dseq, draft_state.prefill
+        source: DraftSource | None = make_source(req.kind, ctx)
         sizer = ChunkSizer(req.prefill_target_s, main_state.prefill)
         prefill(
             seq,
@@ -131,6 +130,7 @@ def run_job(
         eos = set(tok.eos_token_ids)
         try:
             for i, (tid, from_draft) in enumerate(tokens):
+                generated.append(tid)
                 t_last = time.perf_counter()
                 if t_first is None:
                     t_first = t_last
@@ -170,6 +170,8 @@ def run_job(
             pieces.append(stops.flush())
         else:
             reason = "stop"
+    if prompt_ids is not None and req.remember:
+        state_for(main).suffix.add(prompt_ids + generated)  # for later suffix drafting
     stats.draft_tokens_proposed = counters.proposed
     stats.draft_tokens_accepted = counters.accepted
     stats.draft_rounds = counters.rounds

@@ -196,6 +196,23 @@ class Engine:
         """Make an already built model available under ``name`` (built on the worker)."""
         self.run_on_worker(lambda: self.registry.register(name, model, tokenizer))
 
+    def forget_history(self, spec: str | None = None, timeout: float = 5.0) -> None:
+        """Clear the suffix index of earlier prompts and outputs (one model, or all).
+
+        Suffix drafting then proposes only from each job's own text until new jobs
+        have run.
+        """
+
+        def clear() -> None:
+            from .suffix import SuffixIndex
+
+            key = None if spec is None else self.registry.key_for(spec)
+            for name, state in self._state.items():
+                if key is None or name == key:
+                    state.suffix = SuffixIndex(state.suffix.max_tokens)
+
+        self.run_on_worker(clear, timeout)
+
     def set_prompt_cache_bytes(self, n: int | None) -> None:
         """Change every model's prompt-cache budget (None: the default)."""
         from .prompt_cache import default_budget
@@ -226,10 +243,14 @@ class Engine:
             f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
         ]
         for name, state in list(self._state.items()):
-            c = state.cache
+            c, x = state.cache, state.suffix
             notes.append(
                 f"prompt cache of {name}: {len(c)} entries, {c.nbytes / 2**20:.1f} MB "
                 f"(budget {c.max_bytes / 2**20:.0f} MB)"
+            )
+            notes.append(
+                f"suffix index of {name}: {len(x)} tokens in {len(x.docs)} documents, "
+                f"{x.entries} n-grams (budget {x.max_tokens} tokens)"
             )
         models = tuple(
             ModelInfo(

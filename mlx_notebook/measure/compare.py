@@ -312,8 +312,8 @@ class Comparison:
         if metric not in METRICS:
             raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
         self.backend, self.request, self.repeats, self.metric = backend, request, repeats, metric
-        normal = replace(request, draft=None, reuse_cache=False)
-        spec = replace(request, reuse_cache=False)
+        spec = replace(request, reuse_cache=False, remember=False)
+        normal = replace(spec, draft=None, draft_kind="none")
         self.plan: list[tuple[int, str]] = []
         reqs = []
         for p in range(repeats):
@@ -376,7 +376,7 @@ def compare(
     prompt,
     *,
     model: str = "default",
-    draft: str = "lookup",
+    draft: str | None = None,
     num_draft_tokens: int = 4,
     repeats: int = 3,
     metric: str = "e2e",
@@ -388,7 +388,8 @@ def compare(
     Args:
         prompt: A string or chat messages.
         model: Main model spec.
-        draft: ``"lookup"`` or a draft model spec.
+        draft: ``"lookup"`` (the default unless ``draft_kind`` is given),
+            ``"suffix"`` or a draft model spec.
         num_draft_tokens: Draft tokens per round.
         repeats: Interleaved pairs (each run prefills from scratch).
         metric: ``"e2e"`` (prefill included) or ``"decode"``: what the verdict uses.
@@ -403,5 +404,7 @@ def compare(
 
         route = backend_for(model)
         backend, model = route.backend, route.model
+    if draft is None and fields.get("draft_kind", "none") == "none":
+        draft = "lookup"
     req = Request(prompt, model=model, draft=draft, num_draft_tokens=num_draft_tokens, **fields)
     return Comparison(backend, req, repeats, metric).start().wait()

@@ -194,7 +194,7 @@ class Sweep:
     ) -> None:
         ks = sorted(set(ks))
         if request.mode == "normal":
-            raise ValueError("draft: Sweep needs a draft source (a draft model or 'lookup')")
+            raise ValueError("draft: Sweep needs a draft source ('lookup', 'suffix' or a model)")
         if not ks or any(not isinstance(k, int) or not 1 <= k <= 16 for k in ks):
             raise ValueError(f"ks: must be integers in 1..16 (got {ks!r})")
         if not isinstance(repeats, int) or repeats < 1:
@@ -203,11 +203,9 @@ class Sweep:
             raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
         self.request, self.ks, self.metric = request, ks, metric
         self.order = schedule(ks, repeats, seed)
-        normal = replace(request, draft=None, reuse_cache=False)
-        reqs = [
-            normal if k is None else replace(request, num_draft_tokens=k, reuse_cache=False)
-            for k in self.order
-        ]
+        base = replace(request, reuse_cache=False, remember=False)
+        normal = replace(base, draft=None, draft_kind="none")
+        reqs = [normal if k is None else replace(base, num_draft_tokens=k) for k in self.order]
         self.runs = RunSet(backend, reqs)
 
     @property
@@ -240,7 +238,7 @@ def sweep(
     ks=range(1, 9),
     repeats: int = 3,
     model: str = "default",
-    draft: str = "lookup",
+    draft: str | None = None,
     metric: str = "e2e",
     seed: int | None = None,
     backend=None,
@@ -253,7 +251,8 @@ def sweep(
         ks: The k values.
         repeats: Runs per k.
         model: Main model spec.
-        draft: ``"lookup"`` or a draft model spec.
+        draft: ``"lookup"`` (the default unless ``draft_kind`` is given),
+            ``"suffix"`` or a draft model spec.
         metric: ``"e2e"`` (prefill included) or ``"decode"``.
         seed: Seed of the run order's shuffle.
         backend: Where to run; the process-wide engine by default.
@@ -264,5 +263,7 @@ def sweep(
 
         route = backend_for(model)
         backend, model = route.backend, route.model
+    if draft is None and fields.get("draft_kind", "none") == "none":
+        draft = "lookup"
     req = Request(prompt, model=model, draft=draft, **fields)
     return Sweep(backend, req, ks, repeats, metric, seed).start().wait()

@@ -31,6 +31,8 @@ def parse(magic, line: str):
     return magic.parser.parse_args(arg_split(line, posix=True, strict=False))
 
 
+SUFFIX_CAP = 16  # suffix drafts size themselves; -k only caps them
+
 _IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit"}
 
 
@@ -54,6 +56,7 @@ _OPTIONS = [
     argument("-m", "--model", default=None, help="model spec"),
     argument("--draft", default=None, help="draft model spec"),
     argument("--lookup", action="store_true", help="prompt-lookup drafting"),
+    argument("--suffix", action="store_true", help="suffix drafting from this and earlier jobs"),
     argument("-k", "--num-draft", type=int, default=None, help="draft tokens per step"),
     argument("--ngram", type=int, default=3, help="n-gram size for --lookup"),
     argument("-n", "--max-tokens", type=int, default=None, help="max generated tokens"),
@@ -83,8 +86,10 @@ HELP = """mlx_notebook magics
 
 %%generate [options]        the cell body is the prompt; {name} is filled from your variables
   -m/--model SPEC           default | /path/to/mlx-dir | /path/file.gguf | hub/id
-  --draft SPEC | --lookup   speculative decoding with a draft model or prompt lookup
-  -k/--num-draft N          draft tokens per step (1-16)
+  --draft SPEC | --lookup | --suffix
+                            speculative decoding: a draft model, prompt lookup, or suffix
+                            drafting from this job and earlier ones (adaptive length)
+  -k/--num-draft N          draft tokens per step (1-16; for --suffix the cap, default 16)
   -n/--max-tokens N  -t/--temperature T  --top-p P  --seed S
   -s/--system TEXT          system prompt        --raw   no chat template
   --stop STR                stop string (repeatable)
@@ -179,8 +184,8 @@ class MLXNotebook(Magics):
         """
         if args.format not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
-        if args.draft and args.lookup:
-            raise UsageError("use either --draft MODEL or --lookup, not both")
+        if sum(map(bool, (args.draft, args.lookup, args.suffix))) > 1:
+            raise UsageError("use one of --draft MODEL, --lookup or --suffix")
         if args.out is not None:
             check_out_name(args.out, self.shell)
         if args.model is not None and not args.model.strip():
@@ -192,10 +197,11 @@ class MLXNotebook(Magics):
             top_p=args.top_p,
             seed=args.seed,
             stop=[unescape(x) for x in args.stop],
-            draft="lookup" if args.lookup else args.draft,
+            draft=args.draft,
+            draft_kind="lookup" if args.lookup else "suffix" if args.suffix else "none",
             num_draft_tokens=args.num_draft
             if args.num_draft is not None
-            else self.num_draft_tokens,
+            else (SUFFIX_CAP if args.suffix else self.num_draft_tokens),
             lookup_ngram=args.ngram,
         )
 
@@ -205,7 +211,7 @@ class MLXNotebook(Magics):
         Raises:
             UsageError: One clear line for any bad option or value.
         """
-        if getattr(args, "compare", False) and not (args.draft or args.lookup):
+        if getattr(args, "compare", False) and not (args.draft or args.lookup or args.suffix):
             args.lookup = True  # compare against prompt lookup unless a draft is given
         fields = self.request_fields(args)
         prompt, self._notices = self.fill_body(cell)

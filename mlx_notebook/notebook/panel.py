@@ -37,7 +37,9 @@ class Panel(widgets.VBox):
     prompt = Unicode("", help="The prompt (user message in chat mode).")
     system = Unicode("", help="Optional system prompt.")
     model = Unicode("default", help="Main model spec.")
-    draft_source = Enum(["none", "lookup", "model"], "none", help="Where drafts come from.")
+    draft_source = Enum(
+        ["none", "lookup", "suffix", "model"], "none", help="Where drafts come from."
+    )
     draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.")
     lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).")
     num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).")
@@ -85,7 +87,12 @@ class Panel(widgets.VBox):
             options=self._model_options(), description="model", ensure_option=False
         )
         self.draft_kind = W.ToggleButtons(
-            options=[("none", "none"), ("prompt lookup", "lookup"), ("draft model", "model")],
+            options=[
+                ("none", "none"),
+                ("prompt lookup", "lookup"),
+                ("suffix", "suffix"),
+                ("draft model", "model"),
+            ],
             description="drafts",
         )
         self.draft_box = W.Combobox(
@@ -221,7 +228,7 @@ class Panel(widgets.VBox):
         Raises:
             ValueError: A setting is invalid (the message names it).
         """
-        draft = {"none": None, "lookup": "lookup", "model": self.draft_model or None}
+        draft = self.draft_model or None if self.draft_source == "model" else None
         req = Request(
             prompt=self.prompt,
             model=self.route().model,
@@ -232,7 +239,8 @@ class Panel(widgets.VBox):
             top_p=self.top_p,
             seed=self.seed,
             stop=[unescape(s) for s in self.stop_strings.splitlines() if s],
-            draft=draft[self.draft_source],
+            draft=draft,
+            draft_kind=self.draft_source,
             num_draft_tokens=self.num_draft_tokens,
             lookup_ngram=self.lookup_ngram,
         )
