@@ -1,15 +1,23 @@
 """Suffix drafting on repeated work and on an open-ended prompt, on the default model.
 
-Usage: python benchmarks/bench_suffix.py [--rounds 3]
+Usage: python benchmarks/bench_suffix.py [--rounds 3] [--tokens 128]
 
-Repeated work: the same extraction over two similar documents. Each measured run
-starts from a clean session history: document A is extracted once (normal
-decoding, which the session remembers), then document B with the method under
-test. Methods are interleaved round by round: normal decoding, prompt lookup at
-k = 2, 4, 8 (its best k is taken), and suffix drafting (adaptive, cap 16).
+Three scenarios, greedy, every prefill from scratch:
 
-Open-ended: a prompt with nothing to copy, normal vs suffix, interleaved.
-Every speculative text is checked against normal decoding's.
+- again: the session answered "List five tips for staying healthy." (normal
+  decoding, remembered); now ask "List six tips ...". Prompt lookup has nothing
+  to copy from the new prompt; suffix drafting copies from the earlier answer.
+- rewrite: a chat turn "Rewrite the list above, adding one more tip at the end."
+  after that answer. Here the list is in the prompt, so prompt lookup copies too.
+- open-ended: "Describe a rainy afternoon in a small town.", with a clean
+  session history: nothing to copy.
+
+Methods are interleaved round by round (the order rotates each round): normal,
+prompt lookup at k = 2, 4, 8, 16 (its best k is taken afterwards), suffix
+drafting (adaptive length, cap 16). The measured runs do not add to the session
+index (`remember=False`), so every round sees the same history. Figures are
+decode tok/s medians with min and max; every text is checked against normal
+decoding's.
 """
 
 import argparse
@@ -17,65 +25,69 @@ import statistics
 
 from mlx_notebook.engine import Engine, Request
 
-A = ("Order 1042: three blue mugs and two red plates, shipped to Lisbon on March 3 "
-     "for Ana Costa, paid by card.")  # fmt: skip
-B = ("Order 1043: three blue mugs and two green plates, shipped to Porto on March 4 "
-     "for Rui Alves, paid by card.")  # fmt: skip
-ASK = ("Extract the order as a short list with one line each for: order number, items, "
-       "city, date, customer, payment.\n\n{}")  # fmt: skip
+FIVE = "List five tips for staying healthy."
+SIX = "List six tips for staying healthy."
+REWRITE = "Rewrite the list above, adding one more tip at the end."
 OPEN = "Describe a rainy afternoon in a small town."
-METHODS = [("normal", "none", 3), ("lookup k=2", "lookup", 2), ("lookup k=4", "lookup", 4),
-           ("lookup k=8", "lookup", 8), ("suffix", "suffix", 16)]  # fmt: skip
+LOOKUP_KS = (2, 4, 8, 16)
+METHODS = [("normal", "none", 3), *((f"lookup k={k}", "lookup", k) for k in LOOKUP_KS),
+           ("suffix", "suffix", 16)]  # fmt: skip
 
 
-def second_run(eng, kind, k, n):
-    eng.forget_history()
-    eng.submit(Request(ASK.format(A), max_tokens=n, reuse_cache=False)).result()
-    return eng.submit(
-        Request(ASK.format(B), max_tokens=n, draft_kind=kind, num_draft_tokens=k,
-                reuse_cache=False)
-    ).result()  # fmt: skip
+def measure(eng, prompt, methods, rounds, tokens):
+    """Decode tok/s per method over interleaved rounds; texts checked equal."""
+    tps = {m: [] for m, _, _ in methods}
+    ref = None
+    for i in range(rounds):
+        order = methods[i % len(methods) :] + methods[: i % len(methods)]
+        for name, kind, k in order:
+            req = Request(prompt, max_tokens=tokens, draft_kind=kind, num_draft_tokens=k,
+                          reuse_cache=False, remember=False)  # fmt: skip
+            r = eng.submit(req).result()
+            ref = ref or r.token_ids
+            assert r.token_ids == ref, f"{name}: text differs from normal decoding"
+            tps[name].append(r.stats.generation_tps)
+    return tps
+
+
+def report(title, tps):
+    med = {m: statistics.median(v) for m, v in tps.items()}
+    print(title)
+    for m, v in tps.items():
+        print(f"  {m:12s} {med[m]:6.1f} tok/s (min {min(v):.1f}, max {max(v):.1f})")
+    best = max((m for m in med if m.startswith("lookup")), key=med.get, default=None)
+    line = f"  suffix / normal: {med['suffix'] / med['normal']:.2f}x"
+    if best:
+        line += f"; suffix / {best} (best lookup): {med['suffix'] / med[best]:.2f}x"
+    print(line + "; identical text in every run")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=80)
+    ap.add_argument("--tokens", type=int, default=128)
     args = ap.parse_args()
     eng = Engine.default()
-    eng.submit(Request("hi", max_tokens=2)).result()
-    tps = {m: [] for m, _, _ in METHODS}
-    ref = None
-    for _ in range(args.rounds):
-        for name, kind, k in METHODS:
-            r = second_run(eng, kind, k, args.tokens)
-            ref = ref or r.token_ids
-            assert r.token_ids == ref, f"{name}: text differs from normal decoding"
-            tps[name].append(r.stats.generation_tps)
-    med = {m: statistics.median(v) for m, v in tps.items()}
-    print(f"Repeated work (second of two similar extractions, {args.tokens} tokens), decode tok/s:")
-    for m, v in tps.items():
-        print(f"  {m:11s} {med[m]:6.1f} (min {min(v):.1f}, max {max(v):.1f})")
-    best = max((m for m in med if m.startswith("lookup")), key=med.get)
-    ratio_lookup, ratio_normal = med["suffix"] / med[best], med["suffix"] / med["normal"]
+    eng.submit(Request("hi", max_tokens=2)).result()  # load and warm up
+
+    eng.forget_history()
+    first = eng.submit(Request(FIVE, max_tokens=160, reuse_cache=False)).result()
+    n, tokens = args.rounds, args.tokens
+    report(f"again: '{SIX}' after '{FIVE}' ({tokens} tokens), decode:",
+           measure(eng, SIX, METHODS, n, tokens))  # fmt: skip
+    chat = [{"role": "user", "content": FIVE}, {"role": "assistant", "content": first.text},
+            {"role": "user", "content": REWRITE}]  # fmt: skip
+    report(f"rewrite: '{REWRITE}' ({tokens} tokens), decode:",
+           measure(eng, chat, METHODS, n, tokens))  # fmt: skip
+
+    eng.forget_history()
+    pair = [("normal", "none", 3), ("suffix", "suffix", 16)]
+    tps = measure(eng, OPEN, pair, 2 * n, 48)
+    ratios = [s / b for s, b in zip(tps["suffix"], tps["normal"])]
     print(
-        f"  suffix / {best} (best lookup): {ratio_lookup:.2f}x; "
-        f"suffix / normal: {ratio_normal:.2f}x; identical text: yes"
-    )
-    pairs = []
-    for i in range(args.rounds * 2):
-        order = [("none", 3), ("suffix", 16)][:: 1 if i % 2 == 0 else -1]
-        got = {}
-        for kind, k in order:
-            r = eng.submit(Request(OPEN, max_tokens=48, draft_kind=kind, num_draft_tokens=k,
-                                   reuse_cache=False)).result()  # fmt: skip
-            got[kind] = r
-        assert got["suffix"].token_ids == got["none"].token_ids
-        pairs.append(got["suffix"].stats.generation_tps / got["none"].stats.generation_tps)
-    print(
-        f"Open-ended prompt, suffix / normal decode tok/s over {len(pairs)} interleaved pairs: "
-        f"median {statistics.median(pairs):.3f} (min {min(pairs):.3f}, max {max(pairs):.3f}); "
-        f"drafts proposed in the last run: {got['suffix'].stats.draft_tokens_proposed}"
+        f"open-ended: '{OPEN}' (48 tokens), suffix / normal decode tok/s over "
+        f"{len(ratios)} interleaved pairs: median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}); identical text"
     )
 
 

@@ -29,6 +29,17 @@ def tiny_tokenizer(tiny_dir):
     return load_tokenizer(Path(tiny_dir))
 
 
+@pytest.fixture(scope="module")
+def default_engine():
+    """An engine with the bundled default model loaded (slow tests)."""
+    from mlx_notebook.engine import Request
+
+    eng = Engine()
+    eng.submit(Request("hi", max_tokens=2)).result(timeout=300)  # load once
+    yield eng
+    eng.close()
+
+
 @pytest.fixture
 def engine():
     eng = Engine()

@@ -154,16 +154,6 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def default_engine():
-    from mlx_notebook.engine import Engine
-
-    eng = Engine()
-    eng.submit(Request("hi", max_tokens=2)).result(timeout=300)
-    yield eng
-    eng.close()
-
-
 def turn_figures(turn):
     s = turn.stats
     return s.prompt_tokens, s.cached_tokens, s.generation_tokens, s.ttft_s

@@ -150,16 +150,6 @@ COPY_HEAVY = f"Repeat this paragraph exactly:\n\n{PARAGRAPH}"
 OPEN_ENDED = "Write a haiku about the sea."
 
 
-@pytest.fixture(scope="module")
-def default_engine():
-    from mlx_notebook.engine import Engine
-
-    eng = Engine()
-    eng.submit(Request("hi", max_tokens=2)).result(timeout=300)  # load once
-    yield eng
-    eng.close()
-
-
 @pytest.mark.slow
 def test_open_ended_prompt_is_never_called_faster(default_engine):
     verdicts = []

@@ -1,5 +1,7 @@
 """Suffix drafting: the index on scripted token streams, and the draft source."""
 
+import pytest
+
 from mlx_notebook.engine import Request
 from mlx_notebook.engine.suffix import KEEP, SuffixDraft, SuffixIndex, SuffixOptions
 
@@ -100,7 +102,7 @@ def test_greedy_suffix_is_exact_for_every_cap_and_learns_from_earlier_jobs(engin
         # The same prompt again: the session index knows the whole answer.
         assert r.stats.draft_tokens_accepted > first.stats.draft_tokens_accepted, k
         assert max(i + 1 for i, n in enumerate(r.stats.proposed_by_position) if n) <= k
-    assert r.stats.acceptance_rate > 0.9
+    assert r.stats.draft_tokens_accepted >= len(base.token_ids) // 2
 
 
 def test_sampling_with_suffix_is_seeded_given_the_same_history(engine, tiny_dir):
@@ -131,3 +133,61 @@ def test_forget_history_and_status_report_the_index(engine, tiny_dir):
     engine.forget_history(tiny_dir)
     assert "suffix index of" in " ".join(engine.info().notes)
     assert " 0 tokens in 0 documents" in " ".join(engine.info().notes)
+
+
+# --- acceptance on the default model (figures: benchmarks/bench_suffix.py) ---------
+
+FIVE = "List five tips for staying healthy."
+SIX = "List six tips for staying healthy."
+OPEN = "Describe a rainy afternoon in a small town."
+
+
+def decode_tps(eng, prompt, methods, rounds, tokens):
+    """Median decode tok/s per (kind, k), interleaved; every text equal to normal's."""
+    tps, ref = {m: [] for m in methods}, None
+    for i in range(rounds):
+        for kind, k in methods[i % 2 :] + methods[: i % 2]:
+            req = Request(prompt, max_tokens=tokens, draft_kind=kind, num_draft_tokens=k,
+                          reuse_cache=False, remember=False)  # fmt: skip
+            r = eng.submit(req).result(timeout=300)
+            ref = ref or r.token_ids
+            assert r.token_ids == ref, (kind, k)
+            tps[kind, k].append(r)
+    return tps
+
+
+@pytest.mark.slow
+def test_asking_again_with_a_small_change_beats_lookup_and_normal(default_engine):
+    import statistics
+
+    eng = default_engine
+    eng.forget_history()
+    eng.submit(Request(FIVE, max_tokens=160, reuse_cache=False)).result(timeout=300)
+    methods = [("none", 3), ("lookup", 4), ("lookup", 16), ("suffix", 16)]
+    runs = decode_tps(eng, SIX, methods, 3, 96)
+    med = {m: statistics.median(r.stats.generation_tps for r in v) for m, v in runs.items()}
+    best_lookup = max(med["lookup", 4], med["lookup", 16])
+    assert med["suffix", 16] >= 2 * med["none", 3], med
+    assert med["suffix", 16] >= 1.3 * best_lookup, med
+
+
+@pytest.mark.slow
+def test_open_ended_pays_for_no_verify_pass_and_little_else(default_engine):
+    import time
+
+    from mlx_notebook.engine.suffix import SuffixDraft
+
+    eng = default_engine
+    eng.forget_history()
+    runs = decode_tps(eng, OPEN, [("none", 3), ("suffix", 16)], 2, 48)
+    for r in runs["suffix", 16]:
+        assert (r.stats.draft_rounds, r.stats.draft_tokens_proposed) == (0, 0)
+    # What suffix adds per token when nothing matches: one index update and lookup.
+    r = runs["suffix", 16][0]
+    src, hist = SuffixDraft(None), list(r.token_ids)
+    t0 = time.perf_counter()
+    for n in range(1, len(hist) + 1):
+        src.propose(hist[:n], 16)
+    per_token = (time.perf_counter() - t0) / len(hist)
+    step = 1 / max(x.stats.generation_tps for x in runs["none", 3])
+    assert per_token < 0.01 * step, (per_token, step)

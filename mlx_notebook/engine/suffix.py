@@ -169,12 +169,13 @@ class SuffixOptions:
 
     Attributes:
         min_match: Shortest suffix match worth a draft (shorter ones guess too often).
-        factor: Draft tokens per matched token (a long match earns a long draft).
+        factor: Draft tokens per matched token (a long match earns a long draft;
+            2 measured better than 1 on copied lists, code and prose here).
         min_prob: Stop the path where its empirical probability falls below this.
     """
 
     min_match: int = 3
-    factor: float = 1.0
+    factor: float = 2.0
     min_prob: float = 0.1
 
 
