@@ -93,7 +93,11 @@ def _load_gemv(blas) -> None:
         _state["gemv_reason"] = f"could not load {path.name}: {exc}"
         return
     lib.mlxnb_gemv_forwarded.restype = ctypes.c_long
-    _state.update(gemv=True, gemv_reason=f"single-row products use sgemv ({how})")
+    lib.mlxnb_small_forwarded.restype = ctypes.c_long
+    _state.update(
+        gemv=True,
+        gemv_reason=f"single-row products use sgemv, 2-16 rows a few-row kernel ({how})",
+    )
     _state["_lib"] = lib
 
 
@@ -101,6 +105,12 @@ def gemv_calls() -> int:
     """Single-row products forwarded to sgemv so far (0 when the shim is not loaded)."""
     lib = _state.get("_lib")
     return int(lib.mlxnb_gemv_forwarded()) if lib is not None else 0
+
+
+def few_row_calls() -> int:
+    """Products of 2-16 rows computed by the few-row kernel so far (0 without the shim)."""
+    lib = _state.get("_lib")
+    return int(lib.mlxnb_small_forwarded()) if lib is not None else 0
 
 
 def status() -> dict:

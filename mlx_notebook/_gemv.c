@@ -1,27 +1,35 @@
-/* mlx_notebook's CPU fast path for single-row matrix products.
+/* mlx_notebook's CPU fast path for matrix products with few rows.
  *
  * MLX's CPU backend computes every float32 matmul with cblas_sgemm, also the
- * 1 x K by K x N products of decoding one token. OpenBLAS's sgemm packs the
- * whole weight matrix before such a product, which reads (and writes) the
- * weights several times; sgemv streams them once, at memory bandwidth.
+ * 1 x K by K x N products of decoding one token and the few-row products of a
+ * speculative verify pass. OpenBLAS's sgemm packs the whole weight matrix
+ * before such a product, which reads (and writes) the weights several times.
  *
  * Loaded with RTLD_GLOBAL before OpenBLAS and mlx.core, this library's
- * cblas_sgemm is the one MLX binds to. Single-row products (M == 1) go to
- * OpenBLAS's cblas_sgemv; everything else goes to OpenBLAS's cblas_sgemm
- * unchanged. Python passes OpenBLAS's two functions in with mlxnb_gemv_init.
+ * cblas_sgemm is the one MLX binds to:
+ *   - one row (M == 1) goes to OpenBLAS's cblas_sgemv, which streams the
+ *     weights once at memory bandwidth;
+ *   - 2..16 rows against a transposed weight (x @ W.T, the layout of every
+ *     Linear) go to a kernel below that reads each weight row once per 8 rows
+ *     and keeps the running sums in registers, split over OpenMP threads;
+ *   - everything else goes to OpenBLAS's cblas_sgemm unchanged.
+ * Python passes OpenBLAS's two functions in with mlxnb_gemv_init.
  */
 #include <stddef.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
 typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int,
                          float, float *, int);
 
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 16, BLOCK = 8 };
 
 static sgemm_fn real_sgemm;
 static sgemv_fn real_sgemv;
-static long forwarded;
+static long forwarded, small;
 
 void mlxnb_gemv_init(void *sgemm, void *sgemv) {
   real_sgemm = (sgemm_fn)sgemm;
@@ -29,6 +37,62 @@ void mlxnb_gemv_init(void *sgemm, void *sgemv) {
 }
 
 long mlxnb_gemv_forwarded(void) { return forwarded; }
+
+long mlxnb_small_forwarded(void) { return small; }
+
+/* Eight floats; GCC and Clang lower it to AVX, SSE or NEON. Unaligned loads. */
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+
+static inline float hsum(v8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+/* c[i, j] = alpha * dot(a[i, :], b[j, :]) + beta * c[i, j] for i < M, n0 <= j < n1.
+ * M is a constant in each copy, so the M sums stay in registers. */
+#define ROWS(M)                                                                        \
+  static void rows_##M(int n0, int n1, int k, float alpha, const float *a, int lda,    \
+                       const float *b, int ldb, float beta, float *c, int ldc) {       \
+    for (int j = n0; j < n1; j++) {                                                    \
+      const float *w = b + (size_t)j * ldb;                                            \
+      v8 acc[M];                                                                       \
+      for (int i = 0; i < M; i++) acc[i] = (v8){0};                                    \
+      int t = 0;                                                                       \
+      for (; t + 8 <= k; t += 8) {                                                     \
+        v8 wv = *(const v8 *)(w + t);                                                  \
+        for (int i = 0; i < M; i++) acc[i] += *(const v8 *)(a + (size_t)i * lda + t) * wv; \
+      }                                                                                \
+      for (int i = 0; i < M; i++) {                                                    \
+        float s = hsum(acc[i]);                                                        \
+        for (int u = t; u < k; u++) s += a[(size_t)i * lda + u] * w[u];                \
+        float *out = c + (size_t)i * ldc + j;                                          \
+        *out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;                     \
+      }                                                                                \
+    }                                                                                  \
+  }
+ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
+
+typedef void (*rows_fn)(int, int, int, float, const float *, int, const float *, int, float,
+                        float *, int);
+static const rows_fn ROWS_OF[BLOCK + 1] = {0,      rows_1, rows_2, rows_3, rows_4,
+                                           rows_5, rows_6, rows_7, rows_8};
+
+static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc) {
+#pragma omp parallel
+  {
+    int t = 0, nt = 1;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+    nt = omp_get_num_threads();
+#endif
+    int n0 = (int)((long)n * t / nt), n1 = (int)((long)n * (t + 1) / nt);
+    for (int i = 0; i < m; i += BLOCK) {
+      int rows = m - i < BLOCK ? m - i : BLOCK;
+      ROWS_OF[rows](n0, n1, k, alpha, a + (size_t)i * lda, lda, b, ldb, beta,
+                    c + (size_t)i * ldc, ldc);
+    }
+  }
+}
 
 void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
                  const float *a, int lda, const float *b, int ldb, float beta, float *c,
@@ -41,6 +105,12 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
     else /* b is k x n: c = b^T a */
       real_sgemv(ROW_MAJOR, TRANS, k, n, alpha, b, ldb, a, inc_a, beta, c, 1);
     forwarded++;
+    return;
+  }
+  if (m > 1 && m <= SMALL_M && order == ROW_MAJOR && trans_a == NO_TRANS &&
+      trans_b == TRANS && n >= 64 && real_sgemv != NULL) {
+    few_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    small++;
     return;
   }
   real_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

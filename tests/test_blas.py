@@ -65,15 +65,35 @@ def test_single_row_products_go_to_sgemv_and_agree_with_numpy():
         "import json, mlx_notebook, numpy as np; from mlx_notebook import _blas; "
         "import mlx.core as mx; a = mx.random.normal((1, 576)); w = mx.random.normal((1536, 576)); "
         "b = mx.random.normal((5, 576)); y = a @ w.T; z = b @ w.T; t = a @ w[:576].T.T; "
-        "mx.eval(y, z, t); n = _blas.gemv_calls(); "
+        "mx.eval(y, z, t); n = _blas.gemv_calls(); f = _blas.few_row_calls(); "
         "err = float(np.abs(np.array(y) - np.array(a) @ np.array(w).T).max()); "
         "err2 = float(np.abs(np.array(t) - np.array(a) @ np.array(w[:576])).max()); "
-        "print(json.dumps([_blas.status(), n, err, err2]))"
+        "err3 = float(np.abs(np.array(z) - np.array(b) @ np.array(w).T).max()); "
+        "print(json.dumps([_blas.status(), n, f, err, err2, err3]))"
     )
-    status, n, err, err2 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
+    status, n, f, err, err2, err3 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
     assert status["gemv"] is True and "sgemv" in status["gemv_reason"]
-    assert n == 2  # the two single-row products; the five-row one stays sgemm
-    assert err < 1e-3 and err2 < 1e-3
+    assert n == 2  # the two single-row products
+    assert f == 1  # the five-row one, by the few-row kernel
+    assert err < 1e-3 and err2 < 1e-3 and err3 < 1e-3
+
+
+@needs_openblas
+@pytest.mark.parametrize("m", [2, 3, 7, 8, 9, 13, 16, 17])
+def test_few_row_products_agree_with_numpy_for_every_row_count(m):
+    code = (
+        "import json, mlx_notebook, numpy as np; from mlx_notebook import _blas; "
+        f"import mlx.core as mx; b = mx.random.normal(({m}, 581)); "
+        "w = mx.random.normal((203, 581)); bias = mx.random.normal((203,)); "
+        "z = b @ w.T; zb = mx.addmm(bias, b, w.T, alpha=0.5, beta=2.0); mx.eval(z, zb); "
+        "B, W = np.array(b), np.array(w); "
+        "e1 = float(np.abs(np.array(z) - B @ W.T).max()); "
+        "e2 = float(np.abs(np.array(zb) - (0.5 * B @ W.T + 2 * np.array(bias))).max()); "
+        "print(json.dumps([_blas.few_row_calls(), e1, e2]))"
+    )
+    calls, e1, e2 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
+    assert calls == (2 if m <= 16 else 0)  # 17 rows and more: OpenBLAS's sgemm
+    assert e1 < 1e-3 and e2 < 1e-3
 
 
 def test_fast_path_off_by_env():

@@ -295,7 +295,14 @@ def test_panel_compare(lab, artifacts):
     text = verdict.inner_text()
     assert "acceptance" in text and "speculative" in text  # the verdict and the runs table
     assert verdict.locator(".cols").first.locator(":scope > .col").count() == 2  # the texts
-    verdict.scroll_into_view_if_needed()
+    from playwright.sync_api import Error as PlaywrightError
+
+    for _ in range(10):  # the view may redraw (and replace the node) meanwhile
+        try:
+            verdict.first.scroll_into_view_if_needed(timeout=5000)
+            break
+        except PlaywrightError:
+            page.wait_for_timeout(200)
     page.screenshot(path=str(artifacts / "panel_compare.png"), full_page=False)
 
 
