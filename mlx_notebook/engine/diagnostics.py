@@ -1,10 +1,12 @@
-"""Model-side diagnostics the notebook layer asks for (worker thread only)."""
+"""What the engine reports about itself: status notes, models, device, logit margins."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ..models.registry import LoadedModel
+from ..models.registry import LoadedModel, Registry
+from .backend import ModelInfo
 from .prompt import encode_prompt
 from .request import Request
 
@@ -21,3 +23,51 @@ def top2_margin(lm: LoadedModel, request: Request, generated: Sequence[int]) -> 
     logits = lm.model(mx.array([ids]))[0, -1].astype(mx.float32)
     top = mx.sort(logits)[-2:].tolist()
     return top[1] - top[0]
+
+
+def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str]:
+    """Lines for ``%mlx status``: BLAS, the fast path, each model's caches and index.
+
+    Args:
+        blas: ``_blas.status()``.
+        states: Model name to its `ModelState`.
+    """
+    notes = [
+        f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
+        f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
+    ]
+    for name, state in list(states.items()):
+        c, x = state.cache, state.suffix
+        notes.append(
+            f"prompt cache of {name}: {len(c)} entries, {c.nbytes / 2**20:.1f} MB "
+            f"(budget {c.max_bytes / 2**20:.0f} MB)"
+        )
+        notes.append(
+            f"suffix index of {name}: {len(x)} tokens in {len(x.docs)} documents, "
+            f"{x.entries} n-grams (budget {x.max_tokens} tokens)"
+        )
+    return notes
+
+
+def model_infos(registry: Registry) -> tuple[ModelInfo, ...]:
+    """The loaded models, as the `Backend` protocol describes them."""
+    return tuple(
+        ModelInfo(
+            m["name"],
+            m["path"],
+            m["memory_mb"],
+            m["dtype"],
+            m["vocab_size"],
+            tuple(m["fast_path"]),
+        )  # fmt: skip
+        for m in registry.snapshot()
+    )
+
+
+def describe_device(mx) -> str:
+    """``"gpu (Metal)"``, ``"gpu"`` or ``"cpu"``: MLX's default device."""
+    dev = mx.default_device()
+    kind = "gpu" if dev.type == mx.DeviceType.gpu else "cpu"
+    if kind == "gpu" and mx.metal.is_available():
+        return "gpu (Metal)"
+    return kind

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..models.registry import LoadedModel, Registry
 from ..models.spec import ModelNotFound
-from .backend import EngineInfo, ModelInfo, Unloaded
+from .backend import EngineInfo, Unloaded
 from .checks import check_request, require_same_vocab
+from .diagnostics import describe_device, model_infos, status_notes, top2_margin
 from .errors import EngineClosed, describe, detach_frames
 from .events import Finished, Loading, Queued, Started
 from .job import Job, Result
@@ -223,8 +224,6 @@ class Engine:
 
     def logit_margin(self, request: Request, generated: list[int], timeout: float = 60) -> float:
         """Top-2 logit gap of ``request.model`` after the prompt and ``generated`` tokens."""
-        from .diagnostics import top2_margin
-
         return self.run_on_worker(
             lambda: top2_margin(self.registry.get(request.model), request, generated), timeout
         )
@@ -236,33 +235,8 @@ class Engine:
         with self._cond:
             running = self._running
             queued = len(self._queue)
-        blas = _blas.status()
-        notes = [
-            f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} "
-            f"({blas['reason']})",
-            f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
-        ]
-        for name, state in list(self._state.items()):
-            c, x = state.cache, state.suffix
-            notes.append(
-                f"prompt cache of {name}: {len(c)} entries, {c.nbytes / 2**20:.1f} MB "
-                f"(budget {c.max_bytes / 2**20:.0f} MB)"
-            )
-            notes.append(
-                f"suffix index of {name}: {len(x)} tokens in {len(x.docs)} documents, "
-                f"{x.entries} n-grams (budget {x.max_tokens} tokens)"
-            )
-        models = tuple(
-            ModelInfo(
-                m["name"],
-                m["path"],
-                m["memory_mb"],
-                m["dtype"],
-                m["vocab_size"],
-                tuple(m["fast_path"]),
-            )
-            for m in self.registry.snapshot()
-        )
+        notes = status_notes(_blas.status(), self._state)
+        models = model_infos(self.registry)
         return EngineInfo(
             kind="local",
             device=self._device,
@@ -351,7 +325,7 @@ class Engine:
             import mlx.core as mx
             from mlx_lm.generate import generation_stream
 
-            self._device = _describe_device(mx)
+            self._device = describe_device(mx)
             while True:
                 with self._cond:
                     while not (self._queue or self._calls or self._closed):
@@ -464,11 +438,3 @@ def _close_all() -> None:
 
 
 atexit.register(_close_all)
-
-
-def _describe_device(mx) -> str:
-    dev = mx.default_device()
-    kind = "gpu" if dev.type == mx.DeviceType.gpu else "cpu"
-    if kind == "gpu" and mx.metal.is_available():
-        return "gpu (Metal)"
-    return kind
