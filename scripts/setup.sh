@@ -11,6 +11,8 @@ apt_pkgs=()
 if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
     # OpenBLAS makes MLX's CPU matmuls fast (see README); Chromium runs the browser tests.
     dpkg -s libopenblas0-pthread >/dev/null 2>&1 || apt_pkgs+=(libopenblas0-pthread)
+    # A C compiler (with OpenMP) builds the CPU fast path's small kernel on first use.
+    command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
     if [ "$want" = test ]; then dpkg -s chromium >/dev/null 2>&1 || apt_pkgs+=(chromium); fi
     if [ ${#apt_pkgs[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ]; then
