@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..engine.job import Result
 from ..engine.request import Request
 from .frame import to_frame
-from .runs import RunSet
+from .runs import RunSet, measured_request
 from .stats import Ratio, ratio
 
 OK = ("stop", "length")
@@ -399,12 +399,7 @@ def compare(
     Returns:
         The `CompareResult`. Ctrl-C stops the runs and re-raises.
     """
-    if backend is None:
-        from ..engine.backend import backend_for
-
-        route = backend_for(model)
-        backend, model = route.backend, route.model
-    if draft is None and fields.get("draft_kind", "none") == "none":
-        draft = "lookup"
-    req = Request(prompt, model=model, draft=draft, num_draft_tokens=num_draft_tokens, **fields)
+    backend, req = measured_request(
+        prompt, model, draft, backend, num_draft_tokens=num_draft_tokens, **fields
+    )
     return Comparison(backend, req, repeats, metric).start().wait()

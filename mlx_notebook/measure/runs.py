@@ -73,3 +73,19 @@ class RunSet:
             for j in self.jobs:
                 j.settle()
             raise
+
+
+def measured_request(prompt, model: str, draft: str | None, backend, **fields):
+    """The backend and `Request` a `compare()` or `sweep()` call measures.
+
+    ``backend=None`` routes ``model`` (a local spec or a server URL); without a
+    draft model or ``draft_kind``, drafts come from prompt lookup.
+    """
+    if backend is None:
+        from ..engine.backend import backend_for
+
+        route = backend_for(model)
+        backend, model = route.backend, route.model
+    if draft is None and fields.get("draft_kind", "none") == "none":
+        draft = "lookup"
+    return backend, Request(prompt, model=model, draft=draft, **fields)

@@ -15,7 +15,7 @@ from ..engine.job import Result
 from ..engine.request import Request
 from .compare import METRICS, OK, speed
 from .frame import to_frame
-from .runs import RunSet
+from .runs import RunSet, measured_request
 from .stats import Ratio, geomean, ratio, spread
 
 GROUP = 2  # speculative runs between two normal runs
@@ -258,12 +258,5 @@ def sweep(
         backend: Where to run; the process-wide engine by default.
         **fields: Other `Request` fields.
     """
-    if backend is None:
-        from ..engine.backend import backend_for
-
-        route = backend_for(model)
-        backend, model = route.backend, route.model
-    if draft is None and fields.get("draft_kind", "none") == "none":
-        draft = "lookup"
-    req = Request(prompt, model=model, draft=draft, **fields)
+    backend, req = measured_request(prompt, model, draft, backend, **fields)
     return Sweep(backend, req, ks, repeats, metric, seed).start().wait()
