@@ -155,20 +155,21 @@ class ScriptedModel:
         import mlx.core as mx
 
         self.calls += 1
-        ids = inputs[0].tolist()
-        c = cache[0]
-        start = c.offset
-        n = len(ids)
+        batch, c = inputs.tolist(), cache[0]
+        # A batched cache (several rows, left-padded) has one offset per row.
+        starts = c.offset.tolist() if isinstance(c.offset, mx.array) else [c.offset]
+        n, start = len(batch[0]), max(starts)
+        # One sleep per call, whatever the batch: decoding B rows costs about one row.
         wait = self.delay_s + self.token_delay_s * n + self.pos_delay_s * n * (start + n / 2)
         if wait:
             time.sleep(wait)
-        if self.fail_at is not None and start + len(ids) > self.fail_at:
+        if self.fail_at is not None and start + n > self.fail_at:
             raise RuntimeError(f"scripted failure at position {self.fail_at}")
-        kv = mx.zeros((1, 1, len(ids), 1))
+        kv = mx.zeros((len(batch), 1, n, 1))
         c.update_and_fetch(kv, kv)
-        rows = [self.rule(start + i, t) for i, t in enumerate(ids)]
-        logits = mx.full((1, len(ids), self.vocab_size), -30.0)
-        return logits + 60.0 * mx.eye(self.vocab_size)[mx.array(rows)][None]
+        rows = [[self.rule(s + i, t) for i, t in enumerate(ids)] for s, ids in zip(starts, batch)]
+        logits = mx.full((len(batch), n, self.vocab_size), -30.0)
+        return logits + 60.0 * mx.eye(self.vocab_size)[mx.array(rows)]
 
 
 def script_rule(prompt_len: int, outputs: Sequence[int], fill: int) -> Callable[[int, int], int]:

@@ -134,8 +134,9 @@ def test_chunks_stop_growing_where_throughput_peaks(engine, scripted):
 
 def test_queued_job_cancelled_never_runs(engine, scripted):
     scripted("slow", delay_s=0.02)
-    first = engine.submit(req("slow", max_tokens=30))
-    second = engine.submit(req("slow", max_tokens=30))
+    # Jobs that run alone queue first come, first served.
+    first = engine.submit(req("slow", max_tokens=30, batch=False))
+    second = engine.submit(req("slow", max_tokens=30, batch=False))
     assert next(second.events(detach=True)).position == 1
     second.cancel()
     second.cancel()  # twice is harmless
@@ -147,7 +148,7 @@ def test_queued_job_cancelled_never_runs(engine, scripted):
 
 def test_queue_positions_update_as_jobs_start(engine, scripted):
     scripted("slow", delay_s=0.01)
-    jobs = [engine.submit(req("slow", max_tokens=5)) for _ in range(3)]
+    jobs = [engine.submit(req("slow", max_tokens=5, batch=False)) for _ in range(3)]
     jobs[-1].wait(timeout=30)
     queued = [e.position for e in jobs[2].events() if isinstance(e, Queued)]
     assert queued == [2, 1]  # the running job counts as ahead
@@ -282,9 +283,9 @@ def test_a_raising_listener_never_ends_the_worker_and_is_logged_once(engine, tin
 
 def test_a_dead_worker_fails_every_job_and_closes_the_engine(scripted, engine, monkeypatch):
     scripted("slow", delay_s=0.02)
-    blocker = engine.submit(req("slow", max_tokens=30))
+    blocker = engine.submit(req("slow", max_tokens=30, batch=False))
     next(e for e in blocker.events(detach=True) if isinstance(e, Started))
-    queued = [engine.submit(req("slow", max_tokens=5)) for _ in range(2)]
+    queued = [engine.submit(req("slow", max_tokens=5, batch=False)) for _ in range(2)]
     real = engine._renumber
 
     def boom():

@@ -103,6 +103,9 @@ class Stats:
         prefill_chunk: The largest prefill chunk used, in tokens.
         drafts_known: False when the draft counts are unknown (a server that does
             not report them), so zero proposed does not mean none accepted.
+        batch_rows: The most jobs this one was decoded with in one batched step,
+            itself included (1: it decoded alone in the batch; 0: it ran outside
+            the batch, as speculative and opted-out jobs do).
     """
 
     prompt_tokens: int = 0
@@ -120,6 +123,7 @@ class Stats:
     total_s: float = 0.0
     prefill_chunk: int = 0
     drafts_known: bool = True
+    batch_rows: int = 0
 
     @property
     def acceptance_rate(self) -> float | None:

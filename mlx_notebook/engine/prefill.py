@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import mlx.core as mx
 
@@ -167,26 +167,26 @@ class ChunkSizer:
         self.profile.observe(n, pos, seconds)
 
 
-def prefill(
+def prefill_steps(
     seq: CachedSequence,
     tokens: Sequence[int],
     *,
-    check: CancelCheck,
     progress: Progress,
     sizer: ChunkSizer,
-) -> None:
-    """Feed ``tokens[:-1]`` beyond what ``seq`` holds, leaving the last token to decode.
+) -> Iterator[int]:
+    """Feed ``tokens[:-1]`` beyond what ``seq`` holds, one chunk per iteration.
+
+    Yields after each chunk (its length), a point where the caller may stop: the
+    cache then holds exactly ``seq.tokens``. The last token is left to decode.
 
     Args:
         seq: The model and cache; ``seq.tokens`` must be a prefix of ``tokens``.
         tokens: The whole prompt.
-        check: Raises `Cancelled` when the job is cancelled.
-        progress: Called with ``(done, total)`` after each chunk.
+        progress: Called with ``(done, total)`` before the first chunk and after each.
         sizer: Chooses chunk lengths.
     """
     total, end = len(tokens), len(tokens) - 1
     progress(len(seq.tokens), total)
-    check()
     while len(seq.tokens) < end:
         start = len(seq.tokens)
         chunk = tokens[start : min(end, start + sizer.size_at(start))]
@@ -196,4 +196,18 @@ def prefill(
         sizer.observe(len(chunk), time.perf_counter() - t0, start)
         mx.clear_cache()
         progress(len(seq.tokens), total)
+        yield len(chunk)
+
+
+def prefill(
+    seq: CachedSequence,
+    tokens: Sequence[int],
+    *,
+    check: CancelCheck,
+    progress: Progress,
+    sizer: ChunkSizer,
+) -> None:
+    """`prefill_steps` to the end, with ``check`` (raises `Cancelled`) before and between chunks."""
+    check()
+    for _ in prefill_steps(seq, tokens, progress=progress, sizer=sizer):
         check()

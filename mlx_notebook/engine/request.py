@@ -48,6 +48,9 @@ class Request:
         remember: Add this job's prompt and output to the model's session index for
             later suffix drafting. Compare and Sweep turn it off so their repeated
             runs do not teach each other the answer.
+        batch: Decode together with other jobs on the same model when the engine
+            batches (the default). False runs the job alone, as Compare and Sweep
+            do for their timed runs. Speculative jobs always run alone.
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -69,6 +72,7 @@ class Request:
     prefill_target_s: float = 0.25
     reuse_cache: bool = True
     remember: bool = True
+    batch: bool = True
 
     @property
     def kind(self) -> str:
@@ -150,6 +154,8 @@ class Request:
             raise bad("num_draft_tokens", "must be in 1..16")
         if not _is_int(self.lookup_ngram) or not 1 <= self.lookup_ngram <= 8:
             raise bad("lookup_ngram", "must be in 1..8")
+        if not isinstance(self.batch, bool):
+            raise bad("batch", "must be True or False")
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
 

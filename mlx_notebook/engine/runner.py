@@ -1,4 +1,8 @@
-"""Runs one job on the worker thread: prompt, prefill, token stream, text, stats."""
+"""Runs one job alone on the worker thread: prompt, prefill, token stream, text, stats.
+
+Speculative jobs, jobs that opted out of batching and engines with batching off
+run here; normal decoding otherwise runs as a row of `batch.Batch`.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,17 @@ import time
 from collections.abc import Callable
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from .decode import normal_tokens
 from .drafts import DraftContext, DraftSource, make_source
 from .errors import Cancelled, describe, detach_frames
-from .events import Finished, Notice, PrefillProgress, Stats, Token
+from .events import Finished, PrefillProgress
 from .job import Job
+from .output import Output, prepare
 from .prefill import ChunkSizer, prefill
-from .prompt import check_top_k, encode_prompt, fit_context
 from .prompt_cache import ModelState, PromptCache
 from .sequence import CachedSequence
 from .speculative import DraftCounters, speculative_tokens
-from .stops import StopMatcher
 
 
 def run_job(
@@ -38,20 +40,15 @@ def run_job(
         state_for: Returns the `ModelState` (prompt cache, prefill profile) of a model.
         stream: The worker's MLX stream.
         safe_point: Called at every cancel point while the caches are consistent
-            (the engine runs pending calls there).
+            (the engine runs pending calls and other jobs' steps there).
     """
-    req, tok = job.request, main.tokenizer
+    req = job.request
     t0 = time.perf_counter()
-    stats = Stats()
-    pieces: list[str] = []
-    reason, matched, error, exception = "length", None, None, None
     seqs: list[tuple[PromptCache, CachedSequence]] = []
     counters = DraftCounters()
-    detok, stops = None, StopMatcher(req.stop)
-    t_first = t_last = None
-    finalized = False
+    out: Output | None = None
     prompt_ids: list[int] | None = None
-    generated: list[int] = []
+    reason, error, exception = None, None, None
 
     def check() -> None:
         if job.cancelled:
@@ -60,34 +57,18 @@ def run_job(
 
     try:
         check()
-        prompt = prompt_ids = encode_prompt(req, tok)
+        setup = prepare(job, main)
+        prompt = prompt_ids = setup.prompt
+        out = Output(job, main.tokenizer, setup.max_tokens, t0)
+        stats = out.stats
         stats.prompt_tokens = len(prompt)
-        max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
-        if max_tokens < req.max_tokens:
-            job.emit(
-                Notice(
-                    f"max_tokens lowered from {req.max_tokens} to {max_tokens}: the prompt "
-                    f"uses {len(prompt)} of the model's {main.context_length}-token context"
-                )
-            )
-        check_top_k(req.top_k, main.logits_size or main.vocab_size, main.name)
         if req.seed is not None:
             mx.random.seed(req.seed)
-        sampler = make_sampler(
-            0.0 if req.greedy else req.temperature,
-            top_p=req.top_p if req.top_p < 1 else 0.0,
-            min_p=req.min_p,
-            top_k=req.top_k,
-        )
-        processors = None
-        if req.repetition_penalty not in (None, 1, 1.0):
-            processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
-
         main_state = state_for(main)
         main_cache = main_state.cache
         seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
-        ctx = DraftContext(req, sampler, session=main_state.suffix)
+        ctx = DraftContext(req, setup.sampler, session=main_state.suffix)
         if req.mode == "draft":
             draft_state = state_for(draft)
             draft_cache = draft_state.cache
@@ -106,14 +87,15 @@ def run_job(
         stats.prefill_chunk = sizer.largest
         history = list(prompt)
         common = dict(
-            sampler=sampler,
-            processors=processors,
-            max_tokens=max_tokens,
+            sampler=setup.sampler,
+            processors=setup.processors,
+            max_tokens=setup.max_tokens,
             check=check,
             stream=stream,
+            greedy=setup.greedy,
         )
         if source is None:
-            tokens = normal_tokens(seq, history, greedy=req.greedy, **common)
+            tokens = normal_tokens(seq, history, **common)
         else:
             tokens = speculative_tokens(
                 seq,
@@ -122,32 +104,11 @@ def run_job(
                 num_draft=req.num_draft_tokens,
                 counters=counters,
                 draft_progress=lambda d, t: job.emit(PrefillProgress(d, t, "draft")),
-                greedy=req.greedy,
                 **common,
             )
-
-        detok = tok.detokenizer
-        eos = set(tok.eos_token_ids)
         try:
-            for i, (tid, from_draft) in enumerate(tokens):
-                generated.append(tid)
-                t_last = time.perf_counter()
-                if t_first is None:
-                    t_first = t_last
-                stats.generation_tokens = i + 1
-                if tid in eos:
-                    reason = "stop"
-                    job.emit(Token("", tid, from_draft, i))
-                    break
-                detok.add_token(tid)
-                if i + 1 == max_tokens:
-                    detok.finalize()
-                    finalized = True
-                text, matched = stops.feed(detok.last_segment)
-                pieces.append(text)
-                job.emit(Token(text, tid, from_draft, i))
-                if matched is not None:
-                    reason = "stop"
+            for tid, from_draft in tokens:
+                if out.add(tid, from_draft):
                     break
         finally:
             tokens.close()  # runs the generator's cleanup on this thread
@@ -159,35 +120,14 @@ def run_job(
     finally:
         for cache, s in reversed(seqs):  # the main model's last: it wins a shared slot
             cache.store(s)
-    if matched is None:
-        # Release bytes the detokenizer still holds and text withheld as a
-        # possible stop-string start.
-        if detok is not None and not finalized:
-            detok.finalize()
-            text, matched = stops.feed(detok.last_segment)
-            pieces.append(text)
-        if matched is None:
-            pieces.append(stops.flush())
-        else:
-            reason = "stop"
+    if out is None:  # ended before the prompt was even encoded
+        return Finished("", reason or "cancelled", None, error, exception=exception)
     if prompt_ids is not None and req.remember:
-        state_for(main).suffix.add(prompt_ids + generated)  # for later suffix drafting
+        state_for(main).suffix.add(prompt_ids + out.generated)  # for later suffix drafting
+    stats = out.stats
     stats.draft_tokens_proposed = counters.proposed
     stats.draft_tokens_accepted = counters.accepted
     stats.draft_rounds = counters.rounds
     stats.proposed_by_position = list(counters.proposed_at)
     stats.accepted_by_position = list(counters.accepted_at)
-    _fill_timing(stats, t0, t_first, t_last)
-    return Finished("".join(pieces), reason, matched, error, stats, exception)
-
-
-def _fill_timing(stats: Stats, t0: float, t_first, t_last) -> None:
-    stats.peak_memory = mx.get_peak_memory() / 1e9
-    if t_first is None:
-        return
-    stats.total_s = t_last - t0
-    stats.ttft_s = t_first - t0
-    computed = stats.prompt_tokens - stats.cached_tokens
-    stats.prompt_tps = computed / max(stats.ttft_s, 1e-9)
-    if stats.generation_tokens > 1 and t_last > t_first:
-        stats.generation_tps = (stats.generation_tokens - 1) / (t_last - t_first)
+    return out.finish(reason, error, exception)

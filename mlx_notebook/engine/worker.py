@@ -29,7 +29,13 @@ _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 class Engine:
-    """Runs generation jobs FIFO on one worker thread.
+    """Runs generation jobs on one worker thread: a batch of normal-decoding jobs
+    plus one job alone (speculative, opted out, or on another model) at a time.
+
+    Jobs that can share a batch (normal decoding on the batch's model) start as
+    soon as a slot is free and decode together, one batched step per tick (see
+    `batch.Batch`). The others run one at a time, first come first served, and
+    the batch takes a step at each of their cancel points, so neither starves.
 
     Args:
         registry: Loaded-model registry; a new one (LRU of ``max_loaded``) when None.
@@ -37,6 +43,8 @@ class Engine:
         start: Start the worker now. Tests pass False to inspect queued state.
         prompt_cache_bytes: Byte budget of each model's prompt caches; None: a
             quarter of the memory available when the model loads.
+        max_batch: Most jobs decoded together; 0 or 1 runs every job alone, in
+            submission order.
     """
 
     _default: Engine | None = None
@@ -48,7 +56,10 @@ class Engine:
         max_loaded: int = 2,
         start: bool = True,
         prompt_cache_bytes: int | None = None,
+        max_batch: int = 8,
     ) -> None:
+        from .batch import Batch
+
         self.registry = registry or Registry(max_loaded=max_loaded)
         self.prompt_cache_bytes = prompt_cache_bytes
         # Prompt caches hold their model: drop them when the registry lets it go.
@@ -62,6 +73,9 @@ class Engine:
         self._ids = itertools.count(1)
         self._state: dict[str, ModelState] = {}
         self._device = "unknown"
+        self._batch = Batch(max(1, max_batch), self._state_for)
+        self._keys: dict[int, str] = {}  # queued job id -> registry name of its model
+        self.max_batch = max_batch
         self._thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)
         _engines.add(self)
         if start:
@@ -103,10 +117,12 @@ class Engine:
             EngineClosed: The engine is closed.
         """
         self.check(request)
+        key = self._key(request)  # which batch it can join, resolved off the worker
         with self._cond:
             if self._closed:
                 raise EngineClosed(self._closed_reason())
             job = Job(request, next(self._ids), on_cancel=self._drop_queued)
+            self._keys[job.id] = key
             ahead = len(self._queue) + (self._running is not None)
             self._queue.append(job)
             job.emit(Queued(ahead, self._busy_with()))  # no listeners yet: nothing runs here
@@ -236,6 +252,16 @@ class Engine:
             running = self._running
             queued = len(self._queue)
         notes = status_notes(_blas.status(), self._state)
+        rows = list(self._batch.rows)
+        if self._max_batch <= 1:
+            notes.insert(0, "batching: off (max_batch <= 1): jobs run one at a time")
+        else:
+            on = f" on {self._batch.model_name}" if rows else ""
+            notes.insert(
+                0,
+                f"batch: {len(rows)} of {self._max_batch} rows{on}"
+                + (f" (jobs {', '.join(str(r.job.id) for r in rows)})" if rows else ""),
+            )
         models = model_infos(self.registry)
         return EngineInfo(
             kind="local",
@@ -262,6 +288,20 @@ class Engine:
         """Whether the engine was closed or its worker died."""
         return self._closed
 
+    @property
+    def max_batch(self) -> int:
+        """Most jobs decoded together (0 or 1: every job runs alone)."""
+        return self._max_batch
+
+    @max_batch.setter
+    def max_batch(self, n: int) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"max_batch: must be an integer >= 0 (got {n!r})")
+        self._max_batch = n
+        self._batch.max_rows = max(1, n)  # rows already admitted finish as they are
+        with self._cond:
+            self._cond.notify_all()
+
     # -- internals ----------------------------------------------------------
     def _closed_reason(self) -> str:
         return (
@@ -272,7 +312,8 @@ class Engine:
 
     def _jobs(self) -> list[Job]:
         with self._cond:
-            return list(self._queue) + ([self._running] if self._running else [])
+            running = [self._running] if self._running else []
+            return list(self._queue) + running + self._batch.jobs
 
     def _models_of(self, job: Job) -> set[str]:
         r = job.request
@@ -285,6 +326,7 @@ class Engine:
                 self._queue.remove(job)
             except ValueError:
                 return  # running or done: the worker sees the flag
+            self._keys.pop(job.id, None)
             moves = self._renumber()
         job.emit(Finished("", "cancelled"))
         _emit_all(moves)
@@ -300,8 +342,71 @@ class Engine:
 
     def _busy_with(self) -> str:
         # Called with the lock held.
-        r = self._running
-        return "" if r is None else f"job {r.id} on {r.request.model}"
+        r, b = self._running, self._batch
+        parts = [] if r is None else [f"job {r.id} on {r.request.model}"]
+        if b and b.room <= 0:
+            parts.append(f"a batch slot ({len(b.rows)} of {b.max_rows} in use)")
+        return " and ".join(parts)
+
+    def _batchable(self, job: Job) -> bool:
+        r = job.request
+        return self._max_batch > 1 and r.batch and r.mode == "normal"
+
+    def _admit(self, solo_allowed: bool) -> Job | None:
+        """Move jobs from the queue into the batch; pop the next job to run alone.
+
+        Worker thread only. Returns the job to run alone (when ``solo_allowed``
+        and nothing runs alone now), else None.
+        """
+        with self._cond:
+            if not self._queue:
+                return None
+            take, solo, model = [], None, self._batch.model_name
+            for job in self._queue:
+                if self._batchable(job):
+                    key = self._keys.get(job.id)
+                    if model is None or key == model:
+                        if len(take) < self._batch.room:
+                            model = model or key
+                            take.append(job)
+                        continue  # waits for a slot in the batch
+                if solo is None and solo_allowed and self._running is None:
+                    solo = job  # first come, first served among jobs run alone
+            for job in take + ([solo] if solo else []):
+                self._queue.remove(job)
+                self._keys.pop(job.id, None)
+            if solo is not None:
+                self._running = solo
+            moves = self._renumber() if take or solo else []
+        _emit_all(moves)
+        for job in take:
+            self._start_row(job)
+        return solo
+
+    def _key(self, request: Request) -> str:
+        try:
+            return self.registry.key_for(request.model)
+        except Exception:  # noqa: BLE001 - an unresolvable spec fails when loaded
+            return request.model
+
+    def _start_row(self, job: Job) -> None:
+        if job.cancelled:
+            job.emit(Finished("", "cancelled"))
+            return
+        job.emit(Started())
+        try:
+            main = self._load(job, job.request.model, pin=self._batch.model_name)
+        except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
+            job.emit(Finished("", "error", None, describe(exc), exception=detach_frames(exc)))
+            return
+        self._batch.admit(job, main)
+
+    def _between(self) -> None:
+        """A job running alone is at a cancel point: calls, admissions, one batch tick."""
+        self._service_calls()
+        self._admit(solo_allowed=False)
+        if self._batch:
+            self._batch.tick()
 
     def _forget(self, name: str) -> None:
         self._state.pop(name, None)
@@ -328,22 +433,19 @@ class Engine:
             self._device = describe_device(mx)
             while True:
                 with self._cond:
-                    while not (self._queue or self._calls or self._closed):
+                    while not (self._queue or self._calls or self._closed or self._batch):
                         self._cond.wait()
-                    if self._calls:
-                        job = None
-                    elif self._queue:
-                        job = self._running = self._queue.popleft()
-                        moves = self._renumber()
-                    else:
+                    if self._closed and not self._calls:
                         break
-                if job is None:
-                    self._service_calls()
-                    continue
-                _emit_all(moves)
-                self._run(job, generation_stream)
-                with self._cond:
-                    self._running = None
+                self._service_calls()
+                with mx.stream(generation_stream):
+                    solo = self._admit(solo_allowed=True)
+                    if solo is not None:
+                        self._run(solo, generation_stream)
+                        with self._cond:
+                            self._running = None
+                    elif self._batch:
+                        self._batch.tick()
         except BaseException as exc:  # noqa: BLE001 - recorded; every job still ends
             death = exc
             log.exception("mlx_notebook: the engine's worker died")
@@ -358,6 +460,10 @@ class Engine:
             jobs = ([self._running] if self._running else []) + list(self._queue)
             self._running, self._queue = None, deque()
             calls, self._calls = list(self._calls), deque()
+        if death is None:
+            self._batch.fail_all("cancelled")
+        else:
+            self._batch.fail_all("error", f"the engine's worker died: {describe(death)}", death)
         for j in jobs:
             if death is None:
                 j.emit(Finished(j.text, "cancelled"))
@@ -396,7 +502,7 @@ class Engine:
                     draft = self._load(job, job.request.draft, pin=main.name, draft=True)
                     require_same_vocab(main, draft)
                 with wired_limit(main.model, [stream]):  # raises the limit on Metal only
-                    final = run_job(job, main, draft, self._state_for, stream, self._service_calls)
+                    final = run_job(job, main, draft, self._state_for, stream, self._between)
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             final = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
         job.emit(final)

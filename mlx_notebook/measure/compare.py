@@ -304,7 +304,16 @@ class Comparison:
         ValueError: No draft source, or bad ``repeats`` or ``metric``.
     """
 
-    def __init__(self, backend, request: Request, repeats: int = 3, metric: str = "e2e") -> None:
+    WARMUP_TOKENS = 8
+
+    def __init__(
+        self,
+        backend,
+        request: Request,
+        repeats: int = 3,
+        metric: str = "e2e",
+        warmup: bool = True,
+    ) -> None:
         if request.mode == "normal":
             raise ValueError("draft: Compare needs a draft source (a draft model or 'lookup')")
         if not isinstance(repeats, int) or repeats < 1:
@@ -312,10 +321,16 @@ class Comparison:
         if metric not in METRICS:
             raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
         self.backend, self.request, self.repeats, self.metric = backend, request, repeats, metric
-        spec = replace(request, reuse_cache=False, remember=False)
+        # Measured runs run alone (never batched with each other) and from scratch.
+        spec = replace(request, reuse_cache=False, remember=False, batch=False)
         normal = replace(spec, draft=None, draft_kind="none")
         self.plan: list[tuple[int, str]] = []
         reqs = []
+        if warmup:  # pair -1, not measured: one-off costs (first use of a path) land here
+            n = min(self.WARMUP_TOKENS, request.max_tokens)
+            for role, r in (("normal", normal), ("speculative", spec)):
+                self.plan.append((-1, role))
+                reqs.append(replace(r, max_tokens=n))
         for p in range(repeats):
             order = [("normal", normal), ("speculative", spec)]
             for role, r in order if p % 2 == 0 else order[::-1]:
@@ -337,7 +352,9 @@ class Comparison:
     def result(self) -> CompareResult:
         """The comparison so far (complete once every run has ended)."""
         done = [
-            (p, role, r) for (p, role), r in zip(self.plan, self.runs.results()) if r is not None
+            (p, role, r)
+            for (p, role), r in zip(self.plan, self.runs.results())
+            if r is not None and p >= 0
         ]
         return CompareResult(
             done,
@@ -391,7 +408,8 @@ def compare(
         draft: ``"lookup"`` (the default unless ``draft_kind`` is given),
             ``"suffix"`` or a draft model spec.
         num_draft_tokens: Draft tokens per round.
-        repeats: Interleaved pairs (each run prefills from scratch).
+        repeats: Interleaved pairs (each run prefills from scratch), after one
+            short untimed warm-up pair.
         metric: ``"e2e"`` (prefill included) or ``"decode"``: what the verdict uses.
         backend: Where to run; the process-wide engine by default.
         **fields: Other `Request` fields (``max_tokens``, ``temperature``, ...).

@@ -203,7 +203,7 @@ class Sweep:
             raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
         self.request, self.ks, self.metric = request, ks, metric
         self.order = schedule(ks, repeats, seed)
-        base = replace(request, reuse_cache=False, remember=False)
+        base = replace(request, reuse_cache=False, remember=False, batch=False)
         normal = replace(base, draft=None, draft_kind="none")
         reqs = [normal if k is None else replace(base, num_draft_tokens=k) for k in self.order]
         self.runs = RunSet(backend, reqs)

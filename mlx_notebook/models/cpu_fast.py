@@ -121,13 +121,24 @@ class TableRoPE(nn.Module):
         self.dims, self.traditional, self.base, self.scale = dims, traditional, base, scale
         self._table = table or RopeTable(dims, base, scale)
 
-    def __call__(self, x: mx.array, offset: int = 0) -> mx.array:
-        """Rotate ``x`` (..., L, D) for positions ``offset`` .. ``offset + L - 1``."""
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        """Rotate ``x`` (B, H, L, D) for positions ``offset`` .. ``offset + L - 1``.
+
+        ``offset`` is an int, or one per batch row (a batched KV cache's offsets).
+        """
         n = x.shape[-2]
         t = self._table
-        t.grow(offset + n)
         cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
-        cos, sin = cos[offset : offset + n], sin[offset : offset + n]
+        if isinstance(offset, mx.array):
+            # Reading the offsets here would stall the pipeline once per layer, so the
+            # caller grows the table (`rope_tables`). Left-padded rows have negative
+            # offsets; their padded positions are masked out, so any row will do.
+            pos = mx.clip(offset.reshape(-1, 1) + mx.arange(n), 0, t.size - 1)  # (B, L)
+            cos, sin = cos[pos][:, None], sin[pos][:, None]  # (B, 1, L, D)
+        else:
+            t.grow(offset + n)
+            cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
+            cos, sin = cos[offset : offset + n], sin[offset : offset + n]
         if cos.dtype != x.dtype:
             cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
         rotate = _ROTATE[self.traditional]
@@ -242,7 +253,14 @@ def apply(model, device: str) -> list[str]:
     return [f"{n} {name}" for name, n in sorted(counts.items())]
 
 
+def rope_tables(model) -> list[RopeTable]:
+    """The RoPE tables the fast path gave ``model`` (to grow before batched steps)."""
+    if not hasattr(model, "named_modules"):  # not an nn.Module (a scripted test model)
+        return []
+    tables = {id(m._table): m._table for _, m in model.named_modules() if isinstance(m, TableRoPE)}
+    return list(tables.values())
+
+
 def buffer_bytes(model) -> int:
     """Bytes the fast path added to ``model`` beside its parameters (the RoPE tables)."""
-    tables = {id(m._table): m._table for _, m in model.named_modules() if isinstance(m, TableRoPE)}
-    return sum(t.nbytes for t in tables.values())
+    return sum(t.nbytes for t in rope_tables(model))

@@ -92,7 +92,7 @@ class CompareRenderer:
         return "\n\n".join(lines)
 
     def _verdict(self, res: CompareResult) -> str:
-        done, total = len(res.runs), len(self.comparison.plan)
+        done, total = len(res.runs), sum(p >= 0 for p, _ in self.comparison.plan)
         if done < total and not any(s.stopping for s in self.states):
             progress = f" <span class='legend'>(run {min(done + 1, total)} of {total})</span>"
         elif done < total:

@@ -1,0 +1,270 @@
+"""Continuous batching on the worker thread: normal-decoding rows of one model.
+
+Decoding is memory-bound: one step over B rows reads the weights once, so it
+costs little more than one row. The worker calls `Batch.tick` between other
+work (and at the cancel points of a job running alone), and each tick:
+
+1. ends the rows whose job was cancelled (their caches are consistent there);
+2. runs at most one prefill chunk, for the oldest row still prefilling (chunks
+   are time-sized as for a job alone, so a new job waits at most one chunk);
+3. advances every decoding row by one batched step.
+
+Steps are pipelined as in mlx-lm: step n+1 is queued (``async_eval``) before the
+tokens of step n are read and emitted. Rows keep their own sampler, logits
+processors, seed, stop strings, budget, events and stats (`output.Output`).
+A row alone decodes on its own KV cache, exactly as a job alone; from two rows
+on, their caches are merged into mlx-lm's left-padded ``BatchKVCache``, and a
+row that leaves gets its own cache back (``extract``), consistent with its
+tokens, for the prompt cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import mlx.core as mx
+
+from ..models import cpu_fast
+from .errors import describe, detach_frames
+from .events import Finished, PrefillProgress
+from .job import Job
+from .output import Output, Setup, prepare
+from .prefill import ChunkSizer, prefill_steps
+from .prompt_cache import ModelState
+from .sequence import CachedSequence
+
+
+class Row:
+    """One job in the batch: its sequence, its output and where it stands.
+
+    Args:
+        job: The job.
+        state: Its model's `ModelState`.
+        setup: Prompt, budget and sampler.
+        seq: Its KV cache and tokens (taken from the prompt cache).
+        out: Turns its tokens into events.
+    """
+
+    def __init__(self, job: Job, state: ModelState, setup: Setup, seq, out: Output) -> None:
+        self.job, self.state, self.setup, self.seq, self.out = job, state, setup, seq, out
+        self.sizer = ChunkSizer(job.request.prefill_target_s, state.prefill)
+        self.steps = prefill_steps(
+            seq,
+            setup.prompt,
+            progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
+            sizer=self.sizer,
+        )
+        self.phase = "prefill"  # then "ready" (prefilled), "decode", "done"
+        self.fresh = True  # its next emitted value is its prompt's last token, not output
+        # Logits processors see every token fed so far (the last one is fed next).
+        self.context = mx.array(setup.prompt[:-1], dtype=mx.uint32) if setup.processors else None
+        self.step = 0
+
+
+class Batch:
+    """Rows of normal decoding on one model, stepped together.
+
+    Args:
+        max_rows: Most rows at once (prefilling and decoding).
+        state_for: Returns a loaded model's `ModelState`.
+    """
+
+    def __init__(self, max_rows: int, state_for: Callable[[object], ModelState]) -> None:
+        self.max_rows = max_rows
+        self.state_for = state_for
+        self.main = None  # the rows' LoadedModel
+        self.rows: list[Row] = []  # admitted, in order
+        self.decoding: list[Row] = []  # in the order of the cache's batch axis
+        self._cache: list | None = None  # the lone row's own cache, or BatchKVCache layers
+        self._pending: mx.array | None = None  # tokens sampled by the last step, one per row
+        self._tables: list = []
+
+    # -- admission ------------------------------------------------------------------
+    @property
+    def model_name(self) -> str | None:
+        """The rows' model (registry name), or None when the batch is empty."""
+        return None if self.main is None else self.main.name
+
+    @property
+    def room(self) -> int:
+        """Rows that can still be admitted."""
+        return self.max_rows - len(self.rows)
+
+    @property
+    def jobs(self) -> list[Job]:
+        """The admitted jobs."""
+        return [r.job for r in self.rows]
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def admit(self, job: Job, main) -> None:
+        """Set ``job`` up as a row on ``main`` (loaded); it prefills on later ticks.
+
+        A job that fails here (its prompt does not fit, say) ends at once.
+        """
+        t0 = time.perf_counter()
+        out = None
+        try:
+            setup = prepare(job, main)
+            out = Output(job, main.tokenizer, setup.max_tokens, t0)
+            state = self.state_for(main)
+            seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
+            out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
+            tables = cpu_fast.rope_tables(main.model) if self.main is None else self._tables
+        except Exception as exc:  # noqa: BLE001 - ends this job only
+            fin = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
+            job.emit(fin if out is None else out.finish("error", fin.error, fin.exception))
+            return
+        if self.main is None:
+            self.main, self._tables = main, tables
+        self.rows.append(Row(job, state, setup, seq, out))
+
+    # -- the step -------------------------------------------------------------------------
+    def tick(self) -> None:
+        """End cancelled rows, run at most one prefill chunk, then one batched step.
+
+        Never raises: an error ends the rows it concerns, with the error.
+        """
+        for row in [r for r in self.rows if r.job.cancelled]:
+            self._end(row, "cancelled")
+        pre = next((r for r in self.rows if r.phase == "prefill"), None)
+        if pre is not None:
+            try:
+                if next(pre.steps, None) is None:
+                    pre.phase = "ready"
+            except Exception as exc:  # noqa: BLE001 - this row only
+                self._end(pre, "error", exc)
+        try:
+            self._step()
+        except Exception as exc:  # noqa: BLE001 - the shared step failed: every row in it
+            failed, self.decoding = self.decoding, []
+            self._cache, self._pending = None, None
+            for row in failed:
+                row.phase, row.seq.cache = "failed", None  # its cache state is unknown
+                self._end(row, "error", exc)
+
+    def _step(self) -> None:
+        joiners = [r for r in self.rows if r.phase == "ready"]
+        if not self.decoding and not joiners:
+            return
+        new = mx.array([r.setup.prompt[-1] for r in joiners], dtype=mx.uint32)
+        if joiners:
+            self._join(joiners)
+        cur = new if self._pending is None else mx.concatenate([self._pending, new])
+        rows = self.decoding
+        for r in rows:
+            r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
+        need = max(len(r.seq.tokens) for r in rows) + 1
+        for t in self._tables:  # the fast path's RoPE reads positions from these
+            t.grow(need)
+        logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
+        nxt = self._sample(rows, cur, logits)
+        mx.async_eval(nxt)
+        values = cur.tolist()
+        done = []
+        for row, v in zip(rows, values):
+            row.seq.record([v])  # fed by this step
+            if row.fresh:
+                row.fresh = False
+                continue
+            if row.out.add(v):
+                done.append(row)
+        self._pending = nxt
+        for row in done:
+            self._end(row, None)
+
+    def _sample(self, rows: list[Row], cur: mx.array, logits: mx.array) -> mx.array:
+        if all(r.setup.greedy and not r.setup.processors for r in rows):
+            return mx.argmax(logits, axis=-1)
+        parts = []
+        for i, row in enumerate(rows):
+            lg = logits[i : i + 1]
+            if row.setup.processors:
+                row.context = mx.concatenate([row.context, cur[i : i + 1]])
+                for p in row.setup.processors:
+                    lg = p(row.context, lg)
+            if row.setup.greedy:
+                parts.append(mx.argmax(lg, axis=-1))
+                continue
+            seed = row.job.request.seed
+            if seed is not None:
+                # Its own stream of draws, whatever the other rows do: the same seed
+                # gives the same text.
+                mx.random.seed((seed * 1_000_003 + row.step) % 2**64)
+            row.step += 1
+            parts.append(row.setup.sampler(lg - mx.logsumexp(lg, keepdims=True)))
+        return mx.concatenate(parts)
+
+    # -- the cache's batch axis ----------------------------------------------------------
+    def _join(self, joiners: list[Row]) -> None:
+        from mlx_lm.models.cache import BatchKVCache
+
+        for r in joiners:
+            r.phase = "decode"
+        out_stats = [r.out.stats for r in joiners]
+        for st, r in zip(out_stats, joiners):
+            st.prefill_chunk = r.sizer.largest
+        if not self.decoding and len(joiners) == 1:
+            self._cache = joiners[0].seq.cache  # alone: its own cache, as a job alone
+        else:
+            caches = [r.seq.cache for r in joiners]
+            if len(self.decoding) == 1:  # the lone row's own cache joins the merge
+                caches.insert(0, self._cache)
+                self._cache = None
+            merged = [BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
+            if self._cache is None:
+                self._cache = merged
+            else:
+                for mine, more in zip(self._cache, merged):
+                    mine.extend(more)
+            for r in self.decoding + joiners:
+                r.seq.cache = None  # lives in the batch until the row leaves
+        self.decoding = self.decoding + joiners
+
+    def _leave(self, row: Row) -> None:
+        i = self.decoding.index(row)
+        keep = [j for j in range(len(self.decoding)) if j != i]
+        if len(self.decoding) == 1:
+            self._cache, self._pending = None, None
+        else:
+            row.seq.cache = [c.extract(i) for c in self._cache]
+            if self._pending is not None:
+                self._pending = self._pending[mx.array(keep)]
+            if len(keep) == 1:  # back to one row: its own cache again
+                last = self.decoding[keep[0]]
+                last.seq.cache = [c.extract(keep[0]) for c in self._cache]
+                self._cache = last.seq.cache
+            else:
+                for c in self._cache:
+                    c.filter(keep)
+        self.decoding = [self.decoding[j] for j in keep]
+
+    def _end(self, row: Row, reason: str | None, exc: BaseException | None = None) -> None:
+        if row.phase == "prefill":
+            row.steps.close()
+        if row.phase == "decode":
+            self._leave(row)
+        row.phase = "done"
+        self.rows.remove(row)
+        if not self.rows:
+            self.main, self._tables = None, []
+        seq: CachedSequence = row.seq
+        if seq.cache is not None and seq.consistent():
+            row.state.cache.store(seq)
+        req = row.job.request
+        if req.remember and row.out.generated:
+            row.state.suffix.add(row.setup.prompt + row.out.generated)
+        error = None if exc is None else describe(exc)
+        row.job.emit(row.out.finish(reason, error, None if exc is None else detach_frames(exc)))
+
+    def fail_all(self, reason: str, error: str | None = None, exc=None) -> None:
+        """End every row (engine shutdown)."""
+        for row in list(self.rows):
+            if row.phase == "prefill":
+                row.steps.close()
+            fin = row.out.finish(reason, error, exc)
+            self.rows.remove(row)
+            row.job.emit(fin)
+        self.decoding, self._cache, self._pending, self.main = [], None, None, None

@@ -1,0 +1,153 @@
+"""What every job path shares: its setup (prompt, budget, sampler) and its output.
+
+A job runs either alone (`runner.run_job`, speculative or opted out of batching)
+or as a row of a batch (`batch.Batch`). Both prepare the job the same way and
+turn generated token ids into `Token` events, text, stop handling and one
+`Finished` through the same `Output`, so the two paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from .events import Finished, Notice, Stats, Token
+from .job import Job
+from .prompt import check_top_k, encode_prompt, fit_context
+from .stops import StopMatcher
+
+
+@dataclass
+class Setup:
+    """A job's prompt ids, its token budget and how it samples.
+
+    Attributes:
+        prompt: Prompt token ids.
+        max_tokens: ``max_tokens`` after fitting the context window.
+        sampler: From `make_sampler`.
+        processors: From `make_logits_processors`, or None.
+        greedy: Whether sampling is argmax.
+    """
+
+    prompt: list[int]
+    max_tokens: int
+    sampler: object
+    processors: list | None
+    greedy: bool
+
+
+def prepare(job: Job, main) -> Setup:
+    """Encode the prompt, fit the context (emitting a `Notice` if clamped), build the sampler.
+
+    Raises:
+        ContextOverflow: The prompt alone does not fit.
+        ValueError: ``top_k`` exceeds the vocabulary.
+    """
+    req = job.request
+    prompt = encode_prompt(req, main.tokenizer)
+    max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
+    if max_tokens < req.max_tokens:
+        job.emit(
+            Notice(
+                f"max_tokens lowered from {req.max_tokens} to {max_tokens}: the prompt "
+                f"uses {len(prompt)} of the model's {main.context_length}-token context"
+            )
+        )
+    check_top_k(req.top_k, main.logits_size or main.vocab_size, main.name)
+    sampler = make_sampler(
+        0.0 if req.greedy else req.temperature,
+        top_p=req.top_p if req.top_p < 1 else 0.0,
+        min_p=req.min_p,
+        top_k=req.top_k,
+    )
+    processors = None
+    if req.repetition_penalty not in (None, 1, 1.0):
+        processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
+    return Setup(prompt, max_tokens, sampler, processors, req.greedy)
+
+
+class Output:
+    """Turns a job's token ids into events and text, and builds its `Finished`.
+
+    Args:
+        job: The job; `Token` events are emitted on it.
+        tokenizer: The main model's tokenizer (its detokenizer is used).
+        max_tokens: The job's token budget.
+        t0: When the job's own work started (``time.perf_counter()``).
+    """
+
+    def __init__(self, job: Job, tokenizer, max_tokens: int, t0: float) -> None:
+        self.job = job
+        self.max_tokens = max_tokens
+        self.stats = Stats()
+        self.reason = "length"
+        self.generated: list[int] = []
+        self._detok = tokenizer.detokenizer
+        self._detok.reset()
+        self._eos = set(tokenizer.eos_token_ids)
+        self._stops = StopMatcher(job.request.stop)
+        self._pieces: list[str] = []
+        self._matched: str | None = None
+        self._finalized = False
+        self._t0 = t0
+        self._first = self._last = None
+
+    def add(self, tid: int, from_draft: bool = False) -> bool:
+        """Take one generated token; return True when generation must end here."""
+        i = len(self.generated)
+        self.generated.append(tid)
+        self._last = time.perf_counter()
+        if self._first is None:
+            self._first = self._last
+        self.stats.generation_tokens = i + 1
+        if tid in self._eos:
+            self.reason = "stop"
+            self.job.emit(Token("", tid, from_draft, i))
+            return True
+        self._detok.add_token(tid)
+        if i + 1 == self.max_tokens:
+            self._detok.finalize()
+            self._finalized = True
+        text, self._matched = self._stops.feed(self._detok.last_segment)
+        self._pieces.append(text)
+        self.job.emit(Token(text, tid, from_draft, i))
+        if self._matched is not None:
+            self.reason = "stop"
+            return True
+        return i + 1 >= self.max_tokens
+
+    def finish(
+        self, reason: str | None = None, error: str | None = None, exception=None
+    ) -> Finished:
+        """The terminal event (not emitted): text so far, with withheld text released.
+
+        Args:
+            reason: Overrides the reason `add` found (``"cancelled"``, ``"error"``).
+            error: One-line error text.
+            exception: The exception behind an error.
+        """
+        reason = reason or self.reason
+        if self._matched is None:
+            # Release bytes the detokenizer still holds and text withheld as a
+            # possible stop-string start.
+            if not self._finalized:
+                self._detok.finalize()
+                text, self._matched = self._stops.feed(self._detok.last_segment)
+                self._pieces.append(text)
+                self._finalized = True
+            if self._matched is None:
+                self._pieces.append(self._stops.flush())
+            else:
+                reason = "stop"
+        st = self.stats
+        st.peak_memory = mx.get_peak_memory() / 1e9
+        if self._first is not None:
+            st.total_s = self._last - self._t0
+            st.ttft_s = self._first - self._t0
+            st.prompt_tps = (st.prompt_tokens - st.cached_tokens) / max(st.ttft_s, 1e-9)
+            if st.generation_tokens > 1 and self._last > self._first:
+                st.generation_tps = (st.generation_tokens - 1) / (self._last - self._first)
+        return Finished("".join(self._pieces), reason, self._matched, error, st, exception)
