@@ -28,6 +28,7 @@ __all__ = [
     "generate",
     "last",
     "load_ipython_extension",
+    "map",
     "sweep",
     "unload_ipython_extension",
 ]
@@ -75,6 +76,13 @@ def sweep(prompt, **kw):
     from .measure import sweep as _sweep
 
     return _sweep(prompt, **kw)
+
+
+def map(prompts, **kw):  # noqa: A001 - mlx_notebook.map, as in the docs
+    """Generate for many prompts at once, batched; see `mlx_notebook.mapping.map`."""
+    from .mapping import map as _map
+
+    return _map(prompts, **kw)
 
 
 def last():

@@ -132,8 +132,10 @@ class Batch:
         pre = next((r for r in self.rows if r.phase == "prefill"), None)
         if pre is not None:
             try:
-                if next(pre.steps, None) is None:
-                    pre.phase = "ready"
+                next(pre.steps, None)
+                if len(pre.seq.tokens) >= len(pre.setup.prompt) - 1:
+                    pre.steps.close()
+                    pre.phase = "ready"  # joins this tick's step
             except Exception as exc:  # noqa: BLE001 - this row only
                 self._end(pre, "error", exc)
         try:

@@ -68,6 +68,7 @@ class Job:
         self._listeners: list[Listener] = []
         self._failed: set[int] = set()  # ids of listeners already logged as failing
         self._on_cancel = on_cancel
+        self._tokens = 0
 
     # -- cancellation -------------------------------------------------------
     def cancel(self) -> None:
@@ -123,6 +124,8 @@ class Job:
             if isinstance(event, Queued) and not self._fresh_position(event.position):
                 return
             self._log.append(event)
+            if isinstance(event, Token):
+                self._tokens += 1
             listeners = list(self._listeners)
             self._cond.notify_all()
         if not listeners:
@@ -152,6 +155,11 @@ class Job:
         """Jobs ahead while queued (from the latest `Queued` event), else None."""
         last = self._log[-1] if self._log else None
         return last.position if isinstance(last, Queued) else None
+
+    @property
+    def token_count(self) -> int:
+        """Tokens generated so far."""
+        return self._tokens
 
     @property
     def done(self) -> bool:

@@ -29,10 +29,10 @@ _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 class Engine:
-    """Runs generation jobs on one worker thread: a batch of normal-decoding jobs
-    plus one job alone (speculative, opted out, or on another model) at a time.
+    """Runs generation jobs on one worker thread, batching those that can share steps.
 
-    Jobs that can share a batch (normal decoding on the batch's model) start as
+    A batch holds normal-decoding jobs on one model; one job at a time runs alone
+    (speculative, opted out of batching, or on another model). Jobs that can share a batch (normal decoding on the batch's model) start as
     soon as a slot is free and decode together, one batched step per tick (see
     `batch.Batch`). The others run one at a time, first come first served, and
     the batch takes a step at each of their cancel points, so neither starves.
@@ -331,21 +331,22 @@ class Engine:
         job.emit(Finished("", "cancelled"))
         _emit_all(moves)
 
-    def _renumber(self) -> list[tuple[Job, Queued]]:
+    def _renumber(self, admitted: int = 0) -> list[tuple[Job, Queued]]:
         # Called with the lock held; the caller emits after releasing it, since
         # listeners may call back into the engine. Jobs drop stale positions.
         base = self._running is not None
-        busy = self._busy_with()
+        busy = self._busy_with(admitted)
         return [
             (j, Queued(base + i, busy)) for i, j in enumerate(self._queue) if j.position != base + i
         ]
 
-    def _busy_with(self) -> str:
-        # Called with the lock held.
+    def _busy_with(self, admitted: int = 0) -> str:
+        # Called with the lock held; ``admitted`` rows are about to join the batch.
         r, b = self._running, self._batch
         parts = [] if r is None else [f"job {r.id} on {r.request.model}"]
-        if b and b.room <= 0:
-            parts.append(f"a batch slot ({len(b.rows)} of {b.max_rows} in use)")
+        rows = len(b.rows) + admitted
+        if self._max_batch > 1 and rows >= b.max_rows:
+            parts.append(f"a batch slot ({rows} of {b.max_rows} in use)")
         return " and ".join(parts)
 
     def _batchable(self, job: Job) -> bool:
@@ -377,7 +378,7 @@ class Engine:
                 self._keys.pop(job.id, None)
             if solo is not None:
                 self._running = solo
-            moves = self._renumber() if take or solo else []
+            moves = self._renumber(len(take)) if take or solo else []
         _emit_all(moves)
         for job in take:
             self._start_row(job)

@@ -98,6 +98,8 @@ HELP = """mlx_notebook magics
   -f/--format markdown|text|code
   --compare [--repeats N]   normal vs speculative decoding in N interleaved pairs
   --metric e2e|decode       what --compare's verdict uses (default: end to end)
+  --over NAME               one generation per item of a list/Series ({item}) or DataFrame
+                            row ({column}), batched, in one view; -o binds the MapResult
 
 %%chat [-c NAME] [-s SYSTEM] [options]   the cell is the next message of a conversation
 %chat list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | load NAME FILE
@@ -128,6 +130,10 @@ class MLXNotebook(Magics):
     server_api_key = Unicode(
         "", help="Bearer token for server_url; $MLX_NOTEBOOK_API_KEY when empty."
     ).tag(config=True)
+    max_batch = Int(
+        8,
+        help="Most generations decoded together on a local model; 0 or 1 runs them one at a time.",
+    ).tag(config=True)
     prompt_cache_mb = Float(
         0.0,
         help="Byte budget of each local model's prompt caches, in MB; 0: a quarter of the "
@@ -140,6 +146,12 @@ class MLXNotebook(Magics):
         if hasattr(engine, "set_prompt_cache_bytes"):  # a local engine
             mb = change["new"]
             engine.set_prompt_cache_bytes(int(mb * 2**20) if mb > 0 else None)
+
+    @observe("max_batch")
+    def _max_batch_changed(self, change) -> None:
+        engine = self.route("default").backend
+        if hasattr(engine, "max_batch"):  # a local engine
+            engine.max_batch = change["new"]
 
     def __init__(self, shell=None, engine: Backend | None = None, **kw):
         super().__init__(shell=shell, **kw)
@@ -165,10 +177,13 @@ class MLXNotebook(Magics):
     @argument("--compare", action="store_true", help="normal vs speculative side by side")
     @argument("--repeats", type=int, default=3, help="interleaved pairs for --compare")
     @argument("--metric", default="e2e", help="e2e or decode: what --compare's verdict uses")
+    @argument("--over", default=None, help="a list, Series or DataFrame: one row per item")
     @cell_magic
     def generate(self, line: str, cell: str):
         """Generate from the cell body; see ``%mlx help``."""
         args = parse(self.generate, line)
+        if args.over is not None:
+            return self._over(args, cell)
         request = self.build_request(args, cell)
         if args.compare:
             return self._compare(args, request)
@@ -291,6 +306,30 @@ class MLXNotebook(Magics):
                 pass  # job.result() cancelled it and waited: the view shows "stopped"
             finally:
                 view.wait_rendered(5.0)  # the final document is sent before the cell ends
+
+    def _over(self, args, cell: str) -> None:
+        from ..mapping import MapRun
+        from .over import fill_rows, row_values, show_map, variables, wait_map
+
+        if args.compare:
+            raise UsageError("--over and --compare do not go together")
+        fields = self.request_fields(args)
+        ns = variables(self.shell)
+        body = cell[:-1] if cell.endswith("\n") else cell
+        prompts, notices = fill_rows(body, row_values(args.over, ns), ns)
+        route = self.route(fields.pop("model"))
+        try:
+            run = MapRun(
+                route.backend, prompts, model=route.model, system=args.system,
+                chat=not args.raw, **fields,
+            ).start()  # fmt: skip
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        view, result = show_map(run, route.label, args.format, notices, self.refresh_hz)
+        if args.out:
+            self.shell.user_ns[args.out] = result
+        if args.wait:
+            wait_map(run, view)
 
     def _compare(self, args, request: Request):
         from .compare import CompareRun
