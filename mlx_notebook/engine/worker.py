@@ -31,11 +31,11 @@ _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 class Engine:
     """Runs generation jobs on one worker thread, batching those that can share steps.
 
-    A batch holds normal-decoding jobs on one model; one job at a time runs alone
-    (speculative, opted out of batching, or on another model). Jobs that can share a batch (normal decoding on the batch's model) start as
-    soon as a slot is free and decode together, one batched step per tick (see
-    `batch.Batch`). The others run one at a time, first come first served, and
-    the batch takes a step at each of their cancel points, so neither starves.
+    A batch holds normal-decoding jobs on one model: they start as soon as a slot
+    is free and decode together, one batched step per tick (see `batch.Batch`).
+    The other jobs (speculative, opted out of batching, or on another model) run
+    alone, one at a time, first come first served, and the batch takes a step at
+    each of their cancel points, so neither starves.
 
     Args:
         registry: Loaded-model registry; a new one (LRU of ``max_loaded``) when None.
