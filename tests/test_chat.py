@@ -90,7 +90,7 @@ def test_a_model_without_a_chat_template_is_refused_with_advice(engine, tmp_path
     c = Chat(str(path), backend=engine)
     with pytest.raises(ValueError, match="no chat template.*--raw"):
         c.send("Hello")
-    assert engine.info().queued == 0 and c.messages == []
+    assert engine.info().queued == 0 and not engine.info().batched and c.messages == []
 
 
 def test_save_and_load_round_trip(chat, tmp_path):

@@ -15,13 +15,16 @@ COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hell
 def test_pairs_alternate_order_and_prefill_from_scratch(engine):
     c = Comparison(engine, Request("x", draft="lookup", num_draft_tokens=4), repeats=3)
     assert c.plan == [
+        (-1, "normal"), (-1, "speculative"),  # the untimed warm-up pair
         (0, "normal"), (0, "speculative"),
         (1, "speculative"), (1, "normal"),
         (2, "normal"), (2, "speculative"),
     ]  # fmt: skip
     reqs = c.runs.requests
-    assert all(not r.reuse_cache for r in reqs)
-    assert [r.draft for r in reqs[:2]] == [None, "lookup"]
+    assert all(not r.reuse_cache and not r.batch for r in reqs)  # alone, from scratch
+    assert [r.draft for r in reqs[:4]] == [None, "lookup", None, "lookup"]
+    assert [r.max_tokens for r in reqs[:3]] == [8, 8, 256]
+    assert [p for p, _ in Comparison(engine, reqs[1], warmup=False).plan][:2] == [0, 0]
     with pytest.raises(ValueError, match="draft"):
         Comparison(engine, Request("x"))
     with pytest.raises(ValueError, match="repeats"):
@@ -166,7 +169,8 @@ def test_open_ended_prompt_is_never_called_faster(default_engine):
 @pytest.mark.slow
 def test_copy_heavy_prompt_is_faster_beyond_noise(default_engine):
     for _ in range(10):
-        r = mlx_notebook.compare(COPY_HEAVY, max_tokens=32, backend=default_engine)
+        # 64 tokens: room to copy the whole paragraph (the model ends it with EOS).
+        r = mlx_notebook.compare(COPY_HEAVY, max_tokens=64, backend=default_engine)
         assert r.verdict == "faster" and r.speedup_interval[0] > 1, r.verdict_line()
         assert r.identical is True and len(r.runs) == 6
 

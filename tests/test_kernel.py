@@ -83,8 +83,76 @@ def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
     assert "length 20" in out
 
 
+def test_two_cells_stream_concurrently_and_stop_one(kernel, tiny_dir):
+    k = kernel
+    m1, b1 = start(k, f"-m {tiny_dir} -n 100000 --raw")
+    k.reply(m1)
+    (h1,), (s1,) = view_of(k, b1)
+    k.wait_for("first generating", lambda: "generating" in (k.value(h1, "value") or ""))
+    m2, b2 = start(k, f"-m {tiny_dir} -n 100000 --raw", prompt="Rivers flow")
+    k.reply(m2)
+    (h2,), (s2,) = view_of(k, b2)
+    # The second streams while the first is still generating: no queue between them.
+    k.wait_for("second generating", lambda: "generating" in (k.value(h2, "value") or ""))
+    assert "generating" in k.value(h1, "value")
+    k.click(s1)
+    k.wait_for("first stopped", lambda: "stopped" in (k.value(h1, "value") or ""))
+    before = len(k.value(h2, "value"))
+    k.wait_for("second still streaming", lambda: len(k.value(h2, "value") or "") > before + 200)
+    assert "generating" in k.value(h2, "value")
+    k.click(s2)
+    k.wait_for("second stopped", lambda: "stopped" in (k.value(h2, "value") or ""))
+
+
+SLOW_MODEL = """
+import mlx_notebook
+from pathlib import Path
+from mlx_lm.utils import load_tokenizer
+from mlx_notebook.testing import ScriptedModel
+tok = load_tokenizer(Path({tiny!r}))
+fill = tok.encode(" x", add_special_tokens=False)[0]
+eng = mlx_notebook.Engine.default()
+eng.call(lambda: eng.registry.register(
+    "slowk", ScriptedModel(len(tok.get_vocab()), lambda p, t: fill, delay_s=0.05), tok
+)).result()
+topics = ["rivers", "mountains", "lakes", "forests", "deserts", "islands"]
+%config MLXNotebook.max_batch = 2
+"""
+
+
+def test_over_shows_one_view_and_stop_keeps_finished_rows(kernel, tiny_dir):
+    k = kernel
+    assert k.execute(SLOW_MODEL.format(tiny=tiny_dir))["status"] == "ok"
+    try:
+        m, before = start(k, "-m slowk --raw -n 12 --over topics -o res", prompt="About {item}")
+        assert k.reply(m)["status"] == "ok"
+        (html,), (stop,) = view_of(k, before)
+        k.wait_for("two rows done", lambda: "2/6 rows" in (k.value(html, "value") or ""), 30)
+        assert len(view_of(k, before)[0]) == 1  # one view for all rows
+        k.click(stop)
+        k.wait_for("stopped", lambda: "stopped" in (k.value(html, "value") or ""))
+        doc = k.wait_for("final document", lambda: k.final_output(m))
+        assert "row 0" in doc["text/plain"] and "map over 6 rows" in doc["text/html"]
+        code = "print([r.finish_reason for r in res], [len(r.text) > 0 for r in res][:2])"
+        _, out = k.output(code, 10)
+        reasons = eval(out.split("]")[0] + "]")  # noqa: S307 - our own printed list
+        assert reasons[:2] == ["length", "length"] and "cancelled" in reasons
+        assert "[True, True]" in out
+    finally:
+        k.execute("%config MLXNotebook.max_batch = 8")
+
+
 def test_queueing_two_cells(kernel, tiny_dir):
     k = kernel
+    # With batching off, cells queue first come, first served.
+    assert k.execute("%config MLXNotebook.max_batch = 1")["status"] == "ok"
+    try:
+        _queueing_two_cells(k, tiny_dir)
+    finally:
+        k.execute("%config MLXNotebook.max_batch = 8")
+
+
+def _queueing_two_cells(k, tiny_dir):
     m1, b1 = start(k, f"-m {tiny_dir} -n 100000 --raw")
     k.reply(m1)
     (h1,), (s1,) = view_of(k, b1)

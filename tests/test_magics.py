@@ -160,7 +160,7 @@ def test_compare_with_an_incompatible_draft_submits_nothing(
         gen(ip, f"-m {tiny_dir} --draft {other_vocab_dir} --compare --raw -n 4")
     assert submitted == []
     info = mlx_notebook.Engine.default().info()
-    assert info.queued == 0 and info.running is None
+    assert info.queued == 0 and info.running is None and not info.batched
 
 
 # -- outputs that last (issue 11) -------------------------------------------------------

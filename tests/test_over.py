@@ -61,7 +61,7 @@ def test_over_bad_input_starts_no_job(ipshell, engine, tiny_dir, line, ns, messa
     with pytest.raises(UsageError, match=message):
         ip.run_cell_magic("generate", f"-m {tiny_dir} --raw {line}", "About {item}")
     after = engine.info()
-    assert after.running is None and after.queued == before.queued == 0
+    assert after.running is None and after.queued == before.queued == 0 and not after.batched
 
 
 def test_over_binds_the_map_result_and_keeps_rows_in_order(ipshell, engine, tiny_dir):

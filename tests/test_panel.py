@@ -93,7 +93,7 @@ def test_stop_during_second_half_keeps_first(engine, scripted):
         repeats=1,
     )
     panel.compare_button.click()
-    normal, spec = panel._active
+    *_warmup, normal, spec = panel._active
     normal.wait(30)
     for ev in spec.events(timeout=30, detach=True):
         if isinstance(ev, Token):

@@ -49,8 +49,9 @@ class EngineInfo:
         kind: ``"local"`` or ``"remote"``.
         device: Where generation runs: ``"cpu"``, ``"gpu (Metal)"``, or the server URL.
         worker_alive: Whether jobs can run.
-        running: Id of the running job, if any.
+        running: Id of the job running alone, if any.
         queued: Jobs waiting.
+        batched: Ids of the jobs decoding together in the batch.
         models: Loaded models (local) or the models the server offers (remote).
         notes: Other lines worth showing (acceleration, prompt caches, server).
         closed: Why the backend is closed, or None while it is open.
@@ -62,6 +63,7 @@ class EngineInfo:
     running: int | None = None
     queued: int = 0
     models: tuple[ModelInfo, ...] = ()
+    batched: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
     closed: str | None = None
 

@@ -75,6 +75,7 @@ class Engine:
         self._device = "unknown"
         self._batch = Batch(max(1, max_batch), self._state_for)
         self._keys: dict[int, str] = {}  # queued job id -> registry name of its model
+        self._admitting: list[Job] = []
         self.max_batch = max_batch
         self._thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)
         _engines.add(self)
@@ -269,6 +270,7 @@ class Engine:
             worker_alive=self._thread.is_alive(),
             running=None if running is None else running.id,
             queued=queued,
+            batched=tuple(r.job.id for r in rows),
             models=models,
             notes=tuple(notes),
             closed=self._closed_reason() if self._closed else None,
@@ -313,7 +315,7 @@ class Engine:
     def _jobs(self) -> list[Job]:
         with self._cond:
             running = [self._running] if self._running else []
-            return list(self._queue) + running + self._batch.jobs
+            return list(self._queue) + running + self._admitting + self._batch.jobs
 
     def _models_of(self, job: Job) -> set[str]:
         r = job.request
@@ -378,10 +380,15 @@ class Engine:
                 self._keys.pop(job.id, None)
             if solo is not None:
                 self._running = solo
+            self._admitting = take  # still findable by cancel_all while models load
             moves = self._renumber(len(take)) if take or solo else []
         _emit_all(moves)
-        for job in take:
-            self._start_row(job)
+        try:
+            for job in take:
+                self._start_row(job)
+        finally:
+            with self._cond:
+                self._admitting = []
         return solo
 
     def _key(self, request: Request) -> str:
