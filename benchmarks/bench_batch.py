@@ -96,7 +96,7 @@ def main() -> None:
             f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         )
     ttft, step = admission(eng)
-    print(f"new job while 8 rows decode: first token after {ttft:.3f} s (a step takes {step:.3f} s)")
+    print(f"new job while 8 rows decode: first token after {ttft:.3f} s (step: {step:.3f} s)")
     eng.close()
 
 
