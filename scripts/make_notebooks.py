@@ -77,7 +77,7 @@ def speculative():
             "beats normal decoding beyond the noise."
         ),
         code(
-            "import mlx_notebook\n\nPROMPT = (\n    \"Repeat this paragraph exactly, changing "
+            'import mlx_notebook\n\nPROMPT = (\n    "Repeat this paragraph exactly, changing '
             "only 'river' to 'stream':\\n\\n\"\n    \"The river winds through the valley, past "
             'the old mill and the stone bridge. "\n    "In spring the river rises with melted '
             'snow, and children gather on its banks."\n)\npanel = mlx_notebook.Panel('

@@ -17,9 +17,7 @@ def main(path: str) -> int:
     nb = nbformat.read(src, as_version=4)
     print(f"Executing {src} headlessly (first run converts the bundled model once)...")
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=900, kernel_name="python3").execute(
-        cwd=str(src.parent)
-    )
+    NotebookClient(nb, timeout=900, kernel_name="python3").execute(cwd=str(src.parent))
     out_dir = Path("build")
     out_dir.mkdir(exist_ok=True)
     out = out_dir / src.name.replace(".ipynb", ".executed.ipynb")
