@@ -143,3 +143,23 @@ def test_stopped_and_finished_render_the_same_way(fmt, reason):
     other_body = other.split('<div class="stats">')[0].split("</div>", 1)[1]
     assert body == other_body
     assert st.text in st.plain()
+
+
+def test_map_view_is_inert_while_running_and_done():
+    from mlx_notebook.mapping import MapRun
+    from mlx_notebook.notebook.over import MapRenderer
+
+    class Backend:
+        def check(self, request):
+            pass
+
+    run = MapRun(Backend(), [ALL, "ok"])
+    r = MapRenderer(run, "default", "markdown", [])
+    for i in (0, 1):
+        r.apply_from(i, Started())
+        r.apply_from(i, Token(ALL, 1, False, 0))
+    assert_inert(r.html(), own_styles=1)  # the preview
+    for i in (0, 1):
+        r.apply_from(i, Finished(ALL, "length"))
+    assert_inert(r.html(), own_styles=1)  # the table of every row
+    assert r.plain().count(ALL) >= 2
