@@ -299,6 +299,8 @@ class Comparison:
         request: A speculative request (a draft source set).
         repeats: Interleaved pairs. Default: 3.
         metric: ``"e2e"`` or ``"decode"``; what the verdict uses.
+        warmup: Run one short untimed pair first (pair -1 in `plan`, left out of
+            every figure), so one-off costs do not land on the first measured pair.
 
     Raises:
         ValueError: No draft source, or bad ``repeats`` or ``metric``.
