@@ -32,7 +32,8 @@ SUBJECTS = [
 def prompts(round_: int, n: int, salt: int) -> list[str]:
     start = (round_ * 12 + salt * 8) % len(SUBJECTS)
     chosen = [SUBJECTS[(start + i) % len(SUBJECTS)] for i in range(n)]
-    return [f"Describe {s} in two sentences. (#{round_}.{salt})" for s in chosen]
+    # Prompts that run to the token budget: every row generates exactly --tokens.
+    return [f"Write a detailed essay about {s}. (#{round_}.{salt})" for s in chosen]
 
 
 def batched(eng, ps, tokens) -> float:

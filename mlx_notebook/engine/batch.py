@@ -62,6 +62,11 @@ class Row:
         self.step = 0
 
 
+def _left(row: Row) -> int:
+    """Prompt tokens the row still has to prefill (the last one is decoded)."""
+    return len(row.setup.prompt) - 1 - len(row.seq.tokens)
+
+
 class Batch:
     """Rows of normal decoding on one model, stepped together.
 
@@ -129,15 +134,7 @@ class Batch:
         """
         for row in [r for r in self.rows if r.job.cancelled]:
             self._end(row, "cancelled")
-        pre = next((r for r in self.rows if r.phase == "prefill"), None)
-        if pre is not None:
-            try:
-                next(pre.steps, None)
-                if len(pre.seq.tokens) >= len(pre.setup.prompt) - 1:
-                    pre.steps.close()
-                    pre.phase = "ready"  # joins this tick's step
-            except Exception as exc:  # noqa: BLE001 - this row only
-                self._end(pre, "error", exc)
+        self._prefill_chunk()
         try:
             self._step()
         except Exception as exc:  # noqa: BLE001 - the shared step failed: every row in it
@@ -146,6 +143,72 @@ class Batch:
             for row in failed:
                 row.phase, row.seq.cache = "failed", None  # its cache state is unknown
                 self._end(row, "error", exc)
+
+    def _prefill_chunk(self) -> None:
+        """One time-sized chunk: of the oldest prefilling row, or of several short prompts.
+
+        Rows whose whole remaining prompt fits the chunk budget together prefill in
+        one forward pass (right-padded, as mlx-lm's batched prompt processing does):
+        one pass over the weights instead of one per row, and they start decoding on
+        the same step.
+        """
+        pre = [r for r in self.rows if r.phase == "prefill"]
+        for r in [r for r in pre if _left(r) == 0]:  # all cached: nothing to prefill
+            r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
+            r.steps.close()
+            r.phase = "ready"
+        pre = [r for r in pre if r.phase == "prefill"]
+        if not pre:
+            return
+        first = pre[0]
+        budget = first.sizer.size_at(len(first.seq.tokens))
+        group, total = [], 0
+        for r in pre:
+            left = _left(r)
+            if total + left > budget or not r.seq.trimmable:
+                break
+            group.append(r)
+            total += left
+        try:
+            if len(group) > 1:
+                self._prefill_together(group)
+                return
+            next(first.steps, None)
+            if _left(first) == 0:
+                first.steps.close()
+                first.phase = "ready"  # joins this tick's step
+        except Exception as exc:  # noqa: BLE001 - these rows only
+            for r in group or [first]:
+                self._end(r, "error", exc)
+
+    def _prefill_together(self, group: list[Row]) -> None:
+        from mlx_lm.models.cache import BatchKVCache
+
+        tokens = [r.setup.prompt[len(r.seq.tokens) : -1] for r in group]
+        longest = max(len(t) for t in tokens)
+        pad = [longest - len(t) for t in tokens]
+        caches = [
+            BatchKVCache.merge([r.seq.cache[i] for r in group])
+            for i in range(len(group[0].seq.cache))
+        ]  # noqa: E501
+        for t in self._tables:
+            t.grow(max(len(r.seq.tokens) for r in group) + longest)
+        if max(pad):
+            for c in caches:  # padding after the prompt, moved in front afterwards
+                c.prepare(right_padding=pad)
+        self.main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
+        if max(pad):
+            for c in caches:
+                c.finalize()
+        mx.eval([c.state for c in caches])
+        for i, (r, t) in enumerate(zip(group, tokens)):
+            r.steps.close()
+            r.seq.cache = [c.extract(i) for c in caches]
+            r.seq.record(t)
+            r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
+            r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, len(t))
+            r.phase = "ready"
+        mx.clear_cache()
 
     def _step(self) -> None:
         joiners = [r for r in self.rows if r.phase == "ready"]
@@ -205,9 +268,8 @@ class Batch:
 
         for r in joiners:
             r.phase = "decode"
-        out_stats = [r.out.stats for r in joiners]
-        for st, r in zip(out_stats, joiners):
-            st.prefill_chunk = r.sizer.largest
+        for r in joiners:
+            r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, r.sizer.largest)
         if not self.decoding and len(joiners) == 1:
             self._cache = joiners[0].seq.cache  # alone: its own cache, as a job alone
         else:
