@@ -161,7 +161,11 @@ class Batch:
         if not pre:
             return
         first = pre[0]
-        budget = first.sizer.size_at(len(first.seq.tokens))
+        # Short prompts side by side attend only to their own short contexts: the time
+        # target alone bounds the group (a long prompt's chunk is also held to the
+        # length of best throughput, where its attention cost starts to dominate).
+        fit = first.state.prefill.largest_within(first.sizer.target_s * ChunkSizer.MARGIN, 0)
+        budget = max(first.sizer.size_at(len(first.seq.tokens)), int(min(fit or 0, first.sizer.hi)))
         group, total = [], 0
         for r in pre:
             left = _left(r)
@@ -180,6 +184,21 @@ class Batch:
         except Exception as exc:  # noqa: BLE001 - these rows only
             for r in group or [first]:
                 self._end(r, "error", exc)
+
+    HOLD_S = 1.0
+
+    def _burst_prefilling(self) -> bool:
+        """Whether rows that arrived with the ready ones are still prefilling, briefly.
+
+        Held back only while the rest is predicted to take under `HOLD_S` more
+        seconds, so a long prompt never delays the others' first tokens much.
+        """
+        pre = [r for r in self.rows if r.phase == "prefill"]
+        if not pre:
+            return False
+        left = sum(_left(r) for r in pre)
+        predicted = pre[0].state.prefill.predict(left, 0)
+        return predicted is not None and predicted <= self.HOLD_S
 
     def _prefill_together(self, group: list[Row]) -> None:
         from mlx_lm.models.cache import BatchKVCache
@@ -212,6 +231,8 @@ class Batch:
 
     def _step(self) -> None:
         joiners = [r for r in self.rows if r.phase == "ready"]
+        if joiners and not self.decoding and self._burst_prefilling():
+            joiners = []  # start the burst together: one merge, full steps, no stragglers
         if not self.decoding and not joiners:
             return
         new = mx.array([r.setup.prompt[-1] for r in joiners], dtype=mx.uint32)

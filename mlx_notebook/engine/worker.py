@@ -117,18 +117,35 @@ class Engine(Scheduling):
             ValueError: See `check`; nothing is queued.
             EngineClosed: The engine is closed.
         """
-        self.check(request)
-        key = self._key(request)  # which batch it can join, resolved off the worker
+        return self.submit_many([request])[0]
+
+    def submit_many(self, requests: list[Request]) -> list[Job]:
+        """Validate every request, then queue them all at once, in order.
+
+        Queued together, rows that can share a batch start decoding together
+        (`map` submits its rows this way).
+
+        Raises:
+            ValueError: A request is invalid (see `check`); nothing is queued.
+            EngineClosed: The engine is closed.
+        """
+        keys = []
+        for request in requests:
+            self.check(request)
+            keys.append(self._key(request))  # which batch it can join, resolved off the worker
         with self._cond:
             if self._closed:
                 raise EngineClosed(self._closed_reason())
-            job = Job(request, next(self._ids), on_cancel=self._drop_queued)
-            self._keys[job.id] = key
-            ahead = len(self._queue) + (self._running is not None)
-            self._queue.append(job)
-            job.emit(Queued(ahead, self._busy_with()))  # no listeners yet: nothing runs here
+            jobs = []
+            for request, key in zip(requests, keys):
+                job = Job(request, next(self._ids), on_cancel=self._drop_queued)
+                self._keys[job.id] = key
+                ahead = len(self._queue) + (self._running is not None)
+                self._queue.append(job)
+                job.emit(Queued(ahead, self._busy_with()))  # no listeners yet
+                jobs.append(job)
             self._cond.notify_all()
-        return job
+        return jobs
 
     def generate(self, prompt, **fields) -> Result:
         """Blocking convenience: ``submit(Request(prompt, **fields)).result()``."""

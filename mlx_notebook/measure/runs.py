@@ -31,6 +31,10 @@ class RunSet:
         Raises:
             ValueError: A request is invalid; nothing was submitted.
         """
+        many = getattr(self.backend, "submit_many", None)
+        if many is not None:  # checks them all, then queues them together
+            self.jobs = many(self.requests)
+            return self
         for r in self.requests:
             self.backend.check(r)
         try:
