@@ -242,10 +242,15 @@ class Batch:
         rows = self.decoding
         for r in rows:
             r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
-        need = max(len(r.seq.tokens) for r in rows) + 1
-        for t in self._tables:  # the fast path's RoPE reads positions from these
-            t.grow(need)
-        logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
+        positions = [len(r.seq.tokens) for r in rows]  # where each row's token goes
+        for t in self._tables:  # the fast path's RoPE: this step's rows, taken once
+            t.pin(positions if len(rows) > 1 else None)
+            t.grow(max(positions) + 1)
+        try:
+            logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
+        finally:
+            for t in self._tables:
+                t.pin(None)
         nxt = self._sample(rows, cur, logits)
         mx.async_eval(nxt)
         values = cur.tolist()

@@ -76,7 +76,23 @@ class RopeTable:
     def __init__(self, dims: int, base: float, scale: float) -> None:
         self.dims, self.base, self.scale = dims, base, scale
         self.size = 0
+        self.pinned: tuple | None = None
         self.grow(2048)
+
+    def pin(self, positions: list[int] | None) -> None:
+        """Take the rows of one batched decode step once, for every layer to reuse.
+
+        Args:
+            positions: Each batch row's position in this step (the tokens its cache
+                holds), or None to stop using pinned rows.
+        """
+        if positions is None:
+            self.pinned = None
+            return
+        self.grow(max(positions) + 1)
+        idx = mx.array(positions)
+        rows = [t[idx][:, None, None] for t in (self.cos, self.sin, self.cos2, self.sin2)]
+        self.pinned = (len(positions), *rows)  # each (B, 1, 1, D)
 
     def grow(self, need: int) -> None:
         """Cover positions up to ``need`` (at least doubling)."""
@@ -129,7 +145,10 @@ class TableRoPE(nn.Module):
         n = x.shape[-2]
         t = self._table
         cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
-        if isinstance(offset, mx.array):
+        pinned = t.pinned
+        if isinstance(offset, mx.array) and pinned and n == 1 and pinned[0] == x.shape[0]:
+            cos, sin = (pinned[3], pinned[4]) if self.traditional else (pinned[1], pinned[2])
+        elif isinstance(offset, mx.array):
             # Reading the offsets here would stall the pipeline once per layer, so the
             # caller grows the table (`rope_tables`). Left-padded rows have negative
             # offsets; their padded positions are masked out, so any row will do.
