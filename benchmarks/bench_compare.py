@@ -18,7 +18,8 @@ PARAGRAPH = (
     "Children play on its banks in summer, and in winter the ice creaks under the moon. "
 )
 PROMPTS = {
-    "copy-heavy": (f"Repeat this paragraph exactly:\n\n{PARAGRAPH}", 32),
+    # 64 tokens: room for the whole paragraph (the model ends the copy with EOS).
+    "copy-heavy": (f"Repeat this paragraph exactly:\n\n{PARAGRAPH}", 64),
     "open-ended": ("Write a haiku about the sea.", 24),
 }
 
