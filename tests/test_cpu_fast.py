@@ -148,8 +148,9 @@ def test_fidelity_tests_pass_with_the_fast_path_off(tiny_dir):
     env = {**os.environ, "MLX_NOTEBOOK_FAST": "0"}
     here = os.path.dirname(__file__)
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         os.path.join(here, "test_speculative.py"), os.path.join(here, "test_prompt_cache.py")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+         os.path.join(here, "test_speculative.py"), os.path.join(here, "test_prompt_cache.py"),
+         os.path.join(here, "test_batch.py")],  # batched rows: mlx's RoPE, per-row offsets
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:]
