@@ -235,22 +235,28 @@ class Batch:
             joiners = []  # start the burst together: one merge, full steps, no stragglers
         if not self.decoding and not joiners:
             return
-        new = mx.array([r.setup.prompt[-1] for r in joiners], dtype=mx.uint32)
+        cur = self._pending
         if joiners:
+            new = mx.array([r.setup.prompt[-1] for r in joiners], dtype=mx.uint32)
+            cur = new if cur is None else mx.concatenate([cur, new])
             self._join(joiners)
-        cur = new if self._pending is None else mx.concatenate([self._pending, new])
         rows = self.decoding
-        for r in rows:
-            r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
-        positions = [len(r.seq.tokens) for r in rows]  # where each row's token goes
-        for t in self._tables:  # the fast path's RoPE: this step's rows, taken once
-            t.pin(positions if len(rows) > 1 else None)
-            t.grow(max(positions) + 1)
-        try:
+        if joiners or len(rows) > 1:
+            for r in rows:
+                r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
+        elif not rows[0].out.stats.batch_rows:
+            rows[0].out.stats.batch_rows = 1
+        if len(rows) == 1:  # alone: its own cache, int offsets, nothing to pin
             logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
-        finally:
-            for t in self._tables:
-                t.pin(None)
+        else:
+            positions = [len(r.seq.tokens) for r in rows]  # where each row's token goes
+            for t in self._tables:  # the fast path's RoPE: this step's rows, taken once
+                t.pin(positions)
+            try:
+                logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
+            finally:
+                for t in self._tables:
+                    t.pin(None)
         nxt = self._sample(rows, cur, logits)
         mx.async_eval(nxt)
         values = cur.tolist()
