@@ -65,6 +65,8 @@ THEMES = [
         "panel = mlx_notebook.Panel(model='cycle', prompt='go', draft_source='lookup', "
         "chat=False, max_tokens=30, sweep_from=1, sweep_to=2)\npanel.sweep()\npanel"
     ),
+    "topics = ['rivers', 'lakes', 'hills']",  # 5
+    "%%generate -m {tiny} -n 12 --raw --over topics\nAbout {item}",  # 6: a map's table
 ]
 
 
@@ -234,6 +236,9 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     step("markdown document", lambda: "done" in state_word(doc), 60)
     panel = run_cell(page, 4)
     step("sweep chart", lambda: panel.locator(".mlxnb-chart text").count() > 5, 120)
+    run_done(page, 5)
+    rows = run_cell(page, 6).locator(".jp-OutputArea-output")
+    step("map table", lambda: rows.locator("table.grid td").count() >= 12, 60)
     slug = theme.split()[-1].lower()
     checks = {
         "generated text": ".mlxnb-compare .txt, .mlxnb .md p",
@@ -242,6 +247,7 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
         "stats": ".mlxnb .stats",
         "verdict": ".mlxnb-compare .verdict",
         "chart axis text": ".mlxnb-chart text",
+        "map progress and rows": ".mlxnb .prog, .mlxnb table.grid td",
     }
     for what, sel in checks.items():
         ratios = contrasts(page, sel)
@@ -251,6 +257,8 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     page.screenshot(path=str(artifacts / f"theme-{slug}-compare.png"), full_page=False)
     panel.locator(".mlxnb-chart").first.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"theme-{slug}-chart.png"), full_page=False)
+    rows.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / f"theme-{slug}-map.png"), full_page=False)
 
 
 def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifacts):
