@@ -57,6 +57,16 @@ def quickstart():
         ),
         code("%%generate --lookup -k 4 --wait -o copied\nRepeat exactly: {paragraph}"),
         code("print(copied.text)\nprint(copied.stats)"),
+        md(
+            "## Many prompts at once\n`--over NAME` runs the cell once per item of a list "
+            "(`{item}`) or DataFrame row (`{column}`). The engine decodes the rows together, "
+            "one batched step for all of them, in one view; Stop cancels every row still "
+            "running and keeps the finished ones. Two cells on the same model also stream at "
+            "the same time."
+        ),
+        code('places = ["a lighthouse", "a mountain lake", "an old library", "a desert night"]'),
+        code("%%generate --over places -n 40 --wait -o described\nDescribe {item} in one sentence."),
+        code("print(described.summary())\ndescribed.to_frame()[['prompt', 'text']]"),
         md("## Engine status"),
         code("%mlx status"),
     ]

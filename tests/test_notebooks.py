@@ -27,6 +27,7 @@ def test_quickstart():
     assert "cancelled" in out and "characters kept" in out
     assert "stop 5" in out  # the stop string ended generation
     assert "device:" in out and "BLAS acceleration" in out
+    assert "4 rows: 4 done" in out  # --over: every place described, batched
 
 
 def test_speculative_vs_normal():
