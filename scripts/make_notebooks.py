@@ -65,7 +65,9 @@ def quickstart():
             "the same time."
         ),
         code('places = ["a lighthouse", "a mountain lake", "an old library", "a desert night"]'),
-        code("%%generate --over places -n 40 --wait -o described\nDescribe {item} in one sentence."),
+        code(
+            "%%generate --over places -n 40 --wait -o described\nDescribe {item} in one sentence."
+        ),
         code("print(described.summary())\ndescribed.to_frame()[['prompt', 'text']]"),
         md("## Engine status"),
         code("%mlx status"),
