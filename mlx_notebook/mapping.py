@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine.events import Stats
+from .engine.events import Finished, Stats
 from .engine.job import Job
 from .engine.request import Request
 from .measure.frame import to_frame
@@ -144,23 +144,14 @@ class MapRun:
         fields: `Request` fields shared by every row.
 
     Raises:
-        ValueError: No prompts, or a row's request is invalid (the message names
-            the row); nothing is submitted then.
+        ValueError: No prompts (a bad row is refused by `start`).
     """
 
     def __init__(self, backend, prompts: Sequence, **fields) -> None:
         self.prompts = as_prompts(prompts)
-        requests = []
-        for i, p in enumerate(self.prompts):
-            req = Request(p, **fields)
-            try:
-                backend.check(req)
-            except ValueError as exc:
-                raise ValueError(f"row {i}: {exc}") from None
-            requests.append(req)
-        self.runs = RunSet(backend, requests)
+        self.runs = RunSet(backend, [Request(p, **fields) for p in self.prompts], label="row")
         self.t0: float | None = None
-        self.t_end: float | None = None
+        self.t_end: float | None = None  # set by the last row's Finished
 
     @property
     def jobs(self) -> list[Job]:
@@ -168,10 +159,21 @@ class MapRun:
         return self.runs.jobs
 
     def start(self) -> MapRun:
-        """Submit every row."""
+        """Check every row, then submit them all.
+
+        Raises:
+            ValueError: A row is invalid (the message names it); nothing was submitted.
+        """
         self.t0 = time.monotonic()
         self.runs.start()
+        for job in self.jobs:
+            job.add_listener(self._ended)
         return self
+
+    def _ended(self, ev) -> None:
+        # Listener on the producing thread: note when the last row has finished.
+        if isinstance(ev, Finished) and self.runs.done and self.t_end is None:
+            self.t_end = time.monotonic()
 
     @property
     def done(self) -> bool:
@@ -182,8 +184,6 @@ class MapRun:
         """Seconds since `start` (until the last row ended, once done)."""
         if self.t0 is None:
             return 0.0
-        if self.done and self.t_end is None:
-            self.t_end = time.monotonic()
         return (self.t_end or time.monotonic()) - self.t0
 
     def progress(self) -> tuple[int, int, int, float, float | None]:

@@ -44,7 +44,7 @@ def test_map_takes_chat_messages_and_per_row_failures_stay_in_their_row(engine, 
 
 def test_a_bad_row_submits_nothing(engine, tiny_dir):
     with pytest.raises(ValueError, match=r"row 1: prompt: must not be empty"):
-        MapRun(engine, ["ok", " "], model=tiny_dir)
+        MapRun(engine, ["ok", " "], model=tiny_dir).start()
     assert engine.info().queued == 0 and not engine._batch.rows
 
 

@@ -59,12 +59,16 @@ class Row:
         self.fresh = True  # its next emitted value is its prompt's last token, not output
         # Logits processors see every token fed so far (the last one is fed next).
         self.context = mx.array(setup.prompt[:-1], dtype=mx.uint32) if setup.processors else None
-        self.step = 0
 
+    @property
+    def left(self) -> int:
+        """Prompt tokens still to prefill (the last one is decoded)."""
+        return len(self.setup.prompt) - 1 - len(self.seq.tokens)
 
-def _left(row: Row) -> int:
-    """Prompt tokens the row still has to prefill (the last one is decoded)."""
-    return len(row.setup.prompt) - 1 - len(row.seq.tokens)
+    def prefilled(self) -> None:
+        """The prompt is in the cache: ready to join the next step."""
+        self.steps.close()
+        self.phase = "ready"
 
 
 class Batch:
@@ -119,7 +123,7 @@ class Batch:
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
             tables = cpu_fast.rope_tables(main.model) if self.main is None else self._tables
         except Exception as exc:  # noqa: BLE001 - ends this job only
-            fin = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
+            fin = Finished.failed(exc)
             job.emit(fin if out is None else out.finish("error", fin.error, fin.exception))
             return
         if self.main is None:
@@ -152,12 +156,13 @@ class Batch:
         one pass over the weights instead of one per row, and they start decoding on
         the same step.
         """
-        pre = [r for r in self.rows if r.phase == "prefill"]
-        for r in [r for r in pre if _left(r) == 0]:  # all cached: nothing to prefill
-            r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
-            r.steps.close()
-            r.phase = "ready"
-        pre = [r for r in pre if r.phase == "prefill"]
+        pre = []
+        for r in self.rows:
+            if r.phase == "prefill" and r.left == 0:  # all cached: nothing to prefill
+                r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
+                r.prefilled()
+            elif r.phase == "prefill":
+                pre.append(r)
         if not pre:
             return
         first = pre[0]
@@ -168,19 +173,17 @@ class Batch:
         budget = max(first.sizer.size_at(len(first.seq.tokens)), int(min(fit or 0, first.sizer.hi)))
         group, total = [], 0
         for r in pre:
-            left = _left(r)
-            if total + left > budget or not r.seq.trimmable:
+            if total + r.left > budget or not r.seq.trimmable:
                 break
             group.append(r)
-            total += left
+            total += r.left
         try:
             if len(group) > 1:
                 self._prefill_together(group)
                 return
             next(first.steps, None)
-            if _left(first) == 0:
-                first.steps.close()
-                first.phase = "ready"  # joins this tick's step
+            if first.left == 0:
+                first.prefilled()  # joins this tick's step
         except Exception as exc:  # noqa: BLE001 - these rows only
             for r in group or [first]:
                 self._end(r, "error", exc)
@@ -196,7 +199,7 @@ class Batch:
         pre = [r for r in self.rows if r.phase == "prefill"]
         if not pre:
             return False
-        left = sum(_left(r) for r in pre)
+        left = sum(r.left for r in pre)
         predicted = pre[0].state.prefill.predict(left, 0)
         return predicted is not None and predicted <= self.HOLD_S
 
@@ -209,7 +212,7 @@ class Batch:
         caches = [
             BatchKVCache.merge([r.seq.cache[i] for r in group])
             for i in range(len(group[0].seq.cache))
-        ]  # noqa: E501
+        ]
         for t in self._tables:
             t.grow(max(len(r.seq.tokens) for r in group) + longest)
         if max(pad):
@@ -221,12 +224,11 @@ class Batch:
                 c.finalize()
         mx.eval([c.state for c in caches])
         for i, (r, t) in enumerate(zip(group, tokens)):
-            r.steps.close()
             r.seq.cache = [c.extract(i) for c in caches]
             r.seq.record(t)
             r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
             r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, len(t))
-            r.phase = "ready"
+            r.prefilled()
         mx.clear_cache()
 
     def _step(self) -> None:
@@ -241,11 +243,8 @@ class Batch:
             cur = new if cur is None else mx.concatenate([cur, new])
             self._join(joiners)
         rows = self.decoding
-        if joiners or len(rows) > 1:
-            for r in rows:
-                r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
-        elif not rows[0].out.stats.batch_rows:
-            rows[0].out.stats.batch_rows = 1
+        for r in rows:
+            r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
         if len(rows) == 1:  # alone: its own cache, int offsets, nothing to pin
             logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
         else:
@@ -287,10 +286,9 @@ class Batch:
                 continue
             seed = row.job.request.seed
             if seed is not None:
-                # Its own stream of draws, whatever the other rows do: the same seed
+                # Its own draw per position, whatever the other rows do: the same seed
                 # gives the same text.
-                mx.random.seed((seed * 1_000_003 + row.step) % 2**64)
-            row.step += 1
+                mx.random.seed((seed * 1_000_003 + len(row.seq.tokens)) % 2**64)
             parts.append(row.setup.sampler(lg - mx.logsumexp(lg, keepdims=True)))
         return mx.concatenate(parts)
 
@@ -300,7 +298,6 @@ class Batch:
 
         for r in joiners:
             r.phase = "decode"
-        for r in joiners:
             r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, r.sizer.largest)
         if not self.decoding and len(joiners) == 1:
             self._cache = joiners[0].seq.cache  # alone: its own cache, as a job alone
@@ -338,8 +335,7 @@ class Batch:
         self.decoding = [self.decoding[j] for j in keep]
 
     def _end(self, row: Row, reason: str | None, exc: BaseException | None = None) -> None:
-        if row.phase == "prefill":
-            row.steps.close()
+        row.steps.close()  # a no-op once prefilled
         if row.phase == "decode":
             self._leave(row)
         row.phase = "done"
@@ -358,8 +354,7 @@ class Batch:
     def fail_all(self, reason: str, error: str | None = None, exc=None) -> None:
         """End every row (engine shutdown)."""
         for row in list(self.rows):
-            if row.phase == "prefill":
-                row.steps.close()
+            row.steps.close()
             fin = row.out.finish(reason, error, exc)
             self.rows.remove(row)
             row.job.emit(fin)

@@ -167,5 +167,12 @@ class Finished:
     stats: Stats = field(default_factory=Stats)
     exception: BaseException | None = field(default=None, compare=False, repr=False)
 
+    @classmethod
+    def failed(cls, exc: BaseException, text: str = "") -> Finished:
+        """The terminal event of a job that ``exc`` ended: one line, and the exception."""
+        from .errors import describe, detach_frames
+
+        return cls(text, "error", None, describe(exc), exception=detach_frames(exc))
+
 
 Event = Queued | Started | Loading | Notice | PrefillProgress | Token | Finished

@@ -85,8 +85,7 @@ class Output:
         self.stats = Stats()
         self.reason = "length"
         self.generated: list[int] = []
-        self._detok = tokenizer.detokenizer
-        self._detok.reset()
+        self._detok = tokenizer.detokenizer  # a fresh copy per access
         self._eos = set(tokenizer.eos_token_ids)
         self._stops = StopMatcher(job.request.stop)
         self._pieces: list[str] = []

@@ -121,7 +121,7 @@ def run_job(
         for cache, s in reversed(seqs):  # the main model's last: it wins a shared slot
             cache.store(s)
     if out is None:  # ended before the prompt was even encoded
-        return Finished("", reason or "cancelled", None, error, exception=exception)
+        return Finished.failed(exception) if exception else Finished("", "cancelled")
     if prompt_ids is not None and req.remember:
         state_for(main).suffix.add(prompt_ids + out.generated)  # for later suffix drafting
     stats = out.stats

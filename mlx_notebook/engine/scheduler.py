@@ -17,7 +17,7 @@ from ..models.registry import LoadedModel
 from ..models.spec import ModelNotFound
 from .checks import require_same_vocab
 from .diagnostics import describe_device
-from .errors import EngineClosed, describe, detach_frames
+from .errors import EngineClosed, describe
 from .events import Finished, Loading, Queued, Started
 from .job import Job
 from .prompt_cache import ModelState
@@ -104,15 +104,21 @@ class Scheduling:
         except Exception:  # noqa: BLE001 - an unresolvable spec fails when loaded
             return request.model
 
-    def _start_row(self, job: Job) -> None:
+    def _begin(self, job: Job) -> bool:
+        """A job leaves the queue: end it if it was cancelled meanwhile, else start it."""
         if job.cancelled:
             job.emit(Finished("", "cancelled"))
-            return
+            return False
         job.emit(Started())
+        return True
+
+    def _start_row(self, job: Job) -> None:
+        if not self._begin(job):
+            return
         try:
             main = self._load(job, job.request.model, pin=self._batch.model_name)
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
-            job.emit(Finished("", "error", None, describe(exc), exception=detach_frames(exc)))
+            job.emit(Finished.failed(exc))
             return
         self._batch.admit(job, main)
 
@@ -153,6 +159,7 @@ class Scheduling:
                     if self._closed and not self._calls:
                         break
                 self._service_calls()
+                # Everything, loading and prefill included, on mlx-lm's generation stream.
                 with mx.stream(generation_stream):
                     solo = self._admit(solo_allowed=True)
                     if solo is not None:
@@ -199,27 +206,23 @@ class Scheduling:
             log.debug("mlx_notebook: cleanup after the worker stopped failed", exc_info=True)
 
     def _run(self, job: Job, stream) -> None:
-        if job.cancelled:
-            job.emit(Finished("", "cancelled"))
+        """Run ``job`` alone (the loop has made ``stream`` the default stream)."""
+        if not self._begin(job):
             return
-        import mlx.core as mx
         from mlx_lm.generate import wired_limit
 
         from .runner import run_job
 
-        job.emit(Started())
         try:
-            # Everything, loading and prefill included, on mlx-lm's generation stream.
-            with mx.stream(stream):
-                main = self._load(job, job.request.model)
-                draft = None
-                if job.request.mode == "draft":
-                    draft = self._load(job, job.request.draft, pin=main.name, draft=True)
-                    require_same_vocab(main, draft)
-                with wired_limit(main.model, [stream]):  # raises the limit on Metal only
-                    final = run_job(job, main, draft, self._state_for, stream, self._between)
+            main = self._load(job, job.request.model)
+            draft = None
+            if job.request.mode == "draft":
+                draft = self._load(job, job.request.draft, pin=main.name, draft=True)
+                require_same_vocab(main, draft)
+            with wired_limit(main.model, [stream]):  # raises the limit on Metal only
+                final = run_job(job, main, draft, self._state_for, stream, self._between)
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
-            final = Finished("", "error", None, describe(exc), exception=detach_frames(exc))
+            final = Finished.failed(exc)
         job.emit(final)
 
     def _load(self, job: Job, spec: str, pin: str | None = None, draft: bool = False):

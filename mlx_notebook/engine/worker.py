@@ -73,7 +73,7 @@ class Engine(Scheduling):
         self._ids = itertools.count(1)
         self._state: dict[str, ModelState] = {}
         self._device = "unknown"
-        self._batch = Batch(max(1, max_batch), self._state_for)
+        self._batch = Batch(1, self._state_for)  # sized by the max_batch setter below
         self._keys: dict[int, str] = {}  # queued job id -> registry name of its model
         self._admitting: list[Job] = []
         self.max_batch = max_batch
@@ -119,19 +119,29 @@ class Engine(Scheduling):
         """
         return self.submit_many([request])[0]
 
-    def submit_many(self, requests: list[Request]) -> list[Job]:
+    def submit_many(self, requests: list[Request], label: str | None = None) -> list[Job]:
         """Validate every request, then queue them all at once, in order.
 
         Queued together, rows that can share a batch start decoding together
         (`map` submits its rows this way).
+
+        Args:
+            requests: What to generate, in order.
+            label: Names a bad request's position in the error, e.g. ``"row"``
+                gives ``row 3: prompt: must not be empty``.
 
         Raises:
             ValueError: A request is invalid (see `check`); nothing is queued.
             EngineClosed: The engine is closed.
         """
         keys = []
-        for request in requests:
-            self.check(request)
+        for i, request in enumerate(requests):
+            try:
+                self.check(request)
+            except ValueError as exc:
+                if label is None:
+                    raise
+                raise ValueError(f"{label} {i}: {exc}") from None
             keys.append(self._key(request))  # which batch it can join, resolved off the worker
         with self._cond:
             if self._closed:

@@ -16,13 +16,16 @@ class RunSet:
     behind.
 
     Args:
-        backend: Anything with ``check(request)`` and ``submit(request) -> Job``.
+        backend: Anything with ``check(request)`` and ``submit(request) -> Job``
+            (and optionally ``submit_many(requests, label)``, which queues them together).
         requests: The runs, in the order they should run.
+        label: Names a bad request's position in the error (``"row"``: ``row 3: ...``).
     """
 
-    def __init__(self, backend, requests: Sequence[Request]) -> None:
+    def __init__(self, backend, requests: Sequence[Request], label: str | None = None) -> None:
         self.backend = backend
         self.requests = list(requests)
+        self.label = label
         self.jobs: list[Job] = []
 
     def start(self) -> RunSet:
@@ -33,10 +36,15 @@ class RunSet:
         """
         many = getattr(self.backend, "submit_many", None)
         if many is not None:  # checks them all, then queues them together
-            self.jobs = many(self.requests)
+            self.jobs = many(self.requests, self.label)
             return self
-        for r in self.requests:
-            self.backend.check(r)
+        for i, r in enumerate(self.requests):
+            try:
+                self.backend.check(r)
+            except ValueError as exc:
+                if self.label is None:
+                    raise
+                raise ValueError(f"{self.label} {i}: {exc}") from None
         try:
             for r in self.requests:
                 self.jobs.append(self.backend.submit(r))
