@@ -90,7 +90,7 @@ def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
         lookup_ngram=1,
         num_draft_tokens=4,
     )
-    run = CompareRun(engine, req, repeats=1).start()
+    run = CompareRun(Comparison(engine, req, repeats=1)).start()
     res = run.wait(60)
     assert res.complete and res.identical is False and res.diverged_at is not None
     assert res.margin is not None and res.margin >= 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from ..engine.job import Result
 from ..engine.request import Request
-from .compare import METRICS, OK, speed
+from .compare_result import METRICS, OK, speed
 from .frame import to_frame
 from .runs import RunSet, measured_request
 from .stats import Ratio, geomean, ratio, spread

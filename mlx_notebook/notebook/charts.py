@@ -158,6 +158,34 @@ def position_chart(values: list[float], width: int = 300, height: int = 130) -> 
     return _svg(width, height, out, "acceptance by draft position")
 
 
+def history_row(req, res, mode: str, k: int | None = None) -> dict:
+    """One run of the Panel's history: prompt, mode, k, speed, acceptance, TTFT, finish."""
+    prompt = req.prompt if isinstance(req.prompt, str) else str(req.prompt[-1]["content"])
+    return {
+        "prompt": " ".join(prompt.split()),
+        "mode": mode,
+        "k": None if mode == "normal" else (k or req.num_draft_tokens),
+        "tps": res.stats.generation_tps,
+        "e2e_s": res.stats.total_s,
+        "acceptance": res.stats.acceptance_rate,
+        "ttft": res.stats.ttft_s,
+        "finish": res.finish_reason,
+    }
+
+
+def history_text(rows: list[dict]) -> str:
+    """Run history as plain text."""
+    lines = ["mode      k   tok/s  e2e s  accept  TTFT   finish  prompt"]
+    for r in rows:
+        acc = "" if r["acceptance"] is None else f"{r['acceptance']:.0%}"
+        ttft = "" if r["ttft"] is None else f"{r['ttft']:.2f}"
+        lines.append(
+            f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
+            f"{r['e2e_s']:6.2f} {acc:>6} {ttft:>5}  {r['finish']:<7} {r['prompt'][:30]}"
+        )
+    return "\n".join(lines)
+
+
 def history_table(rows: list[dict]) -> str:
     """Run history as an HTML table; every cell is escaped."""
     head = "".join(f"<th>{c}</th>" for c in HISTORY_COLUMNS)

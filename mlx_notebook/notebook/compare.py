@@ -108,14 +108,37 @@ class CompareRenderer:
         return f'<div class="verdict"><span class="{cls}"></span>{line}{progress}</div>{figures}'
 
 
+def compare_cell(magics, args, request: Request) -> None:
+    """``%%generate --compare``: the comparison's live view; ``-o`` binds the `CompareRun`.
+
+    Raises:
+        UsageError: One line for a bad option or request; nothing runs then.
+    """
+    from IPython.core.error import UsageError
+
+    route = magics.route(request.model)
+    request.model = route.model
+    try:
+        comparison = Comparison(route.backend, request, args.repeats, args.metric)
+        run = CompareRun(comparison, magics.refresh_hz, label=route.label).start()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    run.view.display()
+    if args.out:
+        magics.shell.user_ns[args.out] = run
+    if args.wait:
+        try:
+            run.wait()
+        except KeyboardInterrupt:
+            run.stop()
+            run.wait()
+
+
 class CompareRun:
     """A `Comparison` shown in a `LiveView`.
 
     Args:
-        backend: Where to run.
-        request: A speculative request (a draft source set).
-        repeats: Interleaved pairs.
-        metric: ``"e2e"`` or ``"decode"``.
+        comparison: What to run (not yet started).
         refresh_hz: View refresh rate.
         fmt: Text format of the columns.
         on_done: Called with the final `CompareResult` (on the refresh thread).
@@ -124,17 +147,14 @@ class CompareRun:
 
     def __init__(
         self,
-        backend,
-        request: Request,
-        repeats: int = 3,
-        metric: str = "e2e",
+        comparison: Comparison,
         refresh_hz: float = 20,
         fmt: str = "text",
         on_done=None,
         label: str | None = None,
     ) -> None:
-        self.comparison = Comparison(backend, request, repeats, metric)
-        self.request = request
+        self.comparison = comparison
+        self.request = comparison.request
         self.renderer = CompareRenderer(self.comparison, fmt, label)
         self._on_done = on_done
         self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish)

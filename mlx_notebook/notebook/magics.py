@@ -16,7 +16,7 @@ from ..engine.request import Request
 from .document import resend_final
 from .handle import GenerationHandle, remember
 from .render import FORMATS, ViewState
-from .template import TemplateError, fill, unknown_notice, visible
+from .template import TemplateError, cell_body, fill, unknown_notice, visible
 from .view import generation_view
 
 _ESCAPES = re.compile(r"\\(n|t|\\)")
@@ -183,10 +183,14 @@ class MLXNotebook(Magics):
         """Generate from the cell body; see ``%mlx help``."""
         args = parse(self.generate, line)
         if args.over is not None:
-            return self._over(args, cell)
+            from .over import over_cell
+
+            return over_cell(self, args, cell)
         request = self.build_request(args, cell)
         if args.compare:
-            return self._compare(args, request)
+            from .compare import compare_cell
+
+            return compare_cell(self, args, request)
         return self.run(
             request, out=args.out, wait=args.wait, fmt=args.format, notices=self._notices
         )
@@ -239,9 +243,7 @@ class MLXNotebook(Magics):
 
     def fill_body(self, cell: str) -> tuple[str, list[str]]:
         """The cell body filled from the user's variables, and the view's warnings."""
-        # IPython ends every cell with a newline the user did not type.
-        body = cell[:-1] if cell.endswith("\n") else cell
-        text, unknown = self.fill(body)
+        text, unknown = self.fill(cell_body(cell))
         return text, [unknown_notice(unknown)] if unknown else []
 
     def fill(self, text: str) -> tuple[str, list[str]]:
@@ -306,57 +308,6 @@ class MLXNotebook(Magics):
                 pass  # job.result() cancelled it and waited: the view shows "stopped"
             finally:
                 view.wait_rendered(5.0)  # the final document is sent before the cell ends
-
-    def _over(self, args, cell: str) -> None:
-        from ..mapping import MapRun
-        from .over import fill_rows, row_values, show_map, variables, wait_map
-
-        if args.compare:
-            raise UsageError("--over and --compare do not go together")
-        fields = self.request_fields(args)
-        ns = variables(self.shell)
-        body = cell[:-1] if cell.endswith("\n") else cell
-        prompts, notices = fill_rows(body, row_values(args.over, ns), ns)
-        route = self.route(fields.pop("model"))
-        try:
-            run = MapRun(
-                route.backend, prompts, model=route.model, system=args.system,
-                chat=not args.raw, **fields,
-            ).start()  # fmt: skip
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        view, result = show_map(run, route.label, args.format, notices, self.refresh_hz)
-        if args.out:
-            self.shell.user_ns[args.out] = result
-        if args.wait:
-            wait_map(run, view)
-
-    def _compare(self, args, request: Request):
-        from .compare import CompareRun
-
-        route = self.route(request.model)
-        request.model = route.model
-        try:
-            run = CompareRun(
-                route.backend,
-                request,
-                repeats=args.repeats,
-                metric=args.metric,
-                refresh_hz=self.refresh_hz,
-                label=route.label,
-            ).start()
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        run.view.display()
-        if args.out:
-            self.shell.user_ns[args.out] = run
-        if args.wait:
-            try:
-                run.wait()
-            except KeyboardInterrupt:
-                run.stop()
-                run.wait()
-        return None
 
     # -- %mlx ---------------------------------------------------------------
     @magic_arguments()

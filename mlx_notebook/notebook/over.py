@@ -16,8 +16,35 @@ from ..engine.events import Event
 from ..mapping import MapResult, MapRun
 from .markup import escape
 from .render import STYLE, ViewState, stats_line
-from .template import TemplateError, fill, unknown_notice, visible
+from .template import TemplateError, cell_body, fill, unknown_notice, visible
 from .view import LiveView
+
+
+def over_cell(magics, args, cell: str) -> None:
+    """``%%generate --over NAME``: one row per item, one view; ``-o`` binds the `MapResult`.
+
+    Raises:
+        UsageError: One line for a bad name, value, option or row; nothing runs then.
+    """
+    if args.compare:
+        raise UsageError("--over and --compare do not go together")
+    fields = magics.request_fields(args)
+    ns = variables(magics.shell)
+    prompts, notices = fill_rows(cell_body(cell), row_values(args.over, ns), ns)
+    route = magics.route(fields.pop("model"))
+    try:
+        run = MapRun(
+            route.backend, prompts, model=route.model, system=args.system,
+            chat=not args.raw, **fields,
+        ).start()  # fmt: skip
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    view, result = show_map(run, route.label, args.format, notices, magics.refresh_hz)
+    if args.out:
+        magics.shell.user_ns[args.out] = result
+    if args.wait:
+        wait_map(run, view)
+
 
 PREVIEW_ROWS = 3
 PREVIEW_CHARS = 240

@@ -14,9 +14,9 @@ from traitlets import Bool, Enum, Float, Int, Unicode, observe
 from ..engine.backend import Backend, Route, backend_for
 from ..engine.job import Job, Result
 from ..engine.request import Request
-from ..measure.compare import CompareResult
+from ..measure.compare import CompareResult, Comparison
 from ..measure.sweep import SweepResult
-from .charts import history_table
+from .charts import history_row, history_table, history_text
 from .compare import CompareRun
 from .magics import unescape
 from .render import STYLE, ViewState, escape
@@ -323,9 +323,8 @@ class Panel(widgets.VBox):
                 self._record(req, r, "normal" if role == "normal" else req.mode)
             self._end(res.verdict_line())
 
-        self._run(
-            CompareRun(self.engine, req, self.repeats, self.metric, self.refresh_hz, on_done=done)
-        )
+        comparison = Comparison(self.engine, req, self.repeats, self.metric)
+        self._run(CompareRun(comparison, self.refresh_hz, on_done=done))
 
     def sweep(self) -> None:
         """Speculative decoding at each k of the range, repeated, against normal decoding."""
@@ -374,31 +373,11 @@ class Panel(widgets.VBox):
 
     def history_text(self) -> str:
         """The run history as plain text."""
-        lines = ["mode      k   tok/s  e2e s  accept  TTFT   finish  prompt"]
-        for r in self.history:
-            acc = "" if r["acceptance"] is None else f"{r['acceptance']:.0%}"
-            ttft = "" if r["ttft"] is None else f"{r['ttft']:.2f}"
-            lines.append(
-                f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
-                f"{r['e2e_s']:6.2f} {acc:>6} {ttft:>5}  {r['finish']:<7} {r['prompt'][:30]}"
-            )
-        return "\n".join(lines)
+        return history_text(self.history)
 
     def _show(self, view: LiveView) -> None:
         self._view = view
         self.output.children = [view.widget]  # replaces the last view, chart and all
 
     def _record(self, req: Request, res: Result, mode: str, k: int | None = None) -> None:
-        prompt = req.prompt if isinstance(req.prompt, str) else str(req.prompt[-1]["content"])
-        self.history.append(
-            {
-                "prompt": " ".join(prompt.split()),
-                "mode": mode,
-                "k": None if mode == "normal" else (k or req.num_draft_tokens),
-                "tps": res.stats.generation_tps,
-                "e2e_s": res.stats.total_s,
-                "acceptance": res.stats.acceptance_rate,
-                "ttft": res.stats.ttft_s,
-                "finish": res.finish_reason,
-            }
-        )
+        self.history.append(history_row(req, res, mode, k))

@@ -19,6 +19,11 @@ class TemplateError(ValueError):
     """A variable's ``str()`` raised; the message is one line naming it."""
 
 
+def cell_body(cell: str) -> str:
+    """The text a user typed in a cell: IPython ends every cell with a newline they did not."""
+    return cell[:-1] if cell.endswith("\n") else cell
+
+
 def visible(namespace: Mapping, hidden: Mapping | set | None = None) -> dict:
     """The variables a template may use: the user's own, without modules."""
     hidden = hidden or ()
