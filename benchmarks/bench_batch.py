@@ -7,8 +7,9 @@ engine decodes them together) and as jobs run alone one after another, for 8
 and for 4 prompts. Every round uses prompts no earlier round used, so neither
 side reuses the other's prompt cache beyond the shared chat-template prefix.
 Prints the aggregate generated tok/s (wall time, prefill included) as median
-(min-max) and the per-round ratio, then the time to first token of a job
-submitted while 8 rows decode, against the batch's own step and chunk times.
+(min-max), the per-round ratio, and the decode step time per row (from each
+row's decode tok/s) batched and alone; then, over rounds + 2 trials, the time
+to first token of a job submitted while 8 rows decode.
 """
 
 import argparse
@@ -36,29 +37,30 @@ def prompts(round_: int, n: int, salt: int) -> list[str]:
     return [f"Write a detailed essay about {s}. (#{round_}.{salt})" for s in chosen]
 
 
-def batched(eng, ps, tokens) -> float:
+def batched(eng, ps, tokens) -> tuple[float, list[float]]:
+    """Aggregate tok/s of one map, and each row's decode tok/s."""
     res = mlx_notebook.map(ps, max_tokens=tokens, backend=eng)
-    return res.tps
+    return res.tps, [r.stats.generation_tps for r in res]
 
 
-def sequential(eng, ps, tokens) -> float:
+def sequential(eng, ps, tokens) -> tuple[float, list[float]]:
+    """Aggregate tok/s of the prompts run alone one after another, and each one's decode tok/s."""
     t0 = time.perf_counter()
-    n = 0
+    n, rates = 0, []
     for p in ps:
-        n += eng.submit(Request(p, max_tokens=tokens, batch=False)).result().stats.generation_tokens
-    return n / (time.perf_counter() - t0)
+        st = eng.submit(Request(p, max_tokens=tokens, batch=False)).result().stats
+        n += st.generation_tokens
+        rates.append(st.generation_tps)
+    return n / (time.perf_counter() - t0), rates
 
 
-def admission(eng, tokens=200) -> tuple[float, float]:
-    """TTFT of a job submitted while 8 rows decode, and the batch's step time then."""
+def admission(eng, tokens=160) -> float:
+    """Seconds to the first token of a job submitted while 8 rows decode."""
     eng.max_batch = 9
     rows = [eng.submit(Request(p, max_tokens=tokens)) for p in prompts(99, 8, 0)]
     for r in rows:
         next(e for e in r.events(detach=True) if isinstance(e, Token))
-    t0 = time.perf_counter()
-    n0 = sum(r.token_count for r in rows)
-    time.sleep(1.0)
-    step = 1.0 / ((sum(r.token_count for r in rows) - n0) / len(rows))
+    time.sleep(0.5)
     new = eng.submit(Request("Name a colour.", max_tokens=4))
     t0 = time.perf_counter()
     next(e for e in new.events(detach=True) if isinstance(e, Token))
@@ -67,11 +69,13 @@ def admission(eng, tokens=200) -> tuple[float, float]:
     for j in rows + [new]:
         j.wait()
     eng.max_batch = 8
-    return ttft, step
+    return ttft
 
 
 def fmt(xs):
-    return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+    lo, mid, hi = min(xs), statistics.median(xs), max(xs)
+    digits = 3 if hi < 1 else 1
+    return f"{mid:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
 
 
 def main() -> None:
@@ -83,21 +87,25 @@ def main() -> None:
     eng.submit(Request("hi", max_tokens=2)).result()
     for n in (8, 4):
         tps = {"batched": [], "sequential": []}
+        steps = {"batched": [], "sequential": []}  # ms per decode step, per row
         ratios = []
         for r in range(args.rounds):
             order = [("batched", batched), ("sequential", sequential)]
             got = {}
             for salt, (name, fn) in enumerate(order if r % 2 == 0 else order[::-1]):
-                got[name] = fn(eng, prompts(r, n, salt + 2 * n), args.tokens)
+                got[name], rates = fn(eng, prompts(r, n, salt + 2 * n), args.tokens)
                 tps[name].append(got[name])
+                steps[name] += [1000 / x for x in rates if x > 0]
             ratios.append(got["batched"] / got["sequential"])
         print(
             f"{n} prompts x {args.tokens} tokens: batched {fmt(tps['batched'])} tok/s, "
             f"one after another {fmt(tps['sequential'])} tok/s, ratio per round "
-            f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}); "
+            f"decode step {fmt(steps['batched'])} ms for {n} rows, "
+            f"{fmt(steps['sequential'])} ms alone"
         )
-    ttft, step = admission(eng)
-    print(f"new job while 8 rows decode: first token after {ttft:.3f} s (step: {step:.3f} s)")
+    waits = [admission(eng) for _ in range(args.rounds + 2)]
+    print(f"new job while 8 rows decode: first token after {fmt(waits)} s")
     eng.close()
 
 
