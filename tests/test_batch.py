@@ -1,7 +1,6 @@
 """Continuous batching: rows equal their solo runs, admission per step, cancels per row."""
 
 import random
-import time
 
 import mlx.core as mx
 import pytest
@@ -76,13 +75,12 @@ def test_a_new_job_gets_its_first_token_within_a_chunk_and_two_steps(engine, scr
         next(e for e in j.events(detach=True) if isinstance(e, Token))
     engine.max_batch = 9
     calls0 = model.calls
-    t0 = time.perf_counter()
     new = engine.submit(req("slow", max_tokens=5))
     first = next(e for e in new.events(detach=True) if isinstance(e, Token))
-    waited, calls = time.perf_counter() - t0, model.calls - calls0
-    # The step in flight at submit, one prefill chunk, then two decode steps.
+    calls = model.calls - calls0
+    # Counted, not timed: the step in flight at submit, one prefill chunk, then two
+    # decode steps (the latency itself is measured by benchmarks/bench_batch.py).
     assert first.index == 0 and calls <= 4, calls
-    assert waited < 4 * 0.03 + 0.3
     assert all(not j.done for j in running)
     engine.cancel_all()
 
@@ -252,28 +250,22 @@ def test_default_model_rows_equal_solo_or_part_at_a_near_tie(default_engine):
         assert margin < 1e-3, (p, n, margin)
 
 
-def _rates(eng, prompts, batch):
-    t0 = time.perf_counter()
-    jobs = [eng.submit(Request(p, max_tokens=64, batch=batch)) for p in prompts]
-    n = sum(j.result().stats.generation_tokens for j in jobs)
-    return n / (time.perf_counter() - t0)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("n", "floor"), [(8, 3.0), (4, 2.0)])
-def test_batched_throughput_beats_one_after_another(default_engine, n, floor):
-    # Side by side, alternating which goes first; fresh prompts each round, so only
-    # the chat template's shared prefix is reused from the prompt cache, by both.
-    # Essays run to the budget: every row generates 64 tokens, as the target says.
-    essays = [f"Write a detailed essay about {s}." for s in SUBJECTS[:n]]
-    ratios = []
-    for r in range(3):
-        ps = [f"{p} (round {r}, {n})" for p in essays]
-        qs = [f"{p} (again {r}, {n})" for p in essays]
-        if r % 2:
-            seq, bat = _rates(default_engine, qs, False), _rates(default_engine, ps, True)
-        else:
-            bat, seq = _rates(default_engine, ps, True), _rates(default_engine, qs, False)
-        ratios.append(bat / seq)
-    ratios.sort()
-    assert ratios[1] >= floor, ratios  # the median of three rounds
+@pytest.mark.parametrize("n", [8, 4])
+def test_batched_rows_share_steps_one_token_each(default_engine, n):
+    # What makes batching fast, counted: n rows advance together, one token each per
+    # step, so n x 64 tokens take about 64 forward passes instead of n x 64. (The
+    # speed this buys is measured by benchmarks/bench_batch.py, not asserted here.)
+    # Essays run to the budget: every row generates 64 tokens.
+    essays = [f"Write a detailed essay about {s} ({n} rows)." for s in SUBJECTS[:n]]
+    jobs = default_engine.submit_many([Request(p, max_tokens=64) for p in essays])
+    rows = [j.result() for j in jobs]
+    alone = default_engine.submit(Request(essays[0] + " Alone.", max_tokens=64, batch=False))
+    alone = alone.result()
+    for r in rows:
+        st = r.stats
+        assert st.batch_rows == n and st.generation_tokens >= 32, st
+        # One token per step (the step that feeds a row's last token is its last).
+        assert st.generation_tokens <= st.decode_steps <= st.generation_tokens + 1, st
+        assert st.step_rows / st.decode_steps > 0.75 * n, st  # in full batches nearly always
+    assert alone.stats.decode_steps == alone.stats.step_rows == alone.stats.generation_tokens

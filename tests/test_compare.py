@@ -12,8 +12,12 @@ from mlx_notebook.notebook.compare import CompareRun
 COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello world."
 
 
-def test_pairs_alternate_order_and_prefill_from_scratch(engine):
-    c = Comparison(engine, Request("x", draft="lookup", num_draft_tokens=4), repeats=3)
+def test_pairs_alternate_order_and_prefill_from_scratch(engine, tiny_dir):
+    req = Request(COPY, model=tiny_dir, chat=False, max_tokens=12, draft="lookup",
+                  num_draft_tokens=4)  # fmt: skip
+    c = Comparison(engine, req, repeats=3)
+    assert c.plan == [(-1, "normal"), (-1, "speculative"), (0, "normal"), (0, "speculative")]
+    c.start().wait(60)
     assert c.plan == [
         (-1, "normal"), (-1, "speculative"),  # the untimed warm-up pair
         (0, "normal"), (0, "speculative"),
@@ -22,13 +26,17 @@ def test_pairs_alternate_order_and_prefill_from_scratch(engine):
     ]  # fmt: skip
     reqs = c.runs.requests
     assert all(not r.reuse_cache and not r.batch for r in reqs)  # alone, from scratch
-    assert [r.draft for r in reqs[:4]] == [None, "lookup", None, "lookup"]
-    assert [r.max_tokens for r in reqs[:3]] == [8, 8, 256]
+    assert [r.mode for r in reqs[:4]] == ["normal", "lookup", "normal", "lookup"]
+    assert [r.max_tokens for r in reqs[:3]] == [8, 8, 12]
     assert [p for p, _ in Comparison(engine, reqs[1], warmup=False).plan][:2] == [0, 0]
     with pytest.raises(ValueError, match="draft"):
         Comparison(engine, Request("x"))
     with pytest.raises(ValueError, match="repeats"):
         Comparison(engine, Request("x", draft="lookup"), repeats=0)
+    with pytest.raises(ValueError, match="max_pairs"):
+        Comparison(engine, Request("x", draft="lookup"), max_pairs=1)
+    with pytest.raises(ValueError, match="budget_s"):
+        Comparison(engine, Request("x", draft="lookup"), budget_s=0)
 
 
 def fake(tps, e2e_s=1.0, accepted=0, proposed=0, ids=(1, 2, 3)):
@@ -55,10 +63,14 @@ def test_verdicts_follow_the_interval():
     fast = result([(10, 20), (11, 21), (9, 19)])
     assert fast.verdict == "faster" and fast.speedup_interval[0] > 1
     assert fast.verdict_line().startswith("faster: 2.0")
+    assert "(CI 1." in fast.verdict_line() and "3 pairs)" in fast.verdict_line()
     noisy = result([(10, 13), (10, 8), (10, 11)])
-    assert noisy.verdict == "same" and "no measurable difference" in noisy.verdict_line()
+    assert noisy.verdict == "undecided" and "not clear yet" in noisy.verdict_line()
     slow = result([(10, 7), (10, 7.2), (10, 6.9)])
     assert slow.verdict == "slower"
+    flat = result([(10, 10.01), (10, 9.99), (10, 10.0), (10, 10.02)])
+    assert flat.verdict == "same"
+    assert flat.verdict_line().startswith("no difference beyond ±5%: 1.00×")
 
 
 def test_no_accepted_draft_means_no_speedup_figure_and_never_faster():
@@ -126,6 +138,21 @@ def test_compare_magic_with_repeats(ipshell, tiny_dir):
     assert res.identical and len(res.runs) == 4
 
 
+def test_compare_magic_runs_until_clear_within_its_budget(ipshell, tiny_dir):
+    ip = ipshell
+    ip.run_line_magic("load_ext", "mlx_notebook")
+    ip.run_cell_magic(
+        "generate", f"-m {tiny_dir} --compare --max-pairs 3 --raw -n 20 --wait -o cmp", COPY
+    )
+    run = ip.user_ns["cmp"]
+    res = run.wait()
+    assert res.complete and res.decision is not None and 1 <= len(res.pairs()) <= 3
+    html = run.widget.children[0].value
+    assert "pair " not in html.split("verdict")[1][:40]  # no progress once ended
+    if res.verdict != "faster":  # a tick only for a clear "faster"
+        assert 'class="ok"' not in html
+
+
 def test_blocking_compare_can_be_interrupted(engine, scripted):
     import _thread
 
@@ -154,31 +181,35 @@ OPEN_ENDED = "Write a haiku about the sea."
 
 
 @pytest.mark.slow
-def test_open_ended_prompt_is_never_called_faster(default_engine):
-    verdicts = []
-    for _ in range(10):
-        r = mlx_notebook.compare(OPEN_ENDED, max_tokens=24, backend=default_engine)
-        verdicts.append(r.verdict)
-        assert r.identical
-        if r.accepted == 0:
-            assert r.speedup is None and "×" not in r.verdict_line()
-            assert "no draft token was accepted" in r.verdict_line()
-    assert sum(v in ("same", "slower") for v in verdicts) >= 9, verdicts
+def test_open_ended_prompt_accepts_nothing_and_stops_at_once(default_engine):
+    # Greedy and nothing accepted: nothing can be gained, so two pairs are enough and
+    # the verdict cannot be "faster" (the speed itself is for benchmarks/bench_compare.py).
+    r = mlx_notebook.compare(OPEN_ENDED, max_tokens=24, backend=default_engine)
+    assert r.identical and r.accepted == 0
+    assert r.decision.outcome == "nothing accepted" and len(r.pairs()) == 2
+    assert r.verdict in ("same", "slower") and r.speedup is None
+    assert "no draft token was accepted" in r.verdict_line() and "×" not in r.verdict_line()
 
 
 @pytest.mark.slow
-def test_copy_heavy_prompt_is_faster_beyond_noise(default_engine):
-    for _ in range(10):
-        # 64 tokens: room to copy the whole paragraph (the model ends it with EOS).
-        r = mlx_notebook.compare(COPY_HEAVY, max_tokens=64, backend=default_engine)
-        assert r.verdict == "faster" and r.speedup_interval[0] > 1, r.verdict_line()
-        assert r.identical is True and len(r.runs) == 6
+def test_copy_heavy_prompt_saves_forward_passes(default_engine):
+    # What makes it faster, counted: most drafts accepted, so far fewer main-model
+    # passes for the same greedy text. (benchmarks/bench_compare.py measures the
+    # verdicts of 10 compare() calls; a speed verdict is not a test.)
+    r = mlx_notebook.compare(COPY_HEAVY, max_tokens=64, repeats=1, backend=default_engine)
+    (n,), (s,) = r.normal, r.speculative
+    assert r.identical is True and n.token_ids == s.token_ids
+    assert r.acceptance > 0.5 and r.mean_accepted > 2, r.verdict_line()
+    assert s.stats.decode_steps * 2 <= n.stats.decode_steps, (s.stats, n.stats)
 
 
 @pytest.mark.slow
 def test_sweep_on_an_open_ended_prompt_names_no_best_k(default_engine):
-    r = mlx_notebook.sweep(OPEN_ENDED, ks=[2, 4, 8], repeats=3, max_tokens=24,
+    # best_k requires accepted drafts: on open-ended text none are, so no k is named
+    # however the noise falls.
+    r = mlx_notebook.sweep(OPEN_ENDED, ks=[2, 4, 8], repeats=2, max_tokens=24,
                            backend=default_engine)  # fmt: skip
+    assert all(row["accepted"] == 0 for row in r.rows)
     assert r.best_k is None, r.verdict_line()
     assert "no k beat normal decoding" in r.verdict_line()
 

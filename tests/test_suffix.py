@@ -158,36 +158,38 @@ def decode_tps(eng, prompt, methods, rounds, tokens):
 
 @pytest.mark.slow
 def test_asking_again_with_a_small_change_beats_lookup_and_normal(default_engine):
-    import statistics
-
+    # Counted, not timed: forward passes of the main model for the same 96 greedy
+    # tokens (identical in every method). Suffix drafting copies the earlier answer,
+    # which the new prompt does not contain, so only it saves passes; the tok/s
+    # this buys are measured by benchmarks/bench_suffix.py.
     eng = default_engine
     eng.forget_history()
     eng.submit(Request(FIVE, max_tokens=160, reuse_cache=False)).result(timeout=300)
     methods = [("none", 3), ("lookup", 4), ("lookup", 16), ("suffix", 16)]
-    runs = decode_tps(eng, SIX, methods, 3, 96)
-    med = {m: statistics.median(r.stats.generation_tps for r in v) for m, v in runs.items()}
-    best_lookup = max(med["lookup", 4], med["lookup", 16])
-    assert med["suffix", 16] >= 2 * med["none", 3], med
-    assert med["suffix", 16] >= 1.3 * best_lookup, med
+    runs = decode_tps(eng, SIX, methods, 1, 96)
+    passes = {m: v[0].stats.decode_steps for m, v in runs.items()}
+    assert passes["none", 3] == runs["none", 3][0].stats.generation_tokens
+    best_lookup = min(passes["lookup", 4], passes["lookup", 16])
+    assert passes["suffix", 16] * 2.5 <= passes["none", 3], passes
+    assert passes["suffix", 16] * 2 <= best_lookup, passes
 
 
 @pytest.mark.slow
 def test_open_ended_pays_for_no_verify_pass_and_little_else(default_engine):
-    import time
-
-    from mlx_notebook.engine.suffix import SuffixDraft
+    from mlx_notebook.engine.suffix import LENGTHS, SuffixDraft
 
     eng = default_engine
     eng.forget_history()
-    runs = decode_tps(eng, OPEN, [("none", 3), ("suffix", 16)], 2, 48)
+    runs = decode_tps(eng, OPEN, [("none", 3), ("suffix", 16)], 1, 48)
     for r in runs["suffix", 16]:
         assert (r.stats.draft_rounds, r.stats.draft_tokens_proposed) == (0, 0)
-    # What suffix adds per token when nothing matches: one index update and lookup.
+        assert r.stats.decode_steps == runs["none", 3][0].stats.decode_steps  # no extra pass
+    # What suffix adds per token when nothing matches: each new token is indexed once
+    # (a few n-grams), never the whole history again.
     r = runs["suffix", 16][0]
     src, hist = SuffixDraft(None), list(r.token_ids)
-    t0 = time.perf_counter()
     for n in range(1, len(hist) + 1):
         src.propose(hist[:n], 16)
-    per_token = (time.perf_counter() - t0) / len(hist)
-    step = 1 / max(x.stats.generation_tps for x in runs["none", 3])
-    assert per_token < 0.01 * step, (per_token, step)
+        assert src.local.tokens == n  # O(new tokens), not O(history)
+    occurrences = sum(len(o) for o in src.local._grams.values())
+    assert occurrences <= len(LENGTHS) * len(hist)

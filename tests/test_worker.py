@@ -66,15 +66,16 @@ def test_cancel_after_n_tokens_stops_within_one_more(engine, tiny_dir):
 
 def test_cancel_from_another_thread_mid_decode(engine, scripted):
     scripted("slow", delay_s=0.02)
+    model = engine.registry.get("slow").model
     job = engine.submit(req("slow", max_tokens=500))
     for ev in job.events(timeout=30):
         if isinstance(ev, Token) and ev.index == 3:
-            t0 = time.perf_counter()
+            calls = model.calls
             job.cancel()
-    latency = time.perf_counter() - t0
     fin = job.finished
     assert fin.finish_reason == "cancelled" and fin.stats.generation_tokens < 10
-    assert latency < 0.02 + 0.2
+    # Counted, not timed: at most the step in flight and the one queued behind it ran.
+    assert model.calls - calls <= 2, model.calls - calls
 
 
 def test_cancel_during_long_prefill_stops_within_one_chunk(engine, scripted, tiny_tokenizer):
@@ -89,14 +90,15 @@ def test_cancel_during_long_prefill_stops_within_one_chunk(engine, scripted, tin
         if isinstance(ev, PrefillProgress):
             progress.append(ev)
             if len(progress) == 3:
-                t0 = time.perf_counter()
                 job.cancel()
         assert not isinstance(ev, Token)
-    latency = time.perf_counter() - t0
     assert job.finished.finish_reason == "cancelled"
     assert len(progress) <= 4  # at most the chunk in flight completed
     assert progress[-1].done < n_prompt - 1
-    assert latency < target * 1.6 + 0.05
+    # The chunks were sized by time: each well under the whole prompt, so one chunk
+    # in flight is all a cancel waits for (counted; the time itself is in benchmarks).
+    sizes = [b.done - a.done for a, b in zip(progress, progress[1:])]
+    assert sizes and max(sizes) < n_prompt / 4, sizes
 
 
 def test_chunks_are_sized_by_time(engine, scripted):
@@ -317,10 +319,11 @@ def test_unload_while_generating_cancels_that_models_jobs_quickly(engine, script
     scripted("slow", delay_s=0.05)
     running = engine.submit(req("slow", max_tokens=1000))
     waiting = engine.submit(req("slow", max_tokens=10))
+    model = engine.registry.get("slow").model
     next(e for e in running.events(detach=True) if isinstance(e, Token))
-    t0 = time.perf_counter()
+    calls = model.calls
     report = engine.unload("slow")
-    assert time.perf_counter() - t0 < 1.0
+    assert model.calls - calls <= 2  # it ran at the running job's next cancel point
     assert report.names == ["slow"] and set(report.cancelled) == {running.id, waiting.id}
     assert "cancelled 2 job(s)" in report.message()
     assert running.wait(5).finish_reason == waiting.wait(5).finish_reason == "cancelled"
@@ -331,10 +334,11 @@ def test_unload_of_another_model_runs_between_steps_of_the_running_job(engine, s
     scripted("slow", delay_s=0.05)
     scripted("other")
     running = engine.submit(req("slow", max_tokens=1000))
+    model = engine.registry.get("slow").model
     next(e for e in running.events(detach=True) if isinstance(e, Token))
-    t0 = time.perf_counter()
+    calls = model.calls
     assert engine.unload("other").names == ["other"]
-    assert time.perf_counter() - t0 < 1.0
+    assert model.calls - calls <= 2  # between two steps, not after the job
     assert not running.done  # untouched
     running.cancel()
 

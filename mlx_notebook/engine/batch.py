@@ -244,7 +244,10 @@ class Batch:
             self._join(joiners)
         rows = self.decoding
         for r in rows:
-            r.out.stats.batch_rows = max(r.out.stats.batch_rows, len(rows))
+            st = r.out.stats
+            st.batch_rows = max(st.batch_rows, len(rows))
+            st.decode_steps += 1
+            st.step_rows += len(rows)
         if len(rows) == 1:  # alone: its own cache, int offsets, nothing to pin
             logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
         else:

@@ -106,6 +106,10 @@ class Stats:
         batch_rows: The most jobs this one was decoded with in one batched step,
             itself included (1: it decoded alone in the batch; 0: it ran outside
             the batch, as speculative and opted-out jobs do).
+        decode_steps: Forward passes of the main model after prefill that this job
+            took part in (a batched step counts once; a verify pass counts once).
+        step_rows: Rows in those passes, added up: ``step_rows / decode_steps`` is
+            the mean batch a token of this job was decoded in.
     """
 
     prompt_tokens: int = 0
@@ -124,6 +128,8 @@ class Stats:
     prefill_chunk: int = 0
     drafts_known: bool = True
     batch_rows: int = 0
+    decode_steps: int = 0
+    step_rows: int = 0
 
     @property
     def acceptance_rate(self) -> float | None:

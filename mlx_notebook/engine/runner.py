@@ -85,6 +85,7 @@ def run_job(
             sizer=sizer,
         )
         stats.prefill_chunk = sizer.largest
+        passes0 = seq.passes
         history = list(prompt)
         common = dict(
             sampler=setup.sampler,
@@ -112,6 +113,7 @@ def run_job(
                     break
         finally:
             tokens.close()  # runs the generator's cleanup on this thread
+            stats.decode_steps = stats.step_rows = seq.passes - passes0
     except Cancelled:
         reason = "cancelled"
     except Exception as exc:  # travels as a value; the worker lives on

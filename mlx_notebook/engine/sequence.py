@@ -24,6 +24,7 @@ class CachedSequence:
         self.model = model
         self.cache = cache if cache is not None else make_prompt_cache(model)
         self.tokens: list[int] = list(tokens)
+        self.passes = 0  # forward passes run through here: what tests count, not time
 
     @property
     def trimmable(self) -> bool:
@@ -38,6 +39,7 @@ class CachedSequence:
         """
         arr = ids if isinstance(ids, mx.array) else mx.array(list(ids), dtype=mx.uint32)
         logits = self.model(arr[None], cache=self.cache)
+        self.passes += 1
         if not isinstance(ids, mx.array):
             self.tokens.extend(ids)
         return logits

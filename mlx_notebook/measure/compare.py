@@ -8,28 +8,39 @@ figures (`compare_result`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from ..engine.request import Request
 from .compare_result import METRICS, OK, CompareResult, speed
-from .runs import RunSet, measured_request
+from .runs import PacedRuns, measured_request
+from .sequential import Decision, Rule, decide
 
-__all__ = ["METRICS", "OK", "CompareResult", "Comparison", "compare", "speed"]
+__all__ = ["METRICS", "OK", "CompareResult", "Comparison", "Rule", "compare", "speed"]
 
 
 class Comparison:
     """A running comparison: its jobs, and the result so far.
 
+    Pairs run one at a time until the answer is clear (see `sequential`): the
+    interval of the speed ratio lies above 1, below 1, or inside ``1 ± band``,
+    or the budget (``max_pairs`` pairs or ``budget_s`` seconds) is spent. With
+    ``repeats`` set, exactly that many pairs run instead.
+
     Args:
         backend: Where to run (``check``, ``submit``, optionally ``logit_margin``).
         request: A speculative request (a draft source set).
-        repeats: Interleaved pairs. Default: 3.
+        repeats: Exactly this many interleaved pairs (None: until clear). Default None.
         metric: ``"e2e"`` or ``"decode"``; what the verdict uses.
         warmup: Run one short untimed pair first (pair -1 in `plan`, left out of
             every figure), so one-off costs do not land on the first measured pair.
+        max_pairs: Most pairs when running until clear. Default 20.
+        budget_s: Most seconds when running until clear. Default 60.
+        band: Practical-equivalence band. Default 0.05 (±5 %).
+        clock: Seconds, for the budget (tests inject one).
 
     Raises:
-        ValueError: No draft source, or bad ``repeats`` or ``metric``.
+        ValueError: No draft source, or a bad ``repeats``, ``metric`` or budget.
     """
 
     WARMUP_TOKENS = 8
@@ -38,42 +49,68 @@ class Comparison:
         self,
         backend,
         request: Request,
-        repeats: int = 3,
+        repeats: int | None = None,
         metric: str = "e2e",
         warmup: bool = True,
+        max_pairs: int = 20,
+        budget_s: float = 60.0,
+        band: float = 0.05,
+        clock=time.monotonic,
     ) -> None:
         if request.mode == "normal":
             raise ValueError("draft: Compare needs a draft source (a draft model or 'lookup')")
-        if not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"repeats: must be a positive integer (got {repeats!r})")
         if metric not in METRICS:
             raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
-        self.backend, self.request, self.repeats, self.metric = backend, request, repeats, metric
+        self.rule = Rule(band=band, max_pairs=max_pairs, budget_s=budget_s, fixed=repeats)
+        self.backend, self.request, self.metric = backend, request, metric
+        self.repeats = repeats
+        self.clock = clock
         # Measured runs run alone (never batched with each other) and from scratch.
         spec = replace(request, reuse_cache=False, remember=False, batch=False)
-        normal = replace(spec, draft=None, draft_kind="none")
+        self._roles = {"normal": replace(spec, draft=None, draft_kind="none"), "speculative": spec}
         self.plan: list[tuple[int, str]] = []
-        reqs = []
+        first = []
         if warmup:  # pair -1, not measured: one-off costs (first use of a path) land here
             n = min(self.WARMUP_TOKENS, request.max_tokens)
-            for role, r in (("normal", normal), ("speculative", spec)):
+            for role in ("normal", "speculative"):
                 self.plan.append((-1, role))
-                reqs.append(replace(r, max_tokens=n))
-        for p in range(repeats):
-            order = [("normal", normal), ("speculative", spec)]
-            for role, r in order if p % 2 == 0 else order[::-1]:
-                self.plan.append((p, role))
-                reqs.append(r)
-        self.runs = RunSet(backend, reqs)
+                first.append(replace(self._roles[role], max_tokens=n))
+        first += self._pair(0)
+        self.runs = PacedRuns(backend, first, self._next_pair)
+        self.decision: Decision | None = None
         self.margin: float | None = None
+        self._t0: float | None = None
+
+    def _pair(self, p: int) -> list[Request]:
+        order = ["normal", "speculative"] if p % 2 == 0 else ["speculative", "normal"]
+        self.plan += [(p, role) for role in order]
+        return [self._roles[role] for role in order]
+
+    def _next_pair(self) -> list[Request] | None:
+        res = self.result()
+        values = res.values()
+        elapsed = self.clock() - self._t0
+        greedy_none = self.request.greedy and res.drafts_known and not res.accepted
+        d = decide(
+            values,
+            self.rule,
+            elapsed,
+            can_be_faster=not (res.drafts_known and not res.accepted),
+            nothing_accepted=greedy_none and bool(values),
+        )
+        if d is not None:
+            self.decision = replace(d, elapsed_s=elapsed)
+            return None
+        return self._pair(max(p for p, _ in self.plan) + 1)
 
     @property
     def jobs(self):
-        """The submitted jobs, in run order."""
+        """The submitted jobs, in run order (more are added while it runs)."""
         return self.runs.jobs
 
     def start(self) -> Comparison:
-        """Check and submit every run (see `RunSet.start`)."""
+        """Check and submit the first pair; the others follow as the answer requires."""
+        self._t0 = self.clock()
         self.runs.start()
         return self
 
@@ -91,6 +128,8 @@ class Comparison:
             self.metric,
             self.request.num_draft_tokens,
             self.margin,
+            self.rule,
+            self.decision,
         )
 
     def finalize(self) -> CompareResult:
@@ -108,7 +147,7 @@ class Comparison:
         return res
 
     def cancel(self) -> None:
-        """Stop every run; what finished is kept."""
+        """Stop every run and submit no more; what finished is kept."""
         self.runs.cancel()
 
     def wait(self, timeout: float | None = None) -> CompareResult:
@@ -123,8 +162,11 @@ def compare(
     model: str = "default",
     draft: str | None = None,
     num_draft_tokens: int = 4,
-    repeats: int = 3,
+    repeats: int | None = None,
     metric: str = "e2e",
+    max_pairs: int = 20,
+    budget_s: float = 60.0,
+    band: float = 0.05,
     backend=None,
     **fields,
 ) -> CompareResult:
@@ -136,9 +178,13 @@ def compare(
         draft: ``"lookup"`` (the default unless ``draft_kind`` is given),
             ``"suffix"`` or a draft model spec.
         num_draft_tokens: Draft tokens per round.
-        repeats: Interleaved pairs (each run prefills from scratch), after one
-            short untimed warm-up pair.
+        repeats: Exactly this many interleaved pairs; None (the default) runs
+            pairs until the answer is clear or the budget is spent. Each run
+            prefills from scratch, after one short untimed warm-up pair.
         metric: ``"e2e"`` (prefill included) or ``"decode"``: what the verdict uses.
+        max_pairs: Most pairs when running until clear.
+        budget_s: Most seconds when running until clear.
+        band: A ratio within ``1 ± band`` counts as no difference.
         backend: Where to run; the process-wide engine by default.
         **fields: Other `Request` fields (``max_tokens``, ``temperature``, ...).
 
@@ -148,4 +194,8 @@ def compare(
     backend, req = measured_request(
         prompt, model, draft, backend, num_draft_tokens=num_draft_tokens, **fields
     )
-    return Comparison(backend, req, repeats, metric).start().wait()
+    return (
+        Comparison(backend, req, repeats, metric, max_pairs=max_pairs, budget_s=budget_s, band=band)
+        .start()
+        .wait()
+    )

@@ -1,7 +1,9 @@
 """What a Compare measured: its runs in pairs, their speed ratio, acceptance and verdict.
 
-The speedup is the median of the per-pair ratios with a 95% interval over their
-logs, and the verdict is "faster" only when the whole interval lies above 1.
+The speedup is the median of the per-pair ratios with an interval over their
+logs (at each look of a sequential comparison a 99% one, about 95% over all
+looks; see `sequential`). The verdict is "faster" only when the whole interval
+lies above 1, "same" only when it lies inside the equivalence band.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..engine.job import Result
 from .frame import to_frame
+from .sequential import Decision, Rule, judge
 from .stats import Ratio, ratio
 
 OK = ("stop", "length")
@@ -29,19 +32,27 @@ class CompareResult:
     Attributes:
         runs: ``(pair, role, result)`` for every run that ended, in run order;
             ``role`` is ``"normal"`` or ``"speculative"``.
-        repeats: Pairs planned.
+        repeats: Pairs planned (None: until the answer is clear).
         greedy: Whether sampling was greedy (texts must then be identical).
         metric: ``"e2e"`` (prefill included, the default) or ``"decode"``.
         k: Draft tokens per round (the cap, for adaptive sources).
         margin: Top-2 logit margin at the first differing token, if any.
+        rule: When measuring stops (band, budget), and the interval's level.
+        decision: Why measuring ended (None while it runs, or for fixed pairs).
     """
 
     runs: list[tuple[int, str, Result]] = field(default_factory=list)
-    repeats: int = 3
+    repeats: int | None = 3
     greedy: bool = True
     metric: str = "e2e"
     k: int = 0
     margin: float | None = None
+    rule: Rule | None = None
+    decision: Decision | None = None
+
+    def __post_init__(self) -> None:
+        if self.rule is None:
+            self.rule = Rule(fixed=self.repeats) if self.repeats else Rule()
 
     # -- the runs ------------------------------------------------------------
     def _role(self, role: str) -> list[Result]:
@@ -67,8 +78,10 @@ class CompareResult:
 
     @property
     def complete(self) -> bool:
-        """Every planned pair ran to the end."""
-        return len(self.pairs()) == self.repeats
+        """Measuring ended by its rule (every fixed pair ran, or the answer was clear)."""
+        if self.repeats:
+            return len(self.pairs()) == self.repeats
+        return self.decision is not None
 
     @property
     def normal_tps(self) -> list[float]:
@@ -123,15 +136,29 @@ class CompareResult:
         return [a / p if p else 0.0 for a, p in zip(acc, prop)]
 
     # -- speed -------------------------------------------------------------------
-    def ratio(self, metric: str | None = None) -> Ratio | None:
-        """Speculative / normal speed over the completed pairs, or None before the first."""
+    def values(self, metric: str | None = None) -> list[float]:
+        """Per-pair speed ratios (speculative / normal) by ``metric``."""
         metric = metric or self.metric
-        values = [
+        return [
             speed(s, metric) / speed(n, metric)
             for n, s in self.pairs()
             if speed(n, metric) > 0 and speed(s, metric) > 0
         ]
-        return ratio(values) if values else None
+
+    def ratio(self, metric: str | None = None) -> Ratio | None:
+        """Speculative / normal speed over the completed pairs, or None before the first."""
+        values = self.values(metric)
+        return ratio(values, self.rule.level) if values else None
+
+    def spread(self) -> float:
+        """Run-to-run spread: the larger of the two roles' max / min speed (1.0: none)."""
+        worst = 1.0
+        for runs in (self.normal, self.speculative):
+            xs = [speed(r, self.metric) for r in runs if r.finish_reason in OK]
+            xs = [x for x in xs if x > 0]
+            if len(xs) >= 2:
+                worst = max(worst, max(xs) / min(xs))
+        return worst
 
     @property
     def speedup(self) -> float | None:
@@ -145,21 +172,25 @@ class CompareResult:
 
     @property
     def speedup_interval(self) -> tuple[float, float] | None:
-        """95% interval of the speedup, or None (see `speedup`)."""
+        """Interval of the speedup, or None (see `speedup`)."""
         r = self.ratio()
         return None if r is None or (self.drafts_known and not self.accepted) else r.interval
 
     @property
     def verdict(self) -> str | None:
-        """``"faster"``, ``"slower"`` or ``"same"``; None before a pair completed.
+        """``"faster"``, ``"slower"``, ``"same"`` or ``"undecided"``; None before a pair.
 
-        With no draft accepted it is never "faster": nothing was saved.
+        "same" means inside the equivalence band (``rule.band``); "undecided" that
+        the interval straddles 1 and the band (noise, or too few pairs). With no
+        draft accepted it is never "faster": it is "same" (nothing was saved) or
+        "slower".
         """
         r = self.ratio()
         if r is None:
             return None
-        v = r.verdict()
-        return "same" if v == "faster" and self.drafts_known and not self.accepted else v
+        if self.drafts_known and not self.accepted:
+            return "slower" if judge(r, self.rule.band) == "slower" else "same"
+        return judge(r, self.rule.band) or "undecided"
 
     # -- text ------------------------------------------------------------------
     def _ids(self) -> list[tuple[str, list]]:
@@ -203,22 +234,10 @@ class CompareResult:
             head = "no pair has completed yet"
         elif self.drafts_known and not self.accepted:
             head = "no draft token was accepted, so speculative decoding saved nothing here"
-            if r.verdict() == "slower":
+            if self.verdict == "slower":
                 head += f"; it was slower ({metric}, {n} pairs)"
         else:
-            word = {
-                "faster": "faster",
-                "slower": "slower",
-                "same": "no measurable difference",
-            }[r.verdict()]
-            ci = f", 95% CI {r.low:.2f}–{r.high:.2f}×" if r.low is not None else ""
-            other = self.ratio("decode" if self.metric == "e2e" else "e2e")
-            alt = (
-                f"; {'decode' if self.metric == 'e2e' else 'end to end'} {other.median:.2f}×"
-                if other is not None
-                else ""
-            )
-            head = f"{word}: {r.median:.2f}× {metric} ({n} pairs{ci}){alt}"
+            head = self._head(r, metric, n)
         parts = [head]
         if self.proposed:
             parts.append(
@@ -235,6 +254,41 @@ class CompareResult:
             unit = "token" if min(self.runs[0][2].token_ids, default=0) >= 0 else "character"
             parts.append(f"{label} differs at {unit} {at}{margin}")
         return " · ".join(parts)
+
+    def _head(self, r: Ratio, metric: str, n: int) -> str:
+        ci = f"CI {r.low:.2f}–{r.high:.2f}×, " if r.low is not None else ""
+        figure = f"{r.median:.2f}× {metric} ({ci}{n} pair{'s' if n != 1 else ''})"
+        v, band = self.verdict, self.rule.band
+        if v in ("faster", "slower"):
+            head = f"{v}: {figure}"
+        elif v == "same":
+            head = f"no difference beyond ±{band:.0%}: {figure}"
+        elif self.decision is not None and self.decision.limit in ("time", "pairs"):
+            spent = (
+                f"{self.decision.elapsed_s:.0f} s"
+                if self.decision.limit == "time"
+                else f"{n} pairs"
+            )
+            head = (
+                f"undecided after {spent}: the machine was too noisy (run-to-run spread "
+                f"{self.spread():.1f}×); try --metric decode or a longer budget · {figure}"
+            )
+        else:
+            head = f"not clear yet: {figure}"
+        other_metric = "decode" if self.metric == "e2e" else "e2e"
+        other = self.ratio(other_metric)
+        if other is None:
+            return head
+        name = "decode" if other_metric == "decode" else "end to end"
+        said = judge(other, band)
+        if v == "undecided" and said is not None:
+            word = "no difference" if said == "same" else said
+            why = "; end-to-end time varies with TTFT" if other_metric == "decode" else ""
+            return (
+                f"{head} · {name} alone decides: {word}, {other.median:.2f}× "
+                f"(CI {other.low:.2f}–{other.high:.2f}×{why})"
+            )
+        return f"{head}; {name} {other.median:.2f}×"
 
     def figures_line(self) -> str:
         """Medians of each side: decode tok/s, end-to-end seconds and TTFT."""

@@ -101,3 +101,123 @@ def measured_request(prompt, model: str, draft: str | None, backend, **fields):
     if draft is None and fields.get("draft_kind", "none") == "none":
         draft = "lookup"
     return backend, Request(prompt, model=model, draft=draft, **fields)
+
+
+class PacedRuns:
+    """Runs submitted round by round; after each round, ``next_round()`` picks the next.
+
+    The first round is checked and submitted by `start` on the caller's thread
+    (a bad request raises there, with nothing submitted); later rounds are
+    submitted by a small pacing thread that waits for each round to end. Pacing
+    stops when ``next_round`` returns None, when a run ends cancelled or in
+    error (Stop, ■, a failure), or on `cancel`.
+
+    Args:
+        backend: Anything with ``check(request)`` and ``submit(request) -> Job``.
+        first: The first round's requests.
+        next_round: Called on the pacing thread after each round: the next
+            round's requests, or None to end.
+        on_submit: Called with each new job and its index, as it is submitted.
+        on_end: Called once on the pacing thread when pacing has ended.
+    """
+
+    def __init__(self, backend, first, next_round, on_submit=None, on_end=None) -> None:
+        self.backend = backend
+        self.requests: list[Request] = []
+        self.jobs: list[Job] = []
+        self._first = list(first)
+        self._next_round = next_round
+        self.on_submit = on_submit
+        self.on_end = on_end
+        self._cancelled = False
+        self._thread = None
+        self._ended = False
+
+    def start(self) -> PacedRuns:
+        """Check and submit the first round, then pace the rest on a thread.
+
+        Raises:
+            ValueError: A request of the first round is invalid; nothing was submitted.
+        """
+        import threading
+
+        for r in self._first:
+            self.backend.check(r)
+        self._submit(self._first)
+        self._thread = threading.Thread(target=self._pace, name="mlxnb-pace", daemon=True)
+        self._thread.start()
+        return self
+
+    def _submit(self, requests) -> list[Job]:
+        jobs = []
+        for r in requests:
+            job = self.backend.submit(r)
+            self.requests.append(r)
+            self.jobs.append(job)
+            jobs.append(job)
+            if self._cancelled:  # cancel() ran while this was being submitted
+                job.cancel()
+            if self.on_submit is not None:
+                self.on_submit(job, len(self.jobs) - 1)
+        return jobs
+
+    def _pace(self) -> None:
+        round_jobs = list(self.jobs)
+        try:
+            while True:
+                for j in round_jobs:
+                    j.wait()
+                if self._cancelled or any(
+                    j.finished.finish_reason in ("cancelled", "error") for j in round_jobs
+                ):
+                    return
+                nxt = self._next_round()
+                if not nxt or self._cancelled:
+                    return
+                try:
+                    round_jobs = self._submit(nxt)
+                except Exception:  # the engine closed, say: what ran is kept
+                    return
+        finally:
+            self._ended = True
+            if self.on_end is not None:
+                self.on_end()
+
+    def results(self) -> list[Result | None]:
+        """One entry per submitted run: its `Result` once finished, else None."""
+        return [j.result(raise_on_error=False) if j.done else None for j in self.jobs]
+
+    @property
+    def done(self) -> bool:
+        """Whether pacing has ended and every run has ended."""
+        return self._ended and all(j.done for j in self.jobs)
+
+    def cancel(self) -> None:
+        """Submit nothing more and stop every run; finished ones are kept."""
+        self._cancelled = True
+        for j in list(self.jobs):
+            j.cancel()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until pacing and every run have ended. Ctrl-C stops them and re-raises.
+
+        Raises:
+            TimeoutError: Not done within ``timeout`` (the runs go on).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            # Short joins: a simulated interrupt (ipykernel, _thread.interrupt_main) is
+            # only seen between them.
+            while self._thread is not None and self._thread.is_alive():
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError("the measurement has not finished yet")
+                self._thread.join(0.05)
+            for j in list(self.jobs):
+                j.wait(timeout)
+        except KeyboardInterrupt:
+            self.cancel()
+            for j in list(self.jobs):
+                j.settle()
+            if self._thread is not None:
+                self._thread.join()
+            raise

@@ -12,23 +12,62 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Two-sided 95% quantiles of Student's t, by degrees of freedom.
-_T975 = {
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-    9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-    16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042,
-    40: 2.021, 60: 2.000, 120: 1.980,
-}  # fmt: skip
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (Lentz's method)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for aa in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    log = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+        + b * math.log(1.0 - x)
+    )  # fmt: skip
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, ``t >= 0``."""
+    return 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (``p >= 0.5``) of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        raise ValueError("df: must be >= 1")
+    if not 0.5 <= p < 1:
+        raise ValueError("p: must be in [0.5, 1)")
+    lo, hi = 0.0, 1e6
+    for _ in range(100):  # bisection: t_sf is monotone, 1e6 / 2**100 is far below any need
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_sf(mid, df) > 1 - p else (lo, mid)
+    return (lo + hi) / 2
 
 
 def t975(df: int) -> float:
     """The 97.5% quantile of Student's t with ``df`` degrees of freedom."""
-    if df < 1:
-        raise ValueError("df: must be >= 1")
-    if df in _T975:
-        return _T975[df]
-    larger = [d for d in _T975 if d > df]
-    return _T975[min(larger)] if larger else 1.960
+    return t_quantile(0.975, df)
 
 
 @dataclass(frozen=True)
@@ -37,15 +76,17 @@ class Ratio:
 
     Attributes:
         median: Median of the per-pair ratios.
-        low: Lower end of the 95% interval (None with fewer than two pairs).
-        high: Upper end of the 95% interval (None with fewer than two pairs).
+        low: Lower end of the interval (None with fewer than two pairs).
+        high: Upper end of the interval (None with fewer than two pairs).
         n: Number of pairs.
+        level: Confidence of the interval (0.95: a 95% interval).
     """
 
     median: float
     low: float | None
     high: float | None
     n: int
+    level: float = 0.95
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -61,8 +102,8 @@ class Ratio:
         return "same"
 
 
-def ratio(values: Sequence[float]) -> Ratio:
-    """Median and a 95% t interval over the logs of per-pair ratios.
+def ratio(values: Sequence[float], level: float = 0.95) -> Ratio:
+    """Median and a t interval (``level``, default 95%) over the logs of per-pair ratios.
 
     The interval is for the geometric mean ratio: the mean log-ratio plus or
     minus t * s / sqrt(n). With few pairs it is wide, which is the honest answer.
@@ -76,11 +117,12 @@ def ratio(values: Sequence[float]) -> Ratio:
         raise ValueError("ratio: every value must be > 0")
     med = statistics.median(values)
     if len(values) < 2:
-        return Ratio(med, None, None, len(values))
+        return Ratio(med, None, None, len(values), level)
     logs = [math.log(v) for v in values]
     mean = statistics.fmean(logs)
-    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return Ratio(med, math.exp(mean - half), math.exp(mean + half), len(values))
+    t = t_quantile(0.5 + level / 2, len(logs) - 1)
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return Ratio(med, math.exp(mean - half), math.exp(mean + half), len(values), level)
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float]:

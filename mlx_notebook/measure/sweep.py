@@ -1,41 +1,53 @@
 """Sweep: speculative decoding at several k, each repeated, against interleaved normal runs.
 
-The k values run in a shuffled order in every repeat, with a normal run after
-every two speculative ones. Each speculative run is compared with the normal
-runs on either side of it, so slow drift of the machine cancels out. "Best k"
-is named only when its interval lies above normal decoding.
+The k values run in rounds, in a shuffled order in every round, with a normal
+run after every two speculative ones. Each speculative run is compared with the
+normal runs on either side of it, so slow drift of the machine cancels out.
+"Best k" is named only when its interval lies above normal decoding. From the
+second round on, a k whose interval lies wholly below the best k's is clearly
+worse and is dropped, so the rounds get shorter.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field, replace
 
 from ..engine.job import Result
 from ..engine.request import Request
 from .compare_result import METRICS, OK, speed
 from .frame import to_frame
-from .runs import RunSet, measured_request
+from .runs import PacedRuns, measured_request
 from .stats import Ratio, geomean, ratio, spread
 
 GROUP = 2  # speculative runs between two normal runs
 
 
-def schedule(ks: list[int], repeats: int, seed: int | None = None) -> list[int | None]:
-    """The run order: k values (shuffled per repeat) with None (normal) interleaved."""
-    rng = random.Random(seed)
-    flat: list[int] = []
-    for _ in range(repeats):
-        block = list(ks)
-        rng.shuffle(block)
-        flat += block
-    order: list[int | None] = [None]
-    for i, k in enumerate(flat):
+def round_order(ks: list[int], rng: random.Random, first: bool) -> list[int | None]:
+    """One round: the k values shuffled, a normal run (None) after every `GROUP`.
+
+    The round ends with a normal run, which the next round's first runs lean on;
+    the first round also starts with one.
+    """
+    block = list(ks)
+    rng.shuffle(block)
+    order: list[int | None] = [None] if first else []
+    for i, k in enumerate(block):
         order.append(k)
         if (i + 1) % GROUP == 0:
             order.append(None)
     if order[-1] is not None:
         order.append(None)
+    return order
+
+
+def schedule(ks: list[int], repeats: int, seed: int | None = None) -> list[int | None]:
+    """The whole run order when no k is dropped: `round_order` ``repeats`` times."""
+    rng = random.Random(seed)
+    order: list[int | None] = []
+    for r in range(repeats):
+        order += round_order(ks, rng, r == 0)
     return order
 
 
@@ -48,11 +60,13 @@ class SweepResult:
             (None for normal decoding; None result while unfinished).
         ks: The k values swept.
         metric: ``"e2e"`` or ``"decode"``.
+        dropped: k -> the round after which it was dropped as clearly worse.
     """
 
     runs: list[tuple[int | None, Result | None]] = field(default_factory=list)
     ks: list[int] = field(default_factory=list)
     metric: str = "e2e"
+    dropped: dict[int, int] = field(default_factory=dict)
 
     def _ok(self, r: Result | None) -> bool:
         return r is not None and r.finish_reason in OK and speed(r, self.metric) > 0
@@ -118,6 +132,30 @@ class SweepResult:
             )
         return out
 
+    def clearly_worse(self) -> list[int]:
+        """The k values whose interval lies wholly below the best-so-far k's interval.
+
+        The best so far is the k with the highest median speedup among those with
+        an interval; a k is clearly worse when its upper end is under the best's
+        lower end.
+        """
+        rated = [r for r in self.rows if r["low"] is not None]
+        if len(rated) < 2:
+            return []
+        best = max(rated, key=lambda r: r["speedup"])
+        return [r["k"] for r in rated if r is not best and r["high"] < best["low"]]
+
+    def estimate_s(self, planned: int | None = None) -> float | None:
+        """Seconds the runs not yet finished will take, from the mean of those so far.
+
+        Args:
+            planned: Runs planned in all (default: those in `runs`).
+        """
+        done = [r.stats.total_s for _, r in self.runs if r is not None and r.stats.total_s > 0]
+        finished = sum(1 for _, r in self.runs if r is not None)
+        left = (len(self.runs) if planned is None else planned) - finished
+        return None if not done else max(0, left) * sum(done) / len(done)
+
     @property
     def best_k(self) -> int | None:
         """The k with the highest speedup among those whose interval lies above 1, or None."""
@@ -129,12 +167,18 @@ class SweepResult:
         best = self.best_k
         metric = "end to end" if self.metric == "e2e" else "decode tok/s"
         if best is None:
-            return "no k beat normal decoding here (no interval lay above 1)"
+            return "no k beat normal decoding here (no interval lay above 1)" + self._dropped()
         r = next(r for r in self.rows if r["k"] == best)
         return (
             f"best k = {best}: {r['speedup']:.2f}× {metric} "
             f"(95% CI {r['low']:.2f}–{r['high']:.2f}×, acceptance {r['acceptance']:.0%})"
-        )
+        ) + self._dropped()
+
+    def _dropped(self) -> str:
+        if not self.dropped:
+            return ""
+        ks = ", ".join(str(k) for k in sorted(self.dropped))
+        return f"; dropped early as clearly worse: k = {ks}"
 
     def run_rows(self) -> list[dict]:
         """One dict per finished run."""
@@ -174,13 +218,17 @@ def _by_position(runs: list[Result], k: int) -> list[float]:
 class Sweep:
     """A running sweep: its jobs, and the result so far.
 
+    Rounds are submitted one at a time; after each round from the second on,
+    the k values that are clearly worse than the best so far are dropped.
+
     Args:
         backend: Where to run.
         request: A speculative request; ``num_draft_tokens`` is what varies.
         ks: The k values (the cap, for adaptive draft sources).
-        repeats: Runs per k. Default: 3.
+        repeats: Rounds, i.e. runs per k that is not dropped. Default: 3.
         metric: ``"e2e"`` or ``"decode"``.
         seed: Seed of the shuffle (None: a new order each time).
+        drop: Drop clearly worse k values early. Default True.
     """
 
     def __init__(
@@ -191,6 +239,7 @@ class Sweep:
         repeats: int = 3,
         metric: str = "e2e",
         seed: int | None = None,
+        drop: bool = True,
     ) -> None:
         ks = sorted(set(ks))
         if request.mode == "normal":
@@ -202,28 +251,59 @@ class Sweep:
         if metric not in METRICS:
             raise ValueError(f"metric: must be one of {', '.join(METRICS)} (got {metric!r})")
         self.request, self.ks, self.metric = request, ks, metric
-        self.order = schedule(ks, repeats, seed)
+        self.repeats, self.drop = repeats, drop
+        self._rng = random.Random(seed)
         base = replace(request, reuse_cache=False, remember=False, batch=False)
-        normal = replace(base, draft=None, draft_kind="none")
-        reqs = [normal if k is None else replace(base, num_draft_tokens=k) for k in self.order]
-        self.runs = RunSet(backend, reqs)
+        self._normal = replace(base, draft=None, draft_kind="none")
+        self._base = base
+        self.order: list[int | None] = []
+        self.rounds = 0
+        self.dropped: dict[int, int] = {}
+        self.runs = PacedRuns(backend, self._round(), self._next_round)
+        self.started: float | None = None
+
+    def _round(self) -> list[Request]:
+        live = [k for k in self.ks if k not in self.dropped]
+        order = round_order(live, self._rng, self.rounds == 0)
+        self.rounds += 1
+        self.order += order
+        return [
+            self._normal if k is None else replace(self._base, num_draft_tokens=k) for k in order
+        ]
+
+    def _next_round(self) -> list[Request] | None:
+        if self.rounds >= self.repeats:
+            return None
+        if self.drop and self.rounds >= 2:
+            for k in self.result().clearly_worse():
+                self.dropped.setdefault(k, self.rounds)
+        return self._round()
+
+    def planned(self) -> int:
+        """Runs planned: those submitted, plus the later rounds of the k values left."""
+        live = len([k for k in self.ks if k not in self.dropped])
+        per_round = live + (live + GROUP - 1) // GROUP
+        return len(self.order) + max(0, self.repeats - self.rounds) * per_round
 
     @property
     def jobs(self):
-        """The submitted jobs, in run order."""
+        """The submitted jobs, in run order (later rounds are added as they start)."""
         return self.runs.jobs
 
     def start(self) -> Sweep:
-        """Check and submit every run."""
+        """Check and submit the first round; the others follow."""
+        self.started = time.monotonic()
         self.runs.start()
         return self
 
     def result(self) -> SweepResult:
         """The sweep so far."""
-        return SweepResult(list(zip(self.order, self.runs.results())), self.ks, self.metric)
+        runs = list(zip(self.order, self.runs.results()))
+        runs += [(k, None) for k in self.order[len(runs) :]]
+        return SweepResult(runs, self.ks, self.metric, dict(self.dropped))
 
     def cancel(self) -> None:
-        """Stop every run; what finished is kept."""
+        """Stop every run and start no more; what finished is kept."""
         self.runs.cancel()
 
     def wait(self, timeout: float | None = None) -> SweepResult:
@@ -249,7 +329,7 @@ def sweep(
     Args:
         prompt: A string or chat messages.
         ks: The k values.
-        repeats: Runs per k.
+        repeats: Rounds: runs per k, unless a k is dropped early as clearly worse.
         model: Main model spec.
         draft: ``"lookup"`` (the default unless ``draft_kind`` is given),
             ``"suffix"`` or a draft model spec.

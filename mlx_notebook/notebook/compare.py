@@ -30,28 +30,36 @@ class CompareRenderer:
 
     def __init__(self, comparison: Comparison, fmt: str = "text", label: str | None = None):
         self.comparison = comparison
-        req = comparison.request
-        self.states = [
-            ViewState(
-                model=label or req.model,
-                mode="normal" if role == "normal" else req.mode,
-                k=req.num_draft_tokens,
-                fmt=fmt,
-                highlight_drafts=role != "normal",
-            )
-            for _, role in comparison.plan
-        ]
+        self.label, self.fmt = label, fmt
+        self.states: dict[int, ViewState] = {}
+        self.stopping = False
         # The first pair, normal on the left whichever ran first.
         first = [i for i, (p, _) in enumerate(comparison.plan) if p == 0]
         self.columns = sorted(first, key=lambda i: comparison.plan[i][1] != "normal")
 
+    def state(self, index: int) -> ViewState:
+        """The view state of run ``index`` (runs are added as the comparison goes)."""
+        if index not in self.states:
+            req, role = self.comparison.request, self.comparison.plan[index][1]
+            self.states[index] = ViewState(
+                model=self.label or req.model,
+                mode="normal" if role == "normal" else req.mode,
+                k=req.num_draft_tokens,
+                fmt=self.fmt,
+                highlight_drafts=role != "normal",
+            )
+            self.states[index].stopping = self.stopping
+        return self.states[index]
+
     def apply_from(self, index: int, ev) -> None:
         """Fold an event of run ``index``."""
-        self.states[index].apply(ev)
+        self.state(index).apply(ev)
 
     def set_stopping(self) -> None:
-        """Stop was pressed."""
-        for s in self.states:
+        """Stop was pressed: no more pairs, and the runs in flight end."""
+        self.stopping = True
+        self.comparison.cancel()
+        for s in self.states.values():
             s.stopping = True
 
     def result(self) -> CompareResult:
@@ -62,7 +70,7 @@ class CompareRenderer:
         """The whole view."""
         res = self.result()
         cols = "".join(
-            f'<div class="col">{self.states[i].html(style=False)}</div>' for i in self.columns
+            f'<div class="col">{self.state(i).html(style=False)}</div>' for i in self.columns
         )
         legend = (
             '<div class="legend"><span class="draft">highlighted</span> = draft tokens the '
@@ -82,8 +90,8 @@ class CompareRenderer:
     def plain(self) -> str:
         """Verdict, both texts of the first pair and the runs, as text."""
         res = self.result()
-        lines = [TAG.sub("", html.unescape(self._verdict(res)))]
-        lines += [self.states[i].plain() for i in self.columns]
+        lines = [TAG.sub("", html.unescape(self._verdict(res).replace("</div>", "\n"))).strip()]
+        lines += [self.state(i).plain() for i in self.columns]
         lines += [
             f"run {r['run']} (pair {r['pair']}, {r['role']}): {r['decode_tps']:.1f} tok/s, "
             f"{r['e2e_s']:.2f} s end to end, {r['finish_reason']}"
@@ -92,17 +100,29 @@ class CompareRenderer:
         return "\n\n".join(lines)
 
     def _verdict(self, res: CompareResult) -> str:
-        done, total = len(res.runs), sum(p >= 0 for p, _ in self.comparison.plan)
-        if done < total and not any(s.stopping for s in self.states):
-            progress = f" <span class='legend'>(run {min(done + 1, total)} of {total})</span>"
-        elif done < total:
+        c = self.comparison
+        ended = c.runs.done
+        if not ended and not self.stopping:
+            pair = max((p for p, _ in c.plan), default=0) + 1
+            progress = f" <span class='legend'>(pair {pair}; {c.rule.describe()})</span>"
+        elif not res.complete:
             progress = " <span class='legend'>(stopped; what ran is kept)</span>"
         else:
             progress = ""
         if res.verdict is None:
             line = "Compare: normal and speculative decoding, in interleaved pairs…"
             return f'<div class="verdict">{line}{progress}</div>'
-        cls = "ok" if res.identical else ("bad" if res.identical is False else "")
+        # A tick only for a clear "faster" with the texts the same; a cross for
+        # "slower" or differing greedy text; otherwise a neutral mark (undecided,
+        # no difference, nothing accepted are not successes).
+        if res.identical is False and res.greedy:
+            cls = "bad"
+        elif res.verdict == "faster" and ended:
+            cls = "ok"
+        elif res.verdict == "slower" and ended:
+            cls = "bad"
+        else:
+            cls = "neutral"
         line = escape(res.verdict_line())
         figures = f'<div class="legend">{escape(res.figures_line())}</div>'
         return f'<div class="verdict"><span class="{cls}"></span>{line}{progress}</div>{figures}'
@@ -119,7 +139,14 @@ def compare_cell(magics, args, request: Request) -> None:
     route = magics.route(request.model)
     request.model = route.model
     try:
-        comparison = Comparison(route.backend, request, args.repeats, args.metric)
+        comparison = Comparison(
+            route.backend,
+            request,
+            args.repeats,
+            args.metric,
+            max_pairs=args.max_pairs,
+            budget_s=args.budget,
+        )
         run = CompareRun(comparison, magics.refresh_hz, label=route.label).start()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -166,9 +193,19 @@ class CompareRun:
         return self.comparison.jobs
 
     def start(self) -> CompareRun:
-        """Check and submit every run (nothing is submitted if one is invalid)."""
-        self.comparison.start()
-        self.view.attach(*self.comparison.jobs)
+        """Check and submit the first pair (nothing is submitted if it is invalid).
+
+        Later pairs join the view as the comparison submits them.
+        """
+        runs = self.comparison.runs
+        runs.on_submit = lambda job, _i: self.view.add(job)
+        runs.on_end = self.view.seal
+        self.view.attach(sealed=False)
+        try:
+            self.comparison.start()
+        except BaseException:
+            self.view.seal()  # nothing runs: the view ends at once
+            raise
         return self
 
     def _finish(self) -> None:

@@ -96,7 +96,10 @@ HELP = """mlx_notebook magics
   -o/--out NAME             bind a result handle (.text .done .wait() .cancel())
   --wait                    block until done (interrupt the kernel to stop)
   -f/--format markdown|text|code
-  --compare [--repeats N]   normal vs speculative decoding in N interleaved pairs
+  --compare                 normal vs speculative decoding in interleaved pairs, run until
+                            the answer is clear: faster, slower, or within 5 %
+  --budget S --max-pairs N  when --compare gives up undecided (default 60 s, 20 pairs)
+  --repeats N               exactly N pairs instead
   --metric e2e|decode       what --compare's verdict uses (default: end to end)
   --over NAME               one generation per item of a list/Series ({item}) or DataFrame
                             row ({column}), batched, in one view; -o binds the MapResult
@@ -175,7 +178,9 @@ class MLXNotebook(Magics):
     @argument("-s", "--system", default=None, help="system prompt")
     @argument("--raw", action="store_true", help="no chat template")
     @argument("--compare", action="store_true", help="normal vs speculative side by side")
-    @argument("--repeats", type=int, default=3, help="interleaved pairs for --compare")
+    @argument("--repeats", type=int, default=None, help="exactly N pairs for --compare")
+    @argument("--budget", type=float, default=60.0, help="most seconds for --compare")
+    @argument("--max-pairs", type=int, default=20, help="most pairs for --compare")
     @argument("--metric", default="e2e", help="e2e or decode: what --compare's verdict uses")
     @argument("--over", default=None, help="a list, Series or DataFrame: one row per item")
     @cell_magic

@@ -51,7 +51,9 @@ class Panel(widgets.VBox):
     chat = Bool(True, help="Apply the chat template.")
     sweep_from = Int(1, help="First k of a sweep.")
     sweep_to = Int(8, help="Last k of a sweep.")
-    repeats = Int(3, min=1, help="Interleaved runs per setting in Compare and Sweep.")
+    repeats = Int(3, min=1, help="Runs per k in Sweep (Compare runs until its answer is clear).")
+    max_pairs = Int(20, min=2, help="Most pairs a Compare runs before it says 'undecided'.")
+    budget_s = Float(60.0, help="Most seconds a Compare runs before it says 'undecided'.")
     metric = Enum(
         ["e2e", "decode"], "e2e", help="What the verdict uses: end to end (prefill in) or decode."
     )
@@ -268,7 +270,7 @@ class Panel(widgets.VBox):
 
     def _fail(self, exc: BaseException) -> None:
         # A submit that failed after _begin: cancel what did start, stay usable.
-        for j in self._active:
+        for j in list(self._active):
             j.cancel()
         self._active = []
         self._show_error(exc)
@@ -312,7 +314,7 @@ class Panel(widgets.VBox):
         self._show(generation_view(state, self.refresh_hz, on_done=done).attach(job))
 
     def compare(self) -> None:
-        """Normal and speculative decoding in ``repeats`` interleaved pairs."""
+        """Normal and speculative decoding in interleaved pairs, until the answer is clear."""
         req = self._begin("comparing")
         if req is None:
             return
@@ -323,7 +325,9 @@ class Panel(widgets.VBox):
                 self._record(req, r, "normal" if role == "normal" else req.mode)
             self._end(res.verdict_line())
 
-        comparison = Comparison(self.engine, req, self.repeats, self.metric)
+        comparison = Comparison(
+            self.engine, req, None, self.metric, max_pairs=self.max_pairs, budget_s=self.budget_s
+        )
         self._run(CompareRun(comparison, self.refresh_hz, on_done=done))
 
     def sweep(self) -> None:
@@ -350,14 +354,14 @@ class Panel(widgets.VBox):
         except Exception as exc:
             self._fail(exc)
             return
-        self._active = list(run.jobs)
+        self._active = run.jobs  # the run's own list: a Compare adds pairs as it goes
         self._show(run.view)
 
     def stop(self) -> None:
         """Cancel the running action; whatever finished is kept."""
         if self._view is not None:
             self._view.stop()
-        for j in self._active:
+        for j in list(self._active):
             j.cancel()
 
     def wait(self, timeout: float | None = None):

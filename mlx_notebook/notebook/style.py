@@ -45,6 +45,7 @@ border-bottom:1px solid var(--jp-success-color1,#388e3c)}}
 .mlxnb .mlxnb-href,.mlxnb .mlxnb-media{{color:{_UI};font-size:90%}}
 .mlxnb .verdict{{font-weight:600;margin:2px 0 6px 0}}
 .mlxnb .ok::before{{content:"✔ ";color:var(--jp-success-color1,#388e3c)}}
+.mlxnb .neutral::before{{content:"○ ";color:var(--jp-ui-font-color2,#757575)}}
 .mlxnb .bad::before{{content:"✘ ";color:var(--jp-error-color1,#c62828)}}
 .mlxnb .cols{{display:flex;gap:16px;align-items:flex-start}}
 .mlxnb .col{{flex:1 1 0;min-width:0}}

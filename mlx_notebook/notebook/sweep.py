@@ -18,43 +18,55 @@ class SweepRenderer:
 
     def __init__(self, sweep: Sweep) -> None:
         self.sweep = sweep
-        req = sweep.request
-        self.states = [
-            ViewState(model=req.model, mode="normal" if k is None else req.mode, k=k or 0)
-            for k in sweep.order
-        ]
+        self.states: dict[int, ViewState] = {}
+        self.stopping = False
 
     def apply_from(self, index: int, ev) -> None:
         """Fold an event of run ``index``."""
+        if index not in self.states:
+            req, k = self.sweep.request, self.sweep.order[index]
+            mode = "normal" if k is None else req.mode
+            self.states[index] = ViewState(model=req.model, mode=mode, k=k or 0)
         self.states[index].apply(ev)
 
     def set_stopping(self) -> None:
-        """Stop was pressed."""
-        for s in self.states:
+        """Stop was pressed: no more rounds, and the runs in flight end."""
+        self.stopping = True
+        self.sweep.cancel()
+        for s in self.states.values():
             s.stopping = True
 
     def result(self) -> SweepResult:
         """The sweep so far."""
         return self.sweep.result()
 
-    def _lines(self, res: SweepResult) -> list[str]:
+    def _progress(self, res: SweepResult) -> str:
         done = sum(1 for _, r in res.runs if r is not None)
-        total = len(res.runs)
+        total = max(self.sweep.planned(), done)
+        if self.stopping:
+            return f"stopped after {done} of {total} runs; what ran is kept"
+        left = res.estimate_s(total)
+        eta = "estimating the time it takes…" if left is None else f"about {_duration(left)} left"
+        return f"sweeping k: run {min(done + 1, total)} of {total} · {eta}"
+
+    def _lines(self, res: SweepResult) -> list[str]:
         unit = "tok/s end to end" if res.metric == "e2e" else "tok/s decode"
         base = res.baseline
         lines = [
-            f"{res.verdict_line()}" if done == total else f"sweeping k: run {done + 1} of {total}",
+            res.verdict_line() if self.sweep.runs.done else self._progress(res),
             f"normal decoding: {len(base)} runs"
             + (f", median {sorted(base)[len(base) // 2]:.1f} {unit}" if base else ""),
         ]
         for row in res.rows:
+            gone = res.dropped.get(row["k"])
+            note = "" if gone is None else f" · dropped after round {gone}: clearly worse"
             if row["tps"] is None:
                 lines.append(f"k={row['k']}: waiting")
                 continue
             ci = f" (95% CI {row['low']:.2f}–{row['high']:.2f}×)" if row["low"] is not None else ""
             lines.append(
                 f"k={row['k']}: {row['runs']} runs, median {row['tps']:.1f} {unit}, "
-                f"{row['speedup']:.2f}× normal{ci}, acceptance {row['acceptance']:.0%}"
+                f"{row['speedup']:.2f}× normal{ci}, acceptance {row['acceptance']:.0%}{note}"
             )
         return lines
 
@@ -119,9 +131,16 @@ class SweepRun:
         return self.sweep.jobs
 
     def start(self) -> SweepRun:
-        """Check and submit every run."""
-        self.sweep.start()
-        self.view.attach(*self.sweep.jobs)
+        """Check and submit the first round; later rounds join the view as they start."""
+        runs = self.sweep.runs
+        runs.on_submit = lambda job, _i: self.view.add(job)
+        runs.on_end = self.view.seal
+        self.view.attach(sealed=False)
+        try:
+            self.sweep.start()
+        except BaseException:
+            self.view.seal()
+            raise
         return self
 
     def _finish(self) -> None:
@@ -137,3 +156,9 @@ class SweepRun:
         self.sweep.runs.wait(timeout)
         self.view.wait_rendered(timeout)
         return self.sweep.result()
+
+
+def _duration(seconds: float) -> str:
+    """``"45 s"`` or ``"3 min 20 s"``."""
+    s = round(seconds)
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s"

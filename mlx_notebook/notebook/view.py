@@ -66,6 +66,7 @@ class LiveView:
         self._dirty = True  # set when something other than an event changes the view
         self._done = threading.Event()
         self._jobs: list[Job] = []
+        self._sealed = True  # False while more jobs may still be added
         self._thread: threading.Thread | None = None
         self.document = None
         self.html = widgets.HTML(value=renderer.html(), layout=widgets.Layout(flex="1 1 auto"))
@@ -91,29 +92,53 @@ class LiveView:
         self.document.show(self.renderer.html(), self.renderer.plain())
         return self
 
-    def attach(self, *jobs: Job) -> LiveView:
-        """Follow ``jobs``: Stop cancels them all; their events feed the renderer."""
-        self._jobs = list(jobs)
-        for i, job in enumerate(jobs):
-            job.add_listener(lambda ev, i=i: self.push(ev, i))
+    def attach(self, *jobs: Job, sealed: bool = True) -> LiveView:
+        """Follow ``jobs``: Stop cancels them all; their events feed the renderer.
+
+        Args:
+            jobs: The jobs so far.
+            sealed: False when more jobs will be `add`-ed (a measurement that
+                decides as it goes); the view ends only after `seal`.
+        """
+        self._sealed = sealed
+        for job in jobs:
+            self.add(job)
         if self.start_thread:
             self._thread = threading.Thread(target=self._loop, name="mlxnb-view", daemon=True)
             self._thread.start()
         return self
 
+    def add(self, job: Job) -> None:
+        """Follow one more job (its index is the number of jobs before it)."""
+        i = len(self._jobs)
+        self._jobs.append(job)
+        if self.renderer_stopping():
+            job.cancel()
+        job.add_listener(lambda ev: self.push(ev, i))
+
+    def seal(self) -> None:
+        """No more jobs will be added: the view ends when those it has end."""
+        self._sealed = True
+        if all(j.done for j in self._jobs):
+            self._done.set()
+
+    def renderer_stopping(self) -> bool:
+        """Whether Stop was pressed."""
+        return self.stop_button.disabled
+
     def push(self, ev: Event, index: int = 0) -> None:
         """Listener, called on the worker thread: append only, never touch widgets."""
         self._events.append((index, ev))
         # A job is done once its Finished is logged, which precedes this call.
-        if isinstance(ev, Finished) and all(j.done for j in self._jobs):
+        if isinstance(ev, Finished) and self._sealed and all(j.done for j in self._jobs):
             self._done.set()
 
     def stop(self) -> None:
         """What the Stop button does: cancel every job (never blocks)."""
+        self.stop_button.disabled = True
         self.renderer.set_stopping()
         self._dirty = True
-        self.stop_button.disabled = True
-        for job in self._jobs:
+        for job in list(self._jobs):
             job.cancel()
 
     def invalidate(self) -> None:
