@@ -7,6 +7,7 @@ symmetric.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -52,6 +53,7 @@ def t_sf(t: float, df: int) -> float:
     return 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
 
 
+@functools.lru_cache(maxsize=512)  # a comparison asks for the same few after every pair
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile (``p >= 0.5``) of Student's t with ``df`` degrees of freedom."""
     if df < 1:
