@@ -93,4 +93,6 @@ def test_import_time_is_small():
         )  # fmt: skip
         last = [ln for ln in out.stderr.splitlines() if ln.rstrip().endswith("| mlx_notebook")]
         times.append(int(last[-1].split("|")[1]) / 1e6)
-    assert statistics.median(times) < 0.3, times
+    # Usually 0.04 s: 1 s is 25x that, so only a real regression (importing MLX or
+    # the widget libraries at import, which the import-graph test pins down) fails.
+    assert statistics.median(times) < 1.0, times

@@ -1,6 +1,7 @@
 """Continuous batching: rows equal their solo runs, admission per step, cancels per row."""
 
 import random
+import time
 
 import mlx.core as mx
 import pytest

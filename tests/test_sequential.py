@@ -13,12 +13,12 @@ from mlx_notebook.measure.sequential import Decision, Rule, decide, judge
 from mlx_notebook.measure.stats import ratio
 
 
-def simulate(truth, sigma, rng, rule=Rule()):
+def simulate(truth, sigma, rng, rule=None):
     """One sequential comparison on ratios drawn around ``truth`` (log-normal noise)."""
     values = []
     while True:
         values.append(truth * math.exp(rng.gauss(0, sigma)))
-        d = decide(values, rule, elapsed_s=0.0)
+        d = decide(values, rule or Rule(), elapsed_s=0.0)
         if d is not None:
             return d, len(values)
 
@@ -134,8 +134,8 @@ def test_a_comparison_on_injected_timings_ends_by_its_rule():
 
 
 def test_decode_deciding_where_end_to_end_does_not_is_said():
-    from mlx_notebook.measure.compare_result import CompareResult
     from mlx_notebook.engine.job import Result
+    from mlx_notebook.measure.compare_result import CompareResult
 
     def run(tps, total):
         s = Stats(generation_tokens=10, generation_tps=tps, total_s=total)

@@ -9,8 +9,9 @@ from mlx_notebook.measure.stats import geomean, ratio, spread, t975, t_quantile,
 
 def test_t_quantiles():
     # Published table values (3 decimals).
-    table = {(0.975, 1): 12.706, (0.975, 2): 4.303, (0.975, 22): 2.074, (0.975, 10_000): 1.960,
-             (0.995, 1): 63.657, (0.995, 5): 4.032, (0.995, 30): 2.750, (0.9, 4): 1.533}  # fmt: skip
+    table = {(0.975, 1): 12.706, (0.975, 2): 4.303, (0.975, 22): 2.074,
+             (0.975, 10_000): 1.960, (0.995, 1): 63.657, (0.995, 5): 4.032,
+             (0.995, 30): 2.750, (0.9, 4): 1.533}  # fmt: skip
     for (p, df), q in table.items():
         assert t_quantile(p, df) == pytest.approx(q, abs=6e-4), (p, df)
     assert t975(3) == t_quantile(0.975, 3)

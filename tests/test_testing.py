@@ -1,20 +1,19 @@
-import time
-
 from mlx_lm import load
 
 from mlx_notebook.testing import build_tiny_model
 
 
 def test_tiny_model_builds_and_loads_fast(engine, tmp_path):
-    t0 = time.perf_counter()
+    # What keeps it fast, measured in bytes: a few hundred kB of weights.
     path = build_tiny_model(tmp_path / "m")
-    built = time.perf_counter() - t0
+    assert (path / "model.safetensors").stat().st_size < 1_000_000
 
     def run():
-        t = time.perf_counter()
         model, tok = load(str(path))
-        return time.perf_counter() - t, tok
+        return model, tok
 
-    loaded, tok = engine.call(run).result()
-    assert loaded < 1.0 and built < 5.0
+    model, tok = engine.call(run).result()
+    from mlx.utils import tree_flatten
+
+    assert sum(v.size for _, v in tree_flatten(model.parameters())) < 200_000
     assert tok.decode(tok.encode("Hello world")) == "Hello world"  # a real BPE tokenizer

@@ -29,8 +29,10 @@ def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
     assert view.wait_rendered(10)
     elapsed = time.monotonic() - t0
     assert view.updates == len(values)
+    # An upper bound a busy machine cannot break: the refresh thread waits 1/20 s
+    # between refreshes, so slower only means fewer updates.
     assert view.updates <= 20 * elapsed + 2, (view.updates, elapsed)
-    assert view.updates >= 5  # it did stream
+    assert view.updates >= 2  # it did stream
     assert "tok1499" in view.html.value and "done" in view.html.value
     assert view.stop_button not in view.widget.children  # no button remains
 
