@@ -71,7 +71,7 @@ def preload() -> None:
         return
     _load_gemv(blas)  # before OpenBLAS joins the global scope, so MLX binds to it
     ctypes.CDLL(paths[0], mode=ctypes.RTLD_GLOBAL)  # promotes the loaded library
-    _state.update(active=True, path=paths[0], reason="loaded before mlx.core")
+    _state.update(active=True, path=paths[0], reason="loaded before mlx.core", _blas=blas)
 
 
 def _load_gemv(blas) -> None:
@@ -116,3 +116,23 @@ def few_row_calls() -> int:
 def status() -> dict:
     """``{"active", "path", "reason", "gemv", "gemv_reason"}``: OpenBLAS and the sgemv shim."""
     return {k: v for k, v in _state.items() if not k.startswith("_")}
+
+
+def thread_setters() -> list:
+    """Functions ``f(n)`` that set the threads of the loaded CPU libraries (none: [])."""
+    out = []
+    blas = _state.get("_blas")
+    if blas is not None and hasattr(blas, "openblas_set_num_threads"):
+        out.append(blas.openblas_set_num_threads)
+    lib = _state.get("_lib")
+    if lib is not None and hasattr(lib, "mlxnb_set_threads"):
+        out.append(lib.mlxnb_set_threads)
+    return out
+
+
+def blas_threads() -> int | None:
+    """OpenBLAS's thread count now, or None when OpenBLAS is not loaded."""
+    blas = _state.get("_blas")
+    if blas is None or not hasattr(blas, "openblas_get_num_threads"):
+        return None
+    return int(blas.openblas_get_num_threads())

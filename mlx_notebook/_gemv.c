@@ -36,6 +36,11 @@ void mlxnb_gemv_init(void *sgemm, void *sgemv) {
   real_sgemv = (sgemv_fn)sgemv;
 }
 
+/* Threads for the few-row kernel: 0 = OpenMP's default, 1 = the calling thread only
+ * (the engine's thread governor sets it when the cores are taken by others). */
+static int threads = 0;
+void mlxnb_set_threads(int n) { threads = n; }
+
 long mlxnb_gemv_forwarded(void) { return forwarded; }
 
 long mlxnb_small_forwarded(void) { return small; }
@@ -78,7 +83,7 @@ static const rows_fn ROWS_OF[BLOCK + 1] = {0,      rows_1, rows_2, rows_3, rows_
 
 static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc) {
-#pragma omp parallel
+#pragma omp parallel if (threads != 1)
   {
     int t = 0, nt = 1;
 #ifdef _OPENMP

@@ -33,6 +33,7 @@ from .output import Output, Setup, prepare
 from .prefill import ChunkSizer, prefill_steps
 from .prompt_cache import ModelState
 from .sequence import CachedSequence
+from .threads import governor
 
 
 class Row:
@@ -262,6 +263,7 @@ class Batch:
         nxt = self._sample(rows, cur, logits)
         mx.async_eval(nxt)
         values = cur.tolist()
+        governor().step()
         done = []
         for row, v in zip(rows, values):
             row.seq.record([v])  # fed by this step

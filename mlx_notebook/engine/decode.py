@@ -13,6 +13,7 @@ import mlx.core as mx
 
 from .prefill import CancelCheck
 from .sequence import CachedSequence
+from .threads import governor
 
 Sampler = Callable[[mx.array], mx.array]
 Processor = Callable[[mx.array, mx.array], mx.array]
@@ -72,6 +73,7 @@ def normal_tokens(
         greedy: The sampler is greedy (argmax); skip normalizing the logits.
     """
     step = make_step(seq, sampler, processors, history, greedy)
+    gov = governor()
     with mx.stream(stream):
         check()
         y = step(mx.array(history[-1:], dtype=mx.uint32))
@@ -85,6 +87,7 @@ def normal_tokens(
                 nxt = step(y)
                 mx.async_eval(nxt)
             tok = y.item()
+            gov.step()  # step n is done: its time decides the thread count
             if nxt is not None:
                 seq.record([tok])
             history.append(tok)

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..models.registry import LoadedModel, Registry
+from . import threads
 from .backend import ModelInfo
 from .prompt import encode_prompt
 from .request import Request
@@ -35,6 +36,7 @@ def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str
     notes = [
         f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
         f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
+        threads.describe(),
     ]
     for name, state in list(states.items()):
         c, x = state.cache, state.suffix

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import mlx.core as mx
 
 from .sequence import CachedSequence
+from .threads import governor
 
 CancelCheck = Callable[[], None]
 Progress = Callable[[int, int], None]
@@ -194,6 +195,7 @@ def prefill_steps(
         seq.forward(chunk)
         mx.eval([c.state for c in seq.cache])
         sizer.observe(len(chunk), time.perf_counter() - t0, start)
+        governor().reset()  # a chunk is not a decode step
         mx.clear_cache()
         progress(len(seq.tokens), total)
         yield len(chunk)

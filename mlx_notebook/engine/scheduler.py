@@ -22,6 +22,7 @@ from .events import Finished, Loading, Queued, Started
 from .job import Job
 from .prompt_cache import ModelState
 from .request import Request
+from .threads import governor
 
 log = logging.getLogger("mlx_notebook")
 
@@ -155,6 +156,7 @@ class Scheduling:
             while True:
                 with self._cond:
                     while not (self._queue or self._calls or self._closed or self._batch):
+                        governor().reset()  # idle time is not a step
                         self._cond.wait()
                     if self._closed and not self._calls:
                         break

@@ -15,6 +15,7 @@ from .decode import Processor, Sampler, TokenStream
 from .drafts import DraftSource
 from .prefill import CancelCheck, Progress
 from .sequence import CachedSequence
+from .threads import governor
 
 
 @dataclass
@@ -83,6 +84,7 @@ def speculative_tokens(
         greedy: The sampler is greedy (argmax); skip normalizing the logits.
     """
     n = 0
+    gov = governor()
     with mx.stream(stream):
         if source.needs_prefill:
             check()
@@ -101,6 +103,7 @@ def speculative_tokens(
             while accepted < len(drafts) and sampled[accepted] == drafts[accepted]:
                 accepted += 1
             counters.record(len(drafts), accepted)
+            gov.step()
             # Keep history + accepted drafts; the main token is fed next round.
             seq.trim_to(len(history) + accepted)
             for i in range(accepted + 1):

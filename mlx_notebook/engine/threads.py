@@ -1,0 +1,175 @@
+"""Thread counts that follow the machine: fewer when other processes take the cores.
+
+OpenBLAS's and OpenMP's worker threads wait for each other by spinning. When
+another process holds a core, a thread spins while the one it waits for is not
+running, and a decode step can take 30x as long. The governor times decode
+steps on the worker thread and tries the other thread count now and then: when
+the steps slow down beyond the recent best (the cores got busy), and otherwise
+at a period that doubles each time the current count wins. It keeps whichever
+count steps faster, so it drops to one thread under contention and goes back
+to all of them when the cores free up. Only the CPU libraries this package
+loads are touched (OpenBLAS, the fast path's kernel), so on Metal it does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+ENV = "MLX_NOTEBOOK_THREADS"  # "auto" (default), or a fixed count such as "1" or "2"
+
+
+class ThreadGovernor:
+    """Picks the thread count of the CPU libraries from measured step times.
+
+    Call `step` once per decode step (a batched step or a verify pass) on the
+    thread that runs MLX. Steps of different work (a new batch size, a longer
+    context) only shift the baseline slowly, since every decision compares a
+    short probe with the steps just before it.
+
+    Args:
+        setters: Functions ``f(n)`` setting each library's thread count.
+        most: The largest count (the cores this process may use).
+        sync: Called before a change, so no product is in flight (``mx.synchronize``).
+        clock: Seconds (tests inject one).
+        window: Steps timed per side of a comparison.
+        period: Steps between probes at first; doubles while the current count
+            keeps winning, up to ``max_period``.
+        slowdown: A step median this many times the best seen for the current
+            count starts a probe at once.
+        abort: A probe step this many times the steps before it ends the probe.
+        fixed: A fixed count (``MLX_NOTEBOOK_THREADS=N``): never change it.
+    """
+
+    def __init__(
+        self,
+        setters: Sequence[Callable[[int], object]],
+        most: int,
+        sync: Callable[[], object] = lambda: None,
+        clock: Callable[[], float] = time.perf_counter,
+        window: int = 3,
+        period: int = 32,
+        max_period: int = 512,
+        slowdown: float = 1.6,
+        abort: float = 1.5,
+        fixed: int | None = None,
+    ) -> None:
+        self.setters, self.most, self.sync, self.clock = list(setters), max(1, most), sync, clock
+        self.window, self.base_period, self.max_period = window, period, max_period
+        self.slowdown, self.abort = slowdown, abort
+        self.fixed = fixed
+        self.threads = fixed or self.most
+        self.reason = "fixed by " + ENV if fixed else "all cores: steps are fastest so"
+        self.switches = 0
+        self._last: float | None = None
+        self._recent: list[float] = []  # step times at the current count
+        self._best: dict[int, float] = {}  # best window median seen per count
+        self._probe: list[float] | None = None  # step times of a probe in progress
+        self._before: float | None = None  # the median the probe is compared with
+        self._period = window  # the first probe comes after the first window
+        self._since = 0
+        if fixed:
+            self._apply(fixed)
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to govern (libraries loaded, more than one core)."""
+        return bool(self.setters) and self.most > 1 and not self.fixed
+
+    def _apply(self, n: int) -> None:
+        self.sync()  # nothing in flight: the next step is the first with n threads
+        for f in self.setters:
+            f(n)
+        self.threads = n
+        self._last = self.clock()
+
+    def reset(self) -> None:
+        """Forget the last step's time (call when decoding pauses)."""
+        self._last = None
+
+    def step(self) -> None:
+        """Note that a decode step ended now; maybe change the thread count."""
+        now = self.clock()
+        last, self._last = self._last, now
+        if last is None or not self.active:
+            return
+        dt = now - last
+        if self._probe is not None:
+            self._probe.append(dt)
+            # One clearly slow step ends a probe at once: trying all threads while the
+            # cores are taken costs seconds a step, so never more than one.
+            if dt > self.abort * self._before or len(self._probe) >= self.window:
+                self._end_probe()
+            return
+        self._recent = (self._recent + [dt])[-self.window :]
+        self._since += 1
+        if len(self._recent) < self.window:
+            return
+        med = statistics.median(self._recent)
+        best = self._best.get(self.threads)
+        self._best[self.threads] = med if best is None else min(best, med)
+        slowed = best is not None and med > self.slowdown * best
+        if slowed or self._since >= self._period:
+            self._start_probe(med, slowed)
+
+    def _start_probe(self, before: float, slowed: bool) -> None:
+        self._before = before
+        self._probe = []
+        self._since = 0
+        if slowed:  # the cores got busy or free: what we knew is stale
+            self._best.clear()
+            self._period = self.base_period
+        self._home = self.threads
+        self._apply(1 if self.threads > 1 else self.most)
+
+    def _end_probe(self) -> None:
+        probe = statistics.median(self._probe)
+        self._probe, self._recent = None, []
+        if probe < 0.9 * self._before:  # clearly faster: keep it
+            self.switches += 1
+            self._period = self.base_period
+            self.reason = (
+                "one thread: other processes are using the cores "
+                f"(steps {self._before / probe:.1f}x faster alone)"
+                if self.threads == 1
+                else "all cores: steps are fastest so"
+            )
+        else:  # go back, and look again later
+            self._apply(self._home)
+            self._period = min(self.max_period, self._period * 2)
+
+
+_governor: ThreadGovernor | None = None
+
+
+def governor() -> ThreadGovernor:
+    """The process's governor, made on first use (on the MLX worker thread)."""
+    global _governor
+    if _governor is None:
+        from .. import _blas
+
+        setting = os.environ.get(ENV, "auto").strip().lower()
+        fixed = int(setting) if setting.isdigit() and int(setting) > 0 else None
+        try:
+            import mlx.core as mx
+
+            cpu = mx.default_device().type == mx.DeviceType.cpu
+            sync = mx.synchronize
+        except Exception:  # no MLX: nothing to govern
+            cpu, sync = False, lambda: None
+        setters = _blas.thread_setters() if cpu else []
+        most = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        _governor = ThreadGovernor(setters, most, sync=sync, fixed=fixed if setters else None)
+    return _governor
+
+
+def describe() -> str:
+    """One line for ``%mlx status``: threads in use and why."""
+    g = _governor
+    if g is None:
+        return "threads: not yet decided (no generation yet)"
+    if not g.setters:
+        return "threads: the GPU or MLX's own defaults (nothing to govern here)"
+    return f"threads: {g.threads} of {g.most} ({g.reason})"
