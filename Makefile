@@ -1,4 +1,4 @@
-.PHONY: setup test demo lint bench
+.PHONY: setup test test-loaded demo lint bench
 
 setup:
 	scripts/setup.sh test
@@ -7,6 +7,11 @@ test:
 	scripts/setup.sh test
 	.venv/bin/ruff check mlx_notebook tests benchmarks scripts
 	.venv/bin/python -m pytest -q
+
+# The same suite with every core kept busy by another process (CI runs it once).
+test-loaded:
+	scripts/setup.sh test
+	scripts/test_loaded.sh
 
 demo:
 	scripts/setup.sh demo

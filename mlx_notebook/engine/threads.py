@@ -127,7 +127,10 @@ class ThreadGovernor:
     def _end_probe(self) -> None:
         probe = statistics.median(self._probe)
         self._probe, self._recent = None, []
-        if probe < 0.9 * self._before:  # clearly faster: keep it
+        # Fewer threads must win clearly (contention makes all threads several times
+        # slower); going back up needs less, since idle cores favour all threads.
+        need = 1.25 if self.threads < self._home else 1.05
+        if probe * need < self._before:  # clearly faster: keep it
             self.switches += 1
             self._period = self.base_period
             self.reason = (
