@@ -170,10 +170,13 @@ def test_ten_turns_each_prefill_only_what_is_new(default_engine):
     figs = [turn_figures(c.send(q).wait()) for q in QUESTIONS]
     check_reuse(figs)
     p9, _, g9, _ = figs[8]
-    p10, c10, _, t10 = figs[9]
+    p10, c10, _, _ = figs[9]
     new = p10 - (p9 + g9)  # the last user message and its template
     assert p10 - c10 <= new + 16, figs[9]
-    assert t10 <= 1.5 * figs[1][3], (t10, figs[1][3])
+    # Counted, not timed (TTFT is in benchmarks/bench_chat.py): the tenth turn
+    # computes no more prompt tokens than the second, though its prompt is far longer.
+    p2, c2, _, _ = figs[1]
+    assert p10 - c10 <= (p2 - c2) + 16, (figs[1], figs[9])
     assert p10 > 4 * figs[1][0]  # the conversation grew many times longer
 
 
