@@ -168,7 +168,8 @@ def test_asking_again_with_a_small_change_beats_lookup_and_normal(default_engine
     methods = [("none", 3), ("lookup", 4), ("lookup", 16), ("suffix", 16)]
     runs = decode_tps(eng, SIX, methods, 1, 96)
     passes = {m: v[0].stats.decode_steps for m, v in runs.items()}
-    assert passes["none", 3] == runs["none", 3][0].stats.generation_tokens
+    gen = runs["none", 3][0].stats.generation_tokens
+    assert gen <= passes["none", 3] <= gen + 1  # one pass a token (batched: one spare)
     best_lookup = min(passes["lookup", 4], passes["lookup", 16])
     assert passes["suffix", 16] * 2.5 <= passes["none", 3], passes
     assert passes["suffix", 16] * 2 <= best_lookup, passes
@@ -183,7 +184,7 @@ def test_open_ended_pays_for_no_verify_pass_and_little_else(default_engine):
     runs = decode_tps(eng, OPEN, [("none", 3), ("suffix", 16)], 1, 48)
     for r in runs["suffix", 16]:
         assert (r.stats.draft_rounds, r.stats.draft_tokens_proposed) == (0, 0)
-        assert r.stats.decode_steps == runs["none", 3][0].stats.decode_steps  # no extra pass
+        assert r.stats.decode_steps <= runs["none", 3][0].stats.decode_steps  # no extra pass
     # What suffix adds per token when nothing matches: each new token is indexed once
     # (a few n-grams), never the whole history again.
     r = runs["suffix", 16][0]
