@@ -148,3 +148,21 @@ def test_decode_deciding_where_end_to_end_does_not_is_said():
     res = CompareResult(runs, repeats=None, decision=Decision("undecided", "pairs"))
     assert res.verdict == "undecided"
     assert "decode alone decides: faster, 2.00×" in res.verdict_line()
+
+
+def test_the_view_marks_only_a_clear_faster_with_a_tick():
+    from mlx_notebook.notebook.compare import CompareRun
+
+    req = Request("go", max_tokens=32, draft="lookup", chat=False)
+    for speedup, sigma, mark, words in [
+        (1.5, 0.1, "ok", "faster: 1."),
+        (1.0, 0.01, "neutral", "no difference beyond ±5%"),
+        (1.0, 1.5, "neutral", "undecided after 4 pairs"),
+    ]:
+        b = TimedBackend(speedup, sigma, seed=9)
+        c = Comparison(b, req, clock=b.clock, max_pairs=4, budget_s=1e9)
+        run = CompareRun(c).start()
+        run.wait(30)
+        html = run.widget.children[0].value
+        assert f'<span class="{mark}"></span>' in html and words in html, html[:600]
+        assert "(pair " not in html  # ended: no progress line

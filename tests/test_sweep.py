@@ -73,3 +73,61 @@ def test_sweep_view(engine, tiny_dir):
     assert res.ks == [1, 2]
     with pytest.raises(ValueError, match="ks"):
         Sweep(engine, req, ks=[0, 20])
+
+
+class SpeedBackend:
+    """Runs end at once with a decode speed set by k (injected; no noise but a wobble)."""
+
+    def __init__(self, speed_of_k, base=30.0):
+        self.speed_of_k, self.base, self.n = speed_of_k, base, 0
+
+    def check(self, request):
+        pass
+
+    def submit(self, request):
+        from mlx_notebook.engine.events import Finished
+        from mlx_notebook.engine.job import Job
+
+        self.n += 1
+        job = Job(request, self.n)
+        wobble = 1 + 0.01 * ((self.n * 7) % 5 - 2)
+        k = request.num_draft_tokens if request.mode != "normal" else None
+        tps = self.base * (1.0 if k is None else self.speed_of_k[k]) * wobble
+        s = Stats(generation_tokens=20, generation_tps=tps, total_s=20 / tps)
+        if k is not None:
+            s.draft_tokens_proposed, s.draft_tokens_accepted, s.draft_rounds = 20, 10, 5
+        job.emit(Finished("x", "length", stats=s))
+        return job
+
+
+def test_clearly_worse_k_is_dropped_after_the_second_round():
+    speeds = {1: 1.5, 2: 1.6, 8: 0.5}
+    req = Request("go", max_tokens=20, draft="lookup", chat=False)
+    sw = Sweep(SpeedBackend(speeds), req, ks=[1, 2, 8], repeats=4, seed=3).start()
+    res = sw.wait(30)
+    assert res.dropped == {8: 2}  # known after two rounds, not run in rounds 3 and 4
+    runs = {k: sum(1 for kk, r in res.runs if kk == k and r is not None) for k in speeds}
+    assert runs == {1: 4, 2: 4, 8: 2}
+    assert res.best_k == 2 and "dropped early as clearly worse: k = 8" in res.verdict_line()
+    kept = Sweep(SpeedBackend(speeds), req, ks=[1, 2, 8], repeats=3, seed=3, drop=False)
+    assert kept.start().wait(30).dropped == {}
+
+
+def test_estimate_of_the_time_left():
+    done = [(None, res(10)), (1, res(20)), (2, None), (None, None)]
+    sr = SweepResult(done, [1, 2])
+    each = (10 / 10 + 10 / 20) / 2  # res() makes 10 tokens at the given tok/s
+    assert sr.estimate_s() == pytest.approx(2 * each)
+    assert sr.estimate_s(planned=10) == pytest.approx(8 * each)
+    assert SweepResult([(None, None)], [1]).estimate_s() is None
+
+
+def test_sweep_view_shows_progress_with_an_estimate(engine, tiny_dir):
+    from mlx_notebook.notebook.sweep import SweepRenderer
+
+    req = Request("go", max_tokens=20, draft="lookup", chat=False)
+    sw = Sweep(SpeedBackend({1: 1.5, 2: 1.2}), req, ks=[1, 2], repeats=2, seed=1)
+    view = SweepRenderer(sw)
+    assert "estimating" in view.plain()  # nothing has run yet
+    sw.start().wait(30)
+    assert "best k" in view.plain() and "dropped" not in view.plain()
