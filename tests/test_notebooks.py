@@ -32,7 +32,12 @@ def test_quickstart():
 
 def test_speculative_vs_normal():
     out = run("speculative_vs_normal.ipynb")
-    assert "identical text in all 6 runs" in out and "faster: " in out  # copying pays
+    # Greedy speculative text equals normal; the verdict is whatever the rule decided
+    # (a speed verdict is no test: bench_compare.py measures it).
+    assert "identical text in all" in out
+    verdicts = ("faster: ", "slower: ", "no difference beyond", "undecided after")
+    assert any(v in out for v in verdicts), out[:500]
+    assert "acceptance " in out  # drafts were accepted and counted
     assert "by position:" in out
     assert "best k = " in out or "no k beat normal decoding" in out
     assert out.count("lookup") >= 8 and out.count("normal") >= 4  # the sweep's history rows
