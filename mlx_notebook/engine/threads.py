@@ -98,9 +98,12 @@ class ThreadGovernor:
         dt = now - last
         if self._probe is not None:
             self._probe.append(dt)
-            # One clearly slow step ends a probe at once: trying all threads while the
-            # cores are taken costs seconds a step, so never more than one.
-            if dt > self.abort * self._before or len(self._probe) >= self.window:
+            # One slow step ends a probe at once. Trying all threads while the cores are
+            # taken costs seconds a step, so never more than one; and one thread only
+            # helps when the cores are taken, when it is many times faster at once, so a
+            # step of one thread that is not even 10% faster ends that probe too.
+            limit = self._before / 1.1 if self.threads < self._home else self.abort * self._before
+            if dt > limit or len(self._probe) >= self.window:
                 self._end_probe()
             return
         self._recent = (self._recent + [dt])[-self.window :]
@@ -141,7 +144,8 @@ class ThreadGovernor:
             )
         else:  # go back, and look again later
             self._apply(self._home)
-            self._period = min(self.max_period, self._period * 2)
+            # After the quick first look, every later one waits at least `period` steps.
+            self._period = min(self.max_period, max(self.base_period, self._period * 2))
 
 
 _governor: ThreadGovernor | None = None
