@@ -77,14 +77,23 @@ class RunSet:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            for j in self.jobs:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                j.wait(left)
+            _wait_all(self.jobs, deadline)
         except KeyboardInterrupt:
-            self.cancel()
-            for j in self.jobs:
-                j.settle()
+            _stop_all(self)
             raise
+
+
+def _wait_all(jobs, deadline: float | None) -> None:
+    """Wait for each job in turn, all within ``deadline`` (a `time.monotonic` value)."""
+    for j in list(jobs):
+        j.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+def _stop_all(runs) -> None:
+    """After Ctrl-C: cancel every run and wait until each has really ended."""
+    runs.cancel()
+    for j in list(runs.jobs):
+        j.settle()
 
 
 def measured_request(prompt, model: str, draft: str | None, backend, **fields):
@@ -212,12 +221,9 @@ class PacedRuns:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError("the measurement has not finished yet")
                 self._thread.join(0.05)
-            for j in list(self.jobs):
-                j.wait(timeout)
+            _wait_all(self.jobs, deadline)
         except KeyboardInterrupt:
-            self.cancel()
-            for j in list(self.jobs):
-                j.settle()
+            _stop_all(self)
             if self._thread is not None:
                 self._thread.join()
             raise

@@ -197,15 +197,7 @@ class CompareRun:
 
         Later pairs join the view as the comparison submits them.
         """
-        runs = self.comparison.runs
-        runs.on_submit = lambda job, _i: self.view.add(job)
-        runs.on_end = self.view.seal
-        self.view.attach(sealed=False)
-        try:
-            self.comparison.start()
-        except BaseException:
-            self.view.seal()  # nothing runs: the view ends at once
-            raise
+        self.view.follow(self.comparison.runs, self.comparison.start)
         return self
 
     def _finish(self) -> None:

@@ -132,15 +132,7 @@ class SweepRun:
 
     def start(self) -> SweepRun:
         """Check and submit the first round; later rounds join the view as they start."""
-        runs = self.sweep.runs
-        runs.on_submit = lambda job, _i: self.view.add(job)
-        runs.on_end = self.view.seal
-        self.view.attach(sealed=False)
-        try:
-            self.sweep.start()
-        except BaseException:
-            self.view.seal()
-            raise
+        self.view.follow(self.sweep.runs, self.sweep.start)
         return self
 
     def _finish(self) -> None:

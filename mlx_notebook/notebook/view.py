@@ -108,11 +108,27 @@ class LiveView:
             self._thread.start()
         return self
 
+    def follow(self, runs, start: Callable[[], object]) -> LiveView:
+        """Follow runs submitted as they go (a `PacedRuns`); ``start()`` submits the first.
+
+        Each new job joins the view, and the view ends once pacing has ended and
+        those jobs have. If ``start`` raises, nothing runs and the view ends at once.
+        """
+        runs.on_submit = lambda job, _i: self.add(job)
+        runs.on_end = self.seal
+        self.attach(sealed=False)
+        try:
+            start()
+        except BaseException:
+            self.seal()
+            raise
+        return self
+
     def add(self, job: Job) -> None:
         """Follow one more job (its index is the number of jobs before it)."""
         i = len(self._jobs)
         self._jobs.append(job)
-        if self.renderer_stopping():
+        if self.stopping:  # Stop came before this job was submitted
             job.cancel()
         job.add_listener(lambda ev: self.push(ev, i))
 
@@ -122,7 +138,8 @@ class LiveView:
         if all(j.done for j in self._jobs):
             self._done.set()
 
-    def renderer_stopping(self) -> bool:
+    @property
+    def stopping(self) -> bool:
         """Whether Stop was pressed."""
         return self.stop_button.disabled
 
