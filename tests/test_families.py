@@ -1,0 +1,187 @@
+"""Every model family batches, speculates, caches and streams exactly as it decodes alone.
+
+Tiny random-weight models built from mlx-lm's own classes (`families.FAMILIES`):
+full attention, sliding windows shorter than every prompt, gated-delta, Mamba
+and convolution state, and caches nested in a ``CacheList``. The reference is
+mlx-lm's own ``generate_step`` on a separate, unpatched load.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+import pytest
+
+from mlx_notebook.chat import Chat
+from mlx_notebook.engine import Engine, Request, Token
+from mlx_notebook.families import FAMILIES, WINDOW, build_family
+
+NAMES = sorted(FAMILIES)
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. Hello",
+    "Rivers flow to the sea; mountains rise",
+    "Paris is the capital of France. Speculative",
+    "def main():\n    print('hello')",
+    "café naïve façade 東京",
+]
+# Copy-heavy: prompt lookup and suffix drafts get accepted, and rejected.
+COPY = "Rivers flow to the sea; mountains rise above the clouds. " * 3
+N = 3 * WINDOW  # output tokens: well past every sliding window
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {f: str(build_family(f, root / f)) for f in NAMES}
+
+
+@pytest.fixture(scope="module")
+def eng():
+    e = Engine()
+    yield e
+    e.close()
+
+
+_REF: dict = {}
+
+
+def reference(path: str, prompt_ids: list[int], n: int) -> list[int]:
+    """mlx-lm's greedy ids (an unpatched load, its own cache and loop)."""
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+
+    if path not in _REF:
+        _REF[path] = load(path)[0]
+    steps = generate_step(mx.array(prompt_ids), _REF[path], max_tokens=n)
+    return [int(t) for t, _ in steps]
+
+
+def encode(eng, path, text):
+    tok = eng.call(lambda: eng.registry.get(path).tokenizer).result()
+    return tok.encode(text, add_special_tokens=False)
+
+
+def run(eng, path, prompt, n=N, **kw):
+    kw.setdefault("chat", False)
+    r = eng.submit(Request(prompt, model=path, max_tokens=n, **kw)).result(timeout=120)
+    assert r.finish_reason in ("length", "stop"), r.error
+    return r
+
+
+def solo(eng, path, prompt, n=N, **kw):
+    return run(eng, path, prompt, n, batch=False, reuse_cache=False, **kw).token_ids
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_greedy_equals_mlx_lm_fast_path_on_and_off(family, dirs, eng, monkeypatch):
+    path = dirs[family]
+    for prompt in PROMPTS[:2]:
+        want = reference(path, encode(eng, path, prompt), N)
+        assert solo(eng, path, prompt) == want, prompt
+    monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
+    slow = Engine()
+    try:
+        assert solo(slow, path, PROMPTS[0]) == reference(path, encode(eng, path, PROMPTS[0]), N)
+    finally:
+        slow.close()
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
+    path = dirs[family]
+    alone = [solo(eng, path, p) for p in PROMPTS[:5]]
+    # Three rows from the start (one shared prefill).
+    jobs = [eng.submit(Request(p, model=path, chat=False, max_tokens=N)) for p in PROMPTS[:3]]
+    res = [j.result(timeout=120) for j in jobs]
+    assert max(r.stats.batch_rows for r in res) == 3
+    assert [r.token_ids for r in res] == alone[:3]
+    # Two rows join a row that is already past its window.
+    first = eng.submit(Request(PROMPTS[0], model=path, chat=False, max_tokens=4 * N))
+    seen = 0
+    for ev in first.events(detach=True):
+        seen += isinstance(ev, Token)
+        if seen > WINDOW + 2:
+            break
+    late = [eng.submit(Request(p, model=path, chat=False, max_tokens=N)) for p in PROMPTS[3:5]]
+    long_alone = solo(eng, path, PROMPTS[0], 4 * N)
+    assert first.result(timeout=120).token_ids == long_alone
+    out = [j.result(timeout=120) for j in late]
+    assert max(r.stats.batch_rows for r in out) >= 2
+    assert [r.token_ids for r in out] == alone[3:5]
+
+
+@pytest.mark.parametrize("family", NAMES)
+@pytest.mark.parametrize("kind", ["lookup", "suffix"])
+def test_speculation_equals_normal_decoding(family, kind, dirs, eng):
+    path = dirs[family]
+    proposed = accepted = 0
+    for prompt in (COPY, PROMPTS[1]):
+        want = solo(eng, path, prompt)  # suffix: the same output is in the session index
+        r = run(eng, path, prompt, draft=kind, num_draft_tokens=4, lookup_ngram=1, reuse_cache=False)
+        assert r.token_ids == want, prompt
+        proposed += r.stats.draft_tokens_proposed
+        accepted += r.stats.draft_tokens_accepted
+    assert proposed > accepted  # some drafts were rejected: the caches were rewound
+    if kind == "suffix":
+        assert accepted > 0
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_cancel_then_rerun_gives_the_same_ids(family, dirs, eng):
+    path = dirs[family]
+    want = solo(eng, path, PROMPTS[2])
+    job = eng.submit(Request(PROMPTS[2], model=path, chat=False, max_tokens=10 * N))
+    seen = 0
+    for ev in job.events(detach=True):
+        seen += isinstance(ev, Token)
+        if seen == WINDOW + 3:
+            job.cancel()
+    assert job.result(timeout=120).finish_reason == "cancelled"
+    again = run(eng, path, PROMPTS[2])  # may reuse what the cancelled job cached
+    assert again.token_ids == want
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_two_chat_turns_equal_a_fresh_engines(family, dirs, eng):
+    path = dirs[family]
+    chat = Chat(path, backend=eng, max_tokens=N)
+    chat.ask("Hello world!")
+    second = chat.send("Stop here.").wait(timeout=120)
+    assert second.stats.cached_tokens > 0  # the first turn's cache served the second
+    fresh = Engine()
+    try:
+        again = Chat(path, backend=fresh, max_tokens=N)
+        again.ask("Hello world!")
+        assert again.send("Stop here.").wait(timeout=120).text == second.text
+        assert again.messages == chat.messages
+    finally:
+        fresh.close()
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_a_prompt_past_2048_tokens_equals_mlx_lm(family, dirs, eng):
+    path = dirs[family]
+    text = (COPY + PROMPTS[0]) * 40
+    ids = encode(eng, path, text)
+    assert len(ids) > 2100
+    want = reference(path, ids, WINDOW)
+    r = eng.submit(Request(text, model=path, chat=False, max_tokens=WINDOW, batch=False))
+    assert r.result(timeout=300).token_ids == want
+
+
+def test_every_family_builds_with_the_cache_it_is_named_for(dirs, eng):
+    kinds = {
+        f: {type(c).__name__ for c in eng.call(lambda p=p: _cache_types(eng, p)).result()}
+        for f, p in dirs.items()
+    }
+    assert "RotatingKVCache" in kinds["gemma3_text"] and "RotatingKVCache" in kinds["gpt_oss"]
+    assert "ArraysCache" in kinds["qwen3_5"] and "ArraysCache" in kinds["mamba2"]
+    assert kinds["falcon_h1"] == {"CacheList"}
+    assert os.path.isdir(dirs["llama"])
+
+
+def _cache_types(eng, path):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    return make_prompt_cache(eng.registry.get(path).model)
