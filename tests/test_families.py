@@ -118,7 +118,8 @@ def test_speculation_equals_normal_decoding(family, kind, dirs, eng):
     proposed = accepted = 0
     for prompt in (COPY, PROMPTS[1]):
         want = solo(eng, path, prompt)  # suffix: the same output is in the session index
-        r = run(eng, path, prompt, draft=kind, num_draft_tokens=4, lookup_ngram=1, reuse_cache=False)
+        opts = dict(draft=kind, num_draft_tokens=4, lookup_ngram=1, reuse_cache=False)
+        r = run(eng, path, prompt, **opts)
         assert r.token_ids == want, prompt
         proposed += r.stats.draft_tokens_proposed
         accepted += r.stats.draft_tokens_accepted

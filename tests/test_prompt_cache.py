@@ -93,16 +93,23 @@ class RotatingScripted(ScriptedModel):
         return [RotatingKVCache(max_size=8, keep=0)]
 
 
-def test_untrimmable_cache_falls_back_without_error(engine, tiny_tokenizer):
+def test_untrimmable_cache_is_reused_only_from_the_end_of_a_prompt(engine, tiny_tokenizer):
     vocab = len(tiny_tokenizer.get_vocab())
     engine.call(
         lambda: engine.registry.register(
             "rot", RotatingScripted(vocab, lambda p, t: 40), tiny_tokenizer
         )
     ).result()
-    for _ in range(2):
-        r = engine.submit(make("rot", P1, max_tokens=5)).result(timeout=30)
-        assert r.finish_reason == "length" and r.stats.cached_tokens == 0
+    runs = [engine.submit(make("rot", P1, max_tokens=5)).result(timeout=30) for _ in range(2)]
+    assert [r.finish_reason for r in runs] == ["length", "length"]
+    assert runs[0].token_ids == runs[1].token_ids
+    # The window is past its 8 tokens, so the first job's final state (prompt and
+    # output) cannot come back to the prompt: the state kept at its prompt's end can.
+    prompt = runs[0].stats.prompt_tokens
+    assert runs[0].stats.cached_tokens == 0 and runs[1].stats.cached_tokens == prompt - 1
+    entries = engine.call(lambda: engine._state["rot"].cache.entries).result()
+    assert all(e[: prompt - 1] == entries[0][: prompt - 1] for e in entries)
+    assert sorted(len(e) for e in entries) == [prompt - 1, prompt + 5]  # each kept once
 
 
 # -- several prefixes per model (issue 14) -----------------------------------------------

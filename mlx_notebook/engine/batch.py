@@ -12,10 +12,17 @@ work (and at the cancel points of a job running alone), and each tick:
 Steps are pipelined as in mlx-lm: step n+1 is queued (``async_eval``) before the
 tokens of step n are read and emitted. Rows keep their own sampler, logits
 processors, seed, stop strings, budget, events and stats (`output.Output`).
-A row alone decodes on its own KV cache, exactly as a job alone; from two rows
-on, their caches are merged into mlx-lm's left-padded ``BatchKVCache``, and a
-row that leaves gets its own cache back (``extract``), consistent with its
-tokens, for the prompt cache.
+A row alone decodes on its own cache, exactly as a job alone; from two rows
+on, each layer's caches are merged by that kind's own ``merge`` (full attention
+into a left-padded ``BatchKVCache``, a sliding window into a
+``BatchRotatingKVCache``, recurrent state stacked; see `caches`), and a row
+that leaves gets its own cache of the original kind back (``extract``),
+consistent with its tokens, for the prompt cache. A model with a kind that
+cannot merge never gets here: its jobs run alone (`admit` says why).
+
+Nothing strands a job: an error while joining ends the joining rows only; an
+error in the shared step (or in taking a row out) ends the rows in it; every
+ended row leaves the batch, so an empty batch lets the worker sleep.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from ..models import cpu_fast
+from .caches import extract, finalize, merge, prepare_padding, unbatchable
 from .errors import describe, detach_frames
 from .events import Finished, PrefillProgress
 from .job import Job
@@ -70,6 +78,8 @@ class Row:
         """The prompt is in the cache: ready to join the next step."""
         self.steps.close()
         self.phase = "ready"
+        if self.job.request.reuse_cache:
+            self.state.cache.keep_prompt(self.seq)
 
 
 class Batch:
@@ -109,11 +119,20 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(self.rows)
 
-    def admit(self, job: Job, main) -> None:
+    def admit(self, job: Job, main) -> str | None:
         """Set ``job`` up as a row on ``main`` (loaded); it prefills on later ticks.
 
         A job that fails here (its prompt does not fit, say) ends at once.
+
+        Returns:
+            None, or why ``main`` cannot batch (a cache kind with no ``merge``):
+            the job was not admitted and must run alone.
         """
+        from mlx_lm.models.cache import make_prompt_cache
+
+        why = unbatchable(make_prompt_cache(main.model))
+        if why is not None:
+            return f"{main.name} runs alone: its {why} layers cannot join a batch"
         t0 = time.perf_counter()
         out = None
         try:
@@ -126,10 +145,11 @@ class Batch:
         except Exception as exc:  # noqa: BLE001 - ends this job only
             fin = Finished.failed(exc)
             job.emit(fin if out is None else out.finish("error", fin.error, fin.exception))
-            return
+            return None
         if self.main is None:
             self.main, self._tables = main, tables
         self.rows.append(Row(job, state, setup, seq, out))
+        return None
 
     # -- the step -------------------------------------------------------------------------
     def tick(self) -> None:
@@ -137,17 +157,21 @@ class Batch:
 
         Never raises: an error ends the rows it concerns, with the error.
         """
-        for row in [r for r in self.rows if r.job.cancelled]:
-            self._end(row, "cancelled")
-        self._prefill_chunk()
         try:
+            for row in [r for r in self.rows if r.job.cancelled]:
+                self._end(row, "cancelled")
+            self._prefill_chunk()
             self._step()
-        except Exception as exc:  # noqa: BLE001 - the shared step failed: every row in it
-            failed, self.decoding = self.decoding, []
-            self._cache, self._pending = None, None
-            for row in failed:
-                row.phase, row.seq.cache = "failed", None  # its cache state is unknown
-                self._end(row, "error", exc)
+        except Exception as exc:  # noqa: BLE001 - the shared state failed: every row in it
+            self._fail_shared(exc)
+
+    def _fail_shared(self, exc: BaseException) -> None:
+        """End every row whose cache lives in the batch (its state is unknown)."""
+        failed = [r for r in self.rows if r in self.decoding or r.phase == "joining"]
+        self.decoding, self._cache, self._pending = [], None, None
+        for row in failed:
+            row.phase, row.seq.cache = "failed", None
+            self._end(row, "error", exc)
 
     def _prefill_chunk(self) -> None:
         """One time-sized chunk: of the oldest prefilling row, or of several short prompts.
@@ -174,7 +198,7 @@ class Batch:
         budget = max(first.sizer.size_at(len(first.seq.tokens)), int(min(fit or 0, first.sizer.hi)))
         group, total = [], 0
         for r in pre:
-            if total + r.left > budget or not r.seq.trimmable:
+            if total + r.left > budget:
                 break
             group.append(r)
             total += r.left
@@ -205,27 +229,20 @@ class Batch:
         return predicted is not None and predicted <= self.HOLD_S
 
     def _prefill_together(self, group: list[Row]) -> None:
-        from mlx_lm.models.cache import BatchKVCache
-
         tokens = [r.setup.prompt[len(r.seq.tokens) : -1] for r in group]
         longest = max(len(t) for t in tokens)
         pad = [longest - len(t) for t in tokens]
-        caches = [
-            BatchKVCache.merge([r.seq.cache[i] for r in group])
-            for i in range(len(group[0].seq.cache))
-        ]
+        caches = merge([r.seq.cache for r in group])
         for t in self._tables:
             t.grow(max(len(r.seq.tokens) for r in group) + longest)
-        if max(pad):
-            for c in caches:  # padding after the prompt, moved in front afterwards
-                c.prepare(right_padding=pad)
+        if max(pad):  # padding after each prompt: masked, then moved in front or dropped
+            prepare_padding(caches, [len(t) for t in tokens], pad)
         self.main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
         if max(pad):
-            for c in caches:
-                c.finalize()
+            finalize(caches)
         mx.eval([c.state for c in caches])
         for i, (r, t) in enumerate(zip(group, tokens)):
-            r.seq.cache = [c.extract(i) for c in caches]
+            r.seq.cache = extract(caches, i)
             r.seq.record(t)
             r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
             r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, len(t))
@@ -240,10 +257,18 @@ class Batch:
             return
         cur = self._pending
         if joiners:
+            try:
+                self._join(joiners)
+            except _JoinFailed as failed:  # nothing shared changed: the others go on
+                for r in joiners:
+                    self._end(r, "error", failed.__cause__)
+                joiners = []
+        if joiners:
             new = mx.array([r.setup.prompt[-1] for r in joiners], dtype=mx.uint32)
             cur = new if cur is None else mx.concatenate([cur, new])
-            self._join(joiners)
         rows = self.decoding
+        if not rows:
+            return
         for r in rows:
             st = r.out.stats
             st.batch_rows = max(st.batch_rows, len(rows))
@@ -299,26 +324,33 @@ class Batch:
 
     # -- the cache's batch axis ----------------------------------------------------------
     def _join(self, joiners: list[Row]) -> None:
-        from mlx_lm.models.cache import BatchKVCache
+        """Add ``joiners`` to the cache's batch axis.
 
+        Raises:
+            _JoinFailed: Merging failed before anything shared changed.
+        """
         for r in joiners:
-            r.phase = "decode"
             r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, r.sizer.largest)
         if not self.decoding and len(joiners) == 1:
             self._cache = joiners[0].seq.cache  # alone: its own cache, as a job alone
         else:
             caches = [r.seq.cache for r in joiners]
-            if len(self.decoding) == 1:  # the lone row's own cache joins the merge
-                caches.insert(0, self._cache)
-                self._cache = None
-            merged = [BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
-            if self._cache is None:
+            lone = len(self.decoding) == 1  # the lone row's own cache joins the merge
+            try:
+                merged = merge([self._cache, *caches] if lone else caches)
+            except Exception as exc:
+                raise _JoinFailed from exc
+            for r in joiners:
+                r.phase = "joining"  # from here a failure concerns the shared state
+            if lone or not self.decoding:
                 self._cache = merged
             else:
                 for mine, more in zip(self._cache, merged):
                     mine.extend(more)
             for r in self.decoding + joiners:
                 r.seq.cache = None  # lives in the batch until the row leaves
+        for r in joiners:
+            r.phase = "decode"
         self.decoding = self.decoding + joiners
 
     def _leave(self, row: Row) -> None:
@@ -327,12 +359,12 @@ class Batch:
         if len(self.decoding) == 1:
             self._cache, self._pending = None, None
         else:
-            row.seq.cache = [c.extract(i) for c in self._cache]
+            row.seq.cache = extract(self._cache, i)
             if self._pending is not None:
                 self._pending = self._pending[mx.array(keep)]
             if len(keep) == 1:  # back to one row: its own cache again
                 last = self.decoding[keep[0]]
-                last.seq.cache = [c.extract(keep[0]) for c in self._cache]
+                last.seq.cache = extract(self._cache, keep[0])
                 self._cache = last.seq.cache
             else:
                 for c in self._cache:
@@ -341,8 +373,14 @@ class Batch:
 
     def _end(self, row: Row, reason: str | None, exc: BaseException | None = None) -> None:
         row.steps.close()  # a no-op once prefilled
+        broken = None
         if row.phase == "decode":
-            self._leave(row)
+            try:
+                self._leave(row)
+            except Exception as err:  # noqa: BLE001 - this row ends; the others after it
+                broken, row.seq.cache = err, None
+                self.decoding.remove(row)
+                reason, exc = ("error", err) if exc is None else (reason, exc)
         row.phase = "done"
         self.rows.remove(row)
         if not self.rows:
@@ -355,6 +393,8 @@ class Batch:
             row.state.suffix.add(row.setup.prompt + row.out.generated)
         error = None if exc is None else describe(exc)
         row.job.emit(row.out.finish(reason, error, None if exc is None else detach_frames(exc)))
+        if broken is not None:
+            self._fail_shared(broken)
 
     def fail_all(self, reason: str, error: str | None = None, exc=None) -> None:
         """End every row (engine shutdown)."""
@@ -364,3 +404,7 @@ class Batch:
             self.rows.remove(row)
             row.job.emit(fin)
         self.decoding, self._cache, self._pending, self.main = [], None, None, None
+
+
+class _JoinFailed(Exception):
+    """Merging new rows' caches failed; the batch is as it was (the cause is chained)."""

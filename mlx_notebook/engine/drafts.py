@@ -101,6 +101,7 @@ class DraftModel:
         seq = self.seq
         keep = min(common_prefix(seq.tokens, history, self._synced), len(history) - 1)
         seq.trim_to(keep)
+        seq.checkpoint()  # the next proposal rewinds to here or later
         logits = seq.forward(list(history[keep:]))
         ys = []
         y = self._sample(logits)

@@ -7,6 +7,12 @@ an entry that is a prefix of the new prompt is taken out (the job extends it,
 and it comes back longer); one that must be trimmed is copied first, so the
 original stays for its own conversation. The least recently used entries go
 when the byte budget is exceeded.
+
+A cache that cannot be trimmed (a sliding window past its length, recurrent
+state) serves only prompts that extend everything it holds: it never hands
+out a state with tokens the new prompt lacks. So that a chat's next turn still
+finds one, the state at the end of each prompt is kept too (`keep_prompt`):
+the next turn extends it even when the reply re-tokenizes differently.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ def default_budget() -> int:
 class PromptCache:
     """One model's reusable KV caches: an LRU of `CachedSequence` entries within a budget.
 
-    Caches that cannot be trimmed (rotating or recurrent ones) are never reused.
+    Caches that cannot be trimmed (rotating or recurrent ones) are reused only
+    where the new prompt extends all they hold.
 
     Args:
         max_bytes: Byte budget of all entries; `default_budget` when None.
@@ -92,15 +99,17 @@ class PromptCache:
             prompt token is always left to compute. ``seq`` belongs to the job
             until `store` takes it back.
         """
-        best, best_len = None, 0
+        best, best_len, limit = None, 0, len(tokens) - 1
         if reuse:
             for key, seq in self._entries.items():
-                if seq.model is not model or not seq.trimmable:
+                if seq.model is not model:
                     continue
-                n = common_prefix(seq.tokens, tokens)
+                n = min(common_prefix(seq.tokens, tokens), limit)
+                if n < len(seq.tokens) and not seq.trimmable:
+                    continue  # it holds tokens the prompt lacks, and cannot drop them
                 if n > best_len:
                     best, best_len = key, n
-        keep = min(best_len, len(tokens) - 1)
+        keep = best_len
         if best is None or keep <= 0:
             return CachedSequence(model), 0
         seq = self._entries[best]
@@ -115,21 +124,31 @@ class PromptCache:
         return seq, keep
 
     def store(self, seq: CachedSequence) -> None:
-        """Keep ``seq`` (if consistent and trimmable); drop entries it makes redundant."""
-        if not (seq.trimmable and seq.consistent()) or not seq.tokens:
+        """Keep ``seq`` (if consistent); drop entries it makes redundant."""
+        seq.settle()
+        if not seq.consistent() or not seq.tokens:
             return
         with self._lock:
             for key, other in list(self._entries.items()):
-                if other is seq:
+                if other is seq or other.model is not seq.model:
                     continue
-                # A prefix of the new entry only takes space: the new one covers it.
-                if other.model is seq.model and common_prefix(other.tokens, seq.tokens) == len(
-                    other.tokens
-                ):
+                # A prefix of the new entry only takes space when the new one can be
+                # trimmed back to it (an untrimmable one covers only the same tokens).
+                n = common_prefix(other.tokens, seq.tokens)
+                if n == len(other.tokens) and (seq.trimmable or n == len(seq.tokens)):
                     del self._entries[key]
             self._entries[id(seq)] = seq
             self._entries.move_to_end(id(seq))
             self._evict()
+
+    def keep_prompt(self, seq: CachedSequence) -> None:
+        """Keep the state at the end of a prompt when ``seq`` will not be trimmable.
+
+        Full-attention caches need nothing: whatever ``seq`` holds at the end trims
+        back to any prefix. A copy shares the arrays until either side writes.
+        """
+        if not seq.rewinds_anywhere and seq.tokens:
+            self.store(seq.snapshot())
 
     def resize(self, max_bytes: int) -> None:
         """Change the budget, evicting at once if needed."""

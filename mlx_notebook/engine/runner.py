@@ -85,6 +85,8 @@ def run_job(
             sizer=sizer,
         )
         stats.prefill_chunk = sizer.largest
+        if req.reuse_cache:
+            main_cache.keep_prompt(seq)
         passes0 = seq.passes
         history = list(prompt)
         common = dict(

@@ -18,7 +18,7 @@ from ..models.spec import ModelNotFound
 from .checks import require_same_vocab
 from .diagnostics import describe_device
 from .errors import EngineClosed, describe
-from .events import Finished, Loading, Queued, Started
+from .events import Finished, Loading, Notice, Queued, Started
 from .job import Job
 from .prompt_cache import ModelState
 from .request import Request
@@ -61,7 +61,7 @@ class Scheduling:
 
     def _batchable(self, job: Job) -> bool:
         r = job.request
-        return self._max_batch > 1 and r.batch and r.mode == "normal"
+        return self._max_batch > 1 and r.batch and r.mode == "normal" and job.id not in self._alone
 
     def _admit(self, solo_allowed: bool) -> Job | None:
         """Move jobs from the queue into the batch; pop the next job to run alone.
@@ -108,9 +108,11 @@ class Scheduling:
     def _begin(self, job: Job) -> bool:
         """A job leaves the queue: end it if it was cancelled meanwhile, else start it."""
         if job.cancelled:
+            self._alone.pop(job.id, None)
             job.emit(Finished("", "cancelled"))
             return False
-        job.emit(Started())
+        if self._alone.pop(job.id, None) is None:  # a job sent back to run alone has started
+            job.emit(Started())
         return True
 
     def _start_row(self, job: Job) -> None:
@@ -121,7 +123,13 @@ class Scheduling:
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             job.emit(Finished.failed(exc))
             return
-        self._batch.admit(job, main)
+        why = self._batch.admit(job, main)
+        if why is not None:  # its model cannot batch: first in line to run alone
+            job.emit(Notice(why))
+            with self._cond:
+                self._alone[job.id] = why
+                self._keys[job.id] = main.name
+                self._queue.appendleft(job)
 
     def _between(self) -> None:
         """A job running alone is at a cancel point: calls, admissions, one batch tick."""

@@ -1,4 +1,11 @@
-"""A model with its KV cache and the exact token list that cache holds."""
+"""A model with its cache and the exact token list that cache holds.
+
+Rewinding (rejected drafts, a shorter prompt) trims full-attention caches. A
+sliding window past its length or a recurrent state cannot be trimmed; it is
+restored from a `caches.Snapshot` taken at a checkpoint, and the tokens from
+there to the rewind point are kept *pending*: recorded, not yet in the cache,
+and fed in front of the next forward pass (one pass instead of a replay pass).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,8 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from .caches import Snapshot, always_trimmable, copy_cache
 
 
 class CachedSequence:
@@ -24,7 +33,13 @@ class CachedSequence:
         self.model = model
         self.cache = cache if cache is not None else make_prompt_cache(model)
         self.tokens: list[int] = list(tokens)
+        self.pending: list[int] = []  # the last of ``tokens``, not yet fed to the cache
         self.passes = 0  # forward passes run through here: what tests count, not time
+        self.replayed = 0  # pending tokens fed again after a restore
+        self._mark: Snapshot | None = None
+        self._plain = always_trimmable(self.cache)
+
+    MAX_PENDING = 32  # past this, a checkpoint feeds them first (bounds the next pass)
 
     @property
     def trimmable(self) -> bool:
@@ -38,30 +53,82 @@ class CachedSequence:
         records the values with `record` once it knows them.
         """
         arr = ids if isinstance(ids, mx.array) else mx.array(list(ids), dtype=mx.uint32)
+        pend = len(self.pending)
+        if pend:
+            arr = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), arr.astype(mx.uint32)])
+            self.replayed += pend
+            self.pending = []
         logits = self.model(arr[None], cache=self.cache)
         self.passes += 1
         if not isinstance(ids, mx.array):
             self.tokens.extend(ids)
-        return logits
+        return logits[:, pend:] if pend else logits
+
+    @property
+    def rewinds_anywhere(self) -> bool:
+        """Whether every layer trims at any length (full attention only)."""
+        return self._plain
+
+    @property
+    def held(self) -> int:
+        """Tokens actually in the cache (``tokens`` less the pending ones)."""
+        return len(self.tokens) - len(self.pending)
+
+    def checkpoint(self) -> None:
+        """Remember this point, so `trim_to` can come back here on any cache kind.
+
+        A no-op for caches that trim at any length (full attention only).
+        """
+        if self._plain:
+            return
+        if len(self.pending) > self.MAX_PENDING:
+            mx.eval(self.forward([]))
+        if not self.pending:  # with tokens pending, the cache is still at the mark
+            self._mark = Snapshot(self.cache, len(self.tokens))
 
     def record(self, ids: Sequence[int]) -> None:
         """Record token values fed earlier as a lazy array."""
         self.tokens.extend(ids)
 
     def trim_to(self, n: int) -> None:
-        """Rewind the cache so it holds the first ``n`` recorded tokens."""
-        extra = len(self.tokens) - n
-        if extra > 0:
-            trimmed = trim_prompt_cache(self.cache, extra)
-            if trimmed != extra:
-                raise RuntimeError(f"cache trimmed {trimmed} of {extra} tokens")
-            del self.tokens[n:]
+        """Rewind so the sequence holds the first ``n`` recorded tokens.
+
+        Raises:
+            RuntimeError: The cache cannot be trimmed there and no checkpoint
+                at or before ``n`` was taken.
+        """
+        if n >= len(self.tokens):
+            return
+        held = self.held
+        if n >= held:  # only pending tokens go
+            del self.pending[n - held :]
+        elif can_trim_prompt_cache(self.cache):
+            trimmed = trim_prompt_cache(self.cache, held - n)
+            if trimmed != held - n:
+                raise RuntimeError(f"cache trimmed {trimmed} of {held - n} tokens")
+            self.pending = []
+        elif self._mark is not None and self._mark.n <= n:
+            self._mark.restore(self.cache)
+            self.pending = self.tokens[self._mark.n : n]
+        else:
+            raise RuntimeError(f"cannot rewind this cache from {held} to {n} tokens")
+        del self.tokens[n:]
+
+    def settle(self) -> None:
+        """Forget pending tokens (the cache holds the rest), e.g. before storing it."""
+        if self.pending:
+            del self.tokens[self.held :]
+            self.pending = []
+
+    def snapshot(self) -> CachedSequence:
+        """An independent sequence at this point (pending tokens left out)."""
+        return CachedSequence(self.model, copy_cache(self.cache), self.tokens[: self.held])
 
     def copy(self) -> CachedSequence:
         """An independent sequence: the same tokens, its own copy of the cache arrays."""
-        import copy
-
-        return CachedSequence(self.model, copy.deepcopy(self.cache), self.tokens)
+        out = CachedSequence(self.model, copy_cache(self.cache), self.tokens)
+        out.pending = list(self.pending)
+        return out
 
     @property
     def nbytes(self) -> int:
@@ -70,8 +137,8 @@ class CachedSequence:
 
     def consistent(self) -> bool:
         """Whether the cache's own offset agrees with the recorded tokens."""
-        offsets = {c.offset for c in self.cache if hasattr(c, "offset")}
-        return offsets <= {len(self.tokens)}
+        offsets = {c.offset for c in self.cache if isinstance(getattr(c, "offset", None), int)}
+        return offsets <= {self.held}
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:

@@ -98,13 +98,17 @@ def speculative_tokens(
             check()
             # Leave room for the main model's own token after the drafts.
             drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
+            if drafts:  # a cache that cannot trim comes back here instead
+                seq.checkpoint()
             sampled = _verify(seq, history, drafts, sampler, processors, greedy)
             accepted = 0
             while accepted < len(drafts) and sampled[accepted] == drafts[accepted]:
                 accepted += 1
             counters.record(len(drafts), accepted)
             gov.step()
-            # Keep history + accepted drafts; the main token is fed next round.
+            # Keep history + accepted drafts; the main token is fed next round. A
+            # window or recurrent state is restored to the checkpoint instead, and the
+            # accepted tokens are fed again in front of the next round's pass.
             seq.trim_to(len(history) + accepted)
             for i in range(accepted + 1):
                 history.append(sampled[i])

@@ -75,6 +75,7 @@ class Engine(Scheduling):
         self._device = "unknown"
         self._batch = Batch(1, self._state_for)  # sized by the max_batch setter below
         self._keys: dict[int, str] = {}  # queued job id -> registry name of its model
+        self._alone: dict[int, str] = {}  # started job id -> why it must run alone
         self._admitting: list[Job] = []
         self.max_batch = max_batch
         self._thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)

@@ -94,17 +94,26 @@ class RopeTable:
         rows = [t[idx][:, None, None] for t in (self.cos, self.sin, self.cos2, self.sin2)]
         self.pinned = (len(positions), *rows)  # each (B, 1, 1, D)
 
+    def angles(self, positions: mx.array, traditional: bool) -> tuple[mx.array, mx.array]:
+        """The cos and sin rows of any integer ``positions`` (any shape), as the table has them."""
+        inv = 1.0 / (self.base ** (mx.arange(0, self.dims, 2, dtype=mx.float32) / self.dims))
+        theta = (positions.astype(mx.float32) * self.scale)[..., None] * inv
+        cos, sin = mx.cos(theta), mx.sin(theta)
+        if not traditional:
+            return cos, sin
+        # The interleaved layout's per-feature rows: [c0, c0, c1, c1, ...], [-s0, s0, ...].
+        cos2 = mx.repeat(cos, 2, axis=-1)
+        sin2 = mx.stack([-sin, sin], axis=-1).reshape(*sin.shape[:-1], self.dims)
+        return cos2, sin2
+
     def grow(self, need: int) -> None:
         """Cover positions up to ``need`` (at least doubling)."""
         if need <= self.size:
             return
         size = max(need, 2 * self.size)
-        inv = 1.0 / (self.base ** (mx.arange(0, self.dims, 2, dtype=mx.float32) / self.dims))
-        theta = (mx.arange(size, dtype=mx.float32) * self.scale)[:, None] * inv[None, :]
-        self.cos, self.sin = mx.cos(theta), mx.sin(theta)
-        # The interleaved layout's per-feature tables: [c0, c0, c1, c1, ...], [-s0, s0, ...].
-        self.cos2 = mx.repeat(self.cos, 2, axis=-1)
-        self.sin2 = mx.stack([-self.sin, self.sin], axis=-1).reshape(size, self.dims)
+        pos = mx.arange(size, dtype=mx.float32)
+        self.cos, self.sin = self.angles(pos, False)
+        self.cos2, self.sin2 = self.angles(pos, True)
         mx.eval(self.cos, self.sin, self.cos2, self.sin2)
         self.size = size
 
@@ -149,11 +158,14 @@ class TableRoPE(nn.Module):
         if isinstance(offset, mx.array) and pinned and n == 1 and pinned[0] == x.shape[0]:
             cos, sin = (pinned[3], pinned[4]) if self.traditional else (pinned[1], pinned[2])
         elif isinstance(offset, mx.array):
-            # Reading the offsets here would stall the pipeline once per layer, so the
-            # caller grows the table (`rope_tables`). Left-padded rows have negative
-            # offsets; their padded positions are masked out, so any row will do.
-            pos = mx.clip(offset.reshape(-1, 1) + mx.arange(n), 0, t.size - 1)  # (B, L)
-            cos, sin = cos[pos][:, None], sin[pos][:, None]  # (B, 1, L, D)
+            # Positions held in an array (one per batch row, or a model that passes its
+            # offset as one): reading them would stall the pipeline once per layer, and
+            # they may lie past the table, so their angles are computed here, with the
+            # table's own arithmetic (the same values). Left-padded rows have negative
+            # offsets; their padded positions are masked out.
+            pos = offset.reshape(-1, 1) + mx.arange(n)  # (B, L)
+            cos, sin = t.angles(pos, self.traditional)
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, D)
         else:
             t.grow(offset + n)
             cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
