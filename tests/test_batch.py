@@ -1,14 +1,17 @@
 """Continuous batching: rows equal their solo runs, admission per step, cancels per row."""
 
 import random
+import sys
 import time
 
 import mlx.core as mx
 import pytest
+from mlx_lm.models.cache import KVCache
 
-from mlx_notebook.engine import Engine, Request, Started, Token
+from mlx_notebook.engine import Engine, Notice, Request, Started, Token
 from mlx_notebook.engine.events import Queued
 from mlx_notebook.engine.sequence import CachedSequence
+from mlx_notebook.testing import ScriptedModel
 
 PROMPTS = [
     "The quick brown fox",
@@ -200,6 +203,7 @@ def test_a_failing_batched_step_fails_its_rows_and_the_worker_lives(engine, scri
     jobs = [engine.submit(req("fails", max_tokens=30)) for _ in range(3)]
     fins = [j.wait(timeout=30) for j in jobs]
     assert all(f.finish_reason == "error" and "scripted failure" in f.error for f in fins)
+    assert max(f.stats.batch_rows for f in fins) == 3  # it failed in a shared step
     scripted("ok")
     assert engine.submit(req("ok", max_tokens=3)).result(timeout=30).finish_reason == "length"
 
@@ -270,3 +274,80 @@ def test_batched_rows_share_steps_one_token_each(default_engine, n):
         assert st.generation_tokens <= st.decode_steps <= st.generation_tokens + 1, st
         assert st.step_rows / st.decode_steps > 0.75 * n, st  # in full batches nearly always
     assert alone.stats.decode_steps == alone.stats.step_rows == alone.stats.generation_tokens
+
+
+# -- cache kinds that refuse to batch, and failures that must not strand a job ----------
+
+
+class RefusingKV(KVCache):
+    """A cache kind whose merge raises, as falcon_h1's did before each kind merged itself."""
+
+    @classmethod
+    def merge(cls, caches):
+        raise RuntimeError("merge refused by this cache kind")
+
+
+class UnmergeableKV(KVCache):
+    """A cache kind with no merge at all (as a paged or quantized cache)."""
+
+    merge = None
+
+
+def _register(engine, tiny_tokenizer, name, kind, **kw):
+    vocab = len(tiny_tokenizer.get_vocab())
+
+    class Model(ScriptedModel):
+        def make_cache(self):
+            return [kind()]
+
+    model = Model(vocab, lambda p, t: 40 + p % 7, **kw)
+    engine.call(lambda: engine.registry.register(name, model, tiny_tokenizer)).result()
+    return model
+
+
+def _cpu_ticks(thread) -> int:
+    with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_failing_merge_ends_the_joiner_in_one_line_and_the_worker_idles(engine, tiny_tokenizer):
+    _register(engine, tiny_tokenizer, "refuses", RefusingKV, delay_s=0.002)
+    alone = engine.submit(req("refuses", max_tokens=40, batch=False)).result(timeout=30)
+    first = engine.submit(req("refuses", max_tokens=40))
+    next(e for e in first.events(detach=True) if isinstance(e, Token))
+    joiner = engine.submit(req("refuses", max_tokens=40)).wait(timeout=30)
+    assert joiner.finish_reason == "error"
+    assert joiner.error == "RuntimeError: merge refused by this cache kind"  # one line
+    res = first.result(timeout=30)  # the running row never noticed
+    assert res.token_ids == alone.token_ids and res.stats.batch_rows == 1
+    # Nothing left behind: the worker thread sleeps (a spinning one burns ~100 ticks/s).
+    before = _cpu_ticks(engine._thread)
+    time.sleep(1.0)
+    assert _cpu_ticks(engine._thread) - before <= 10
+    assert engine.submit(req("refuses", max_tokens=3)).result(timeout=30).finish_reason == "length"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_failing_step_ends_its_rows_and_the_worker_idles(engine, scripted):
+    scripted("fails", fail_at=12)
+    jobs = [engine.submit(req("fails", max_tokens=30)) for _ in range(3)]
+    fins = [j.wait(timeout=30) for j in jobs]
+    assert all(f.finish_reason == "error" and "\n" not in f.error for f in fins)
+    before = _cpu_ticks(engine._thread)
+    time.sleep(1.0)
+    assert _cpu_ticks(engine._thread) - before <= 10
+
+
+def test_a_model_whose_cache_cannot_batch_runs_its_jobs_alone_in_order(engine, tiny_tokenizer):
+    model = _register(engine, tiny_tokenizer, "lonely", UnmergeableKV)
+    jobs = [engine.submit(req("lonely", max_tokens=6)) for _ in range(3)]
+    events = [list(j.events(timeout=30)) for j in jobs]
+    for evs in events:
+        notices = [e.message for e in evs if isinstance(e, Notice)]
+        assert notices == ["lonely runs alone: its UnmergeableKV layers cannot join a batch"]
+        assert sum(isinstance(e, Started) for e in evs) == 1
+        fin = evs[-1]
+        assert fin.finish_reason == "length" and fin.stats.batch_rows == 0
+    assert model.calls >= 3 * 6  # no shared steps: each job's steps are its own
