@@ -190,6 +190,8 @@ class Chat:
                     self.messages.remove(turn.user)
                 return
             reply = {"role": "assistant", "content": fin.text}
+            if fin.reasoning:  # the key Qwen3, gpt-oss and others' templates read
+                reply["reasoning_content"] = fin.reasoning
             if fin.finish_reason == "cancelled":
                 reply["stopped"] = True
             turn.reply = reply
@@ -282,7 +284,10 @@ def validate_messages(data, where: str = "messages") -> list[dict]:
 
 def _clean(m: dict) -> dict:
     # Only what chat templates and servers expect; our own marks stay in the history.
-    return {"role": m["role"], "content": m["content"]}
+    out = {"role": m["role"], "content": m["content"]}
+    if m.get("reasoning_content"):
+        out["reasoning_content"] = m["reasoning_content"]
+    return out
 
 
 __all__ = ["Chat", "ChatBusy", "ChatTurn", "GenerationError", "validate_messages"]

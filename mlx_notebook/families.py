@@ -149,11 +149,18 @@ FAMILIES: dict[str, dict] = {
 }
 
 
-def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.0) -> Path:
+def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.0, **over) -> Path:
     """Write a tiny random-weight model of ``family`` to ``path``.
 
     Weights are scaled by ``scale`` so logits have clear margins (greedy text
     does not hinge on near-ties that chunking or batching could flip).
+
+    Args:
+        family: A key of `FAMILIES` (an mlx-lm ``model_type``).
+        path: The directory to write.
+        seed: MLX's random seed for the weights.
+        scale: Factor on every weight matrix.
+        **over: Config values to change (a larger model for benchmarks, say).
 
     Returns:
         The model directory, loadable with ``mlx_lm.load``.
@@ -169,7 +176,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
     # The tokenizer's end of turn, not the family's default id (outside this vocabulary).
     ids = {"eos_token_id": vocab["<|im_end|>"], "bos_token_id": None, "pad_token_id": None}
-    cfg = {"model_type": family, "vocab_size": len(vocab), **ids, **FAMILIES[family]}
+    cfg = {"model_type": family, "vocab_size": len(vocab), **ids, **FAMILIES[family], **over}
     if family == "gemma4_text":
         cfg["vocab_size_per_layer_input"] = len(vocab)
     model_class, args_class = _get_classes(cfg)

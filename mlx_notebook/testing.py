@@ -28,8 +28,28 @@ CORPUS = (
 )
 
 
-def build_tokenizer(path: Path, vocab_size: int = 384) -> None:
-    """Train a byte-level BPE tokenizer and write tokenizer files to ``path``."""
+# A reasoning model's template, as Qwen3's: thinking opens the reply unless switched off,
+# and an earlier reply's reasoning is rendered from its ``reasoning_content``.
+THINKING_CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message.get('reasoning_content') %}{{'<think>' + message['reasoning_content']"
+    " + '</think>'}}{% endif %}{{message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think></think>' }}"
+    "{% else %}{{ '<think>' }}{% endif %}{% endif %}"
+)
+THINK_SPECIALS = ["<think>", "</think>"]
+
+
+def build_tokenizer(path: Path, vocab_size: int = 384, thinking: bool = False) -> None:
+    """Train a byte-level BPE tokenizer and write tokenizer files to ``path``.
+
+    Args:
+        path: The directory to write.
+        vocab_size: Tokens in the vocabulary.
+        thinking: Add ``<think>``/``</think>`` and a template that opens thinking,
+            as reasoning models have.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -37,7 +57,7 @@ def build_tokenizer(path: Path, vocab_size: int = 384) -> None:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIALS,
+        special_tokens=SPECIALS + (THINK_SPECIALS if thinking else []),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -52,7 +72,7 @@ def build_tokenizer(path: Path, vocab_size: int = 384) -> None:
                 "eos_token": "<|im_end|>",
                 "unk_token": None,
                 "pad_token": "<|endoftext|>",
-                "chat_template": CHATML,
+                "chat_template": THINKING_CHATML if thinking else CHATML,
                 "model_max_length": 4096,
             }
         )

@@ -31,6 +31,8 @@ class ModelInfo:
         dtype: Parameter dtype, when known.
         vocab_size: Tokens in its vocabulary, when known.
         fast_path: What the CPU fast path swapped in it, if anything.
+        defaults: Sampling its ``generation_config.json`` sets, used where a
+            request leaves a field unset.
     """
 
     name: str
@@ -39,6 +41,7 @@ class ModelInfo:
     dtype: str | None = None
     vocab_size: int | None = None
     fast_path: tuple[str, ...] = ()
+    defaults: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,19 @@ class EngineInfo:
                 bits.append(f"{m.memory_mb} MB")
             if m.fast_path:
                 bits.append("fast path: " + ", ".join(m.fast_path))
+            if self.kind == "local":
+                bits.append("sampling by default: " + _defaults_text(m.defaults))
             lines.append("  " + "  ".join(bits))
         return "\n".join(lines)
+
+
+def _defaults_text(defaults: dict) -> str:
+    from ..models.generation import FALLBACK, describe
+
+    if not defaults:
+        return "greedy (no generation_config.json sampling)"
+    values = {**FALLBACK, **defaults, "from_model": list(defaults)}
+    return describe(values).removesuffix(" (model defaults)") + " (generation_config.json)"
 
 
 @dataclass

@@ -137,10 +137,11 @@ class Batch:
         out = None
         try:
             setup = prepare(job, main)
-            out = Output(job, main.tokenizer, setup.max_tokens, t0)
+            out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt)
             state = self.state_for(main)
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
+            out.stats.sampling = setup.sampling
             tables = cpu_fast.rope_tables(main.model) if self.main is None else self._tables
         except Exception as exc:  # noqa: BLE001 - ends this job only
             fin = Finished.failed(exc)

@@ -61,6 +61,7 @@ def model_infos(registry: Registry) -> tuple[ModelInfo, ...]:
             m["dtype"],
             m["vocab_size"],
             tuple(m["fast_path"]),
+            dict(m.get("defaults") or {}),
         )  # fmt: skip
         for m in registry.snapshot()
     )

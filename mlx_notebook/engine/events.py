@@ -73,12 +73,15 @@ class Token:
         token_id: The token id.
         from_draft: True when the token was a draft token accepted by the main model.
         index: 0-based position among the generated tokens.
+        reasoning: Reasoning text released by this token (a thinking model's
+            reply before its answer); ``text`` is then the answer's part only.
     """
 
     text: str
     token_id: int
     from_draft: bool
     index: int
+    reasoning: str = ""
 
 
 @dataclass
@@ -110,6 +113,11 @@ class Stats:
             took part in (a batched step counts once; a verify pass counts once).
         step_rows: Rows in those passes, added up: ``step_rows / decode_steps`` is
             the mean batch a token of this job was decoded in.
+        replayed_tokens: Accepted tokens fed again after rejected drafts, where the
+            cache (a sliding window past its length, recurrent state) could not
+            be trimmed and was restored from a snapshot instead.
+        sampling: The sampling values in force and which came from the model's
+            ``generation_config.json`` (`models.generation.in_force`).
     """
 
     prompt_tokens: int = 0
@@ -130,6 +138,8 @@ class Stats:
     batch_rows: int = 0
     decode_steps: int = 0
     step_rows: int = 0
+    replayed_tokens: int = 0
+    sampling: dict = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -162,6 +172,7 @@ class Finished:
         matched_stop: The stop string that ended the job, if any.
         error: One line of error text when ``finish_reason == "error"``.
         stats: Timing and size figures.
+        reasoning: A thinking model's reasoning, apart from ``text`` (the answer).
         exception: The exception behind an error, with its traceback (frames'
             locals cleared), for whoever wants more than the one line.
     """
@@ -172,6 +183,7 @@ class Finished:
     error: str | None = None
     stats: Stats = field(default_factory=Stats)
     exception: BaseException | None = field(default=None, compare=False, repr=False)
+    reasoning: str = ""
 
     @classmethod
     def failed(cls, exc: BaseException, text: str = "") -> Finished:

@@ -28,6 +28,7 @@ class Result:
         stats: Timing and size figures.
         token_ids: Every generated token id, in order.
         from_draft: For each token, whether it was an accepted draft token.
+        reasoning: A thinking model's reasoning, apart from ``text``.
     """
 
     text: str
@@ -37,6 +38,7 @@ class Result:
     stats: Stats
     token_ids: list[int] = field(default_factory=list)
     from_draft: list[bool] = field(default_factory=list)
+    reasoning: str = ""
 
 
 class Job:
@@ -261,6 +263,7 @@ class Job:
                         ev.stats,
                         ids,
                         drafts,
+                        ev.reasoning,
                     )
         except KeyboardInterrupt:
             self.cancel()

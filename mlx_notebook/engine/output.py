@@ -9,7 +9,8 @@ turn generated token ids into `Token` events, text, stop handling and one
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
@@ -17,6 +18,7 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from .events import Finished, Notice, Stats, Token
 from .job import Job
 from .prompt import check_top_k, encode_prompt, fit_context
+from .reasoning import ReasoningSplitter
 from .stops import StopMatcher
 
 
@@ -30,6 +32,7 @@ class Setup:
         sampler: From `make_sampler`.
         processors: From `make_logits_processors`, or None.
         greedy: Whether sampling is argmax.
+        sampling: The sampling values in force (`generation.in_force`).
     """
 
     prompt: list[int]
@@ -37,6 +40,7 @@ class Setup:
     sampler: object
     processors: list | None
     greedy: bool
+    sampling: dict = field(default_factory=dict)
 
 
 def prepare(job: Job, main) -> Setup:
@@ -46,7 +50,10 @@ def prepare(job: Job, main) -> Setup:
         ContextOverflow: The prompt alone does not fit.
         ValueError: ``top_k`` exceeds the vocabulary.
     """
-    req = job.request
+    from ..models.generation import in_force
+
+    sampling = in_force(job.request, getattr(main, "defaults", {}))
+    req = job.request.with_defaults(getattr(main, "defaults", {}))
     prompt = encode_prompt(req, main.tokenizer)
     max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
     if max_tokens < req.max_tokens:
@@ -66,7 +73,7 @@ def prepare(job: Job, main) -> Setup:
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
         processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
-    return Setup(prompt, max_tokens, sampler, processors, req.greedy)
+    return Setup(prompt, max_tokens, sampler, processors, req.greedy, sampling)
 
 
 class Output:
@@ -79,8 +86,12 @@ class Output:
         t0: When the job's own work started (``time.perf_counter()``).
     """
 
-    def __init__(self, job: Job, tokenizer, max_tokens: int, t0: float) -> None:
+    def __init__(
+        self, job: Job, tokenizer, max_tokens: int, t0: float, prompt: Sequence[int] = ()
+    ) -> None:
         self.job = job
+        self._split = ReasoningSplitter.for_job(job.request, tokenizer, prompt)
+        self._thought: list[str] = []
         self.max_tokens = max_tokens
         self.stats = Stats()
         self.reason = "length"
@@ -111,8 +122,8 @@ class Output:
             self._detok.finalize()
             self._finalized = True
         text, self._matched = self._stops.feed(self._detok.last_segment)
-        self._pieces.append(text)
-        self.job.emit(Token(text, tid, from_draft, i))
+        text, thought = self._route(text)
+        self.job.emit(Token(text, tid, from_draft, i, thought))
         if self._matched is not None:
             self.reason = "stop"
             return True
@@ -135,12 +146,16 @@ class Output:
             if not self._finalized:
                 self._detok.finalize()
                 text, self._matched = self._stops.feed(self._detok.last_segment)
-                self._pieces.append(text)
+                self._route(text)
                 self._finalized = True
             if self._matched is None:
-                self._pieces.append(self._stops.flush())
+                self._route(self._stops.flush())
             else:
                 reason = "stop"
+        if self._split is not None:  # text held back as a possible marker start
+            answer, thought = self._split.flush()
+            self._pieces.append(answer)
+            self._thought.append(thought)
         st = self.stats
         st.peak_memory = mx.get_peak_memory() / 1e9
         if self._first is not None:
@@ -149,4 +164,14 @@ class Output:
             st.prompt_tps = (st.prompt_tokens - st.cached_tokens) / max(st.ttft_s, 1e-9)
             if st.generation_tokens > 1 and self._last > self._first:
                 st.generation_tps = (st.generation_tokens - 1) / (self._last - self._first)
-        return Finished("".join(self._pieces), reason, self._matched, error, st, exception)
+        text, thought = "".join(self._pieces), "".join(self._thought)
+        return Finished(text, reason, self._matched, error, st, exception, thought)
+
+    def _route(self, text: str) -> tuple[str, str]:
+        """Keep ``text`` as answer and reasoning pieces; return both parts."""
+        thought = ""
+        if self._split is not None:
+            text, thought = self._split.feed(text)
+            self._thought.append(thought)
+        self._pieces.append(text)
+        return text, thought

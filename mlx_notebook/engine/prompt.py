@@ -13,7 +13,11 @@ def encode_prompt(request: Request, tokenizer) -> list[int]:
         msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
         if request.system:
             msgs = [{"role": "system", "content": request.system}, *msgs]
-        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        # mlx-lm's wrapper maps ``enable_thinking`` to the template's own switch.
+        think = {} if request.think is None else {"enable_thinking": request.think}
+        text = tokenizer.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=True, **think
+        )
     else:
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
         if request.system:
@@ -51,7 +55,7 @@ def fit_context(n_prompt: int, max_tokens: int, context: int | None, model: str)
     return min(max_tokens, context - n_prompt)
 
 
-def check_top_k(top_k: int, vocab: int, model: str) -> None:
+def check_top_k(top_k: int | None, vocab: int, model: str) -> None:
     """Raise `ValueError` when ``top_k`` exceeds the model's vocabulary."""
-    if top_k > vocab:
+    if top_k is not None and top_k > vocab:
         raise ValueError(f"top_k: {top_k} exceeds the vocabulary of {model} ({vocab} tokens)")

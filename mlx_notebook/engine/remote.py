@@ -260,8 +260,10 @@ def body(req: Request) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": req.max_tokens,
+        # Unset sampling fields are sent as greedy, unfiltered: the server's own
+        # defaults are its command line's, not the model's.
         "temperature": 0.0 if req.greedy else req.temperature,
-        "top_p": req.top_p,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
     }
     if req.model and req.model != "default":
         b["model"] = req.model

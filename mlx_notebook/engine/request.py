@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 LOOKUP = "lookup"
@@ -26,11 +26,13 @@ class Request:
         chat: Apply the tokenizer's chat template. Default: True.
         max_tokens: Most tokens to generate. Default: 256.
         temperature: 0 means greedy; values below `MIN_TEMPERATURE` count as 0.
-            Default: 0.0.
-        top_p: Nucleus sampling in (0, 1]; 1 disables it. Default: 1.0.
-        top_k: Keep the k most likely tokens; 0 disables it. Default: 0.
-        min_p: Min-p sampling in [0, 1); 0 disables it. Default: 0.0.
-        repetition_penalty: Multiplicative penalty (> 0); None or 1 disables it.
+        top_p: Nucleus sampling in (0, 1]; 1 disables it.
+        top_k: Keep the k most likely tokens; 0 disables it.
+        min_p: Min-p sampling in [0, 1); 0 disables it.
+        repetition_penalty: Multiplicative penalty (> 0); 1 disables it.
+            These five sampling fields default to None: the model's own value from
+            its ``generation_config.json``, else greedy with no filter or penalty
+            (`models.generation`). An explicit value always wins.
         seed: Seed for MLX's random generator, in [0, 2**64); the same seed gives
             the same text.
         stop: Stop strings. Generation ends before the first one; it is not emitted.
@@ -51,6 +53,10 @@ class Request:
         batch: Decode together with other jobs on the same model when the engine
             batches (the default). False runs the job alone, as Compare and Sweep
             do for their timed runs. Speculative jobs always run alone.
+        think: A reasoning model's thinking switch (the chat template's
+            ``enable_thinking`` or its equivalent): True or False; None keeps the
+            template's own default. The reply's reasoning comes apart from its
+            answer (`Finished.reasoning`).
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -58,10 +64,10 @@ class Request:
     system: str | None = None
     chat: bool = True
     max_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
     repetition_penalty: float | None = None
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
@@ -73,6 +79,7 @@ class Request:
     reuse_cache: bool = True
     remember: bool = True
     batch: bool = True
+    think: bool | None = None
 
     @property
     def kind(self) -> str:
@@ -90,8 +97,21 @@ class Request:
 
     @property
     def greedy(self) -> bool:
-        """Whether sampling is greedy (temperatures below `MIN_TEMPERATURE` count as 0)."""
-        return _is_num(self.temperature) and self.temperature < MIN_TEMPERATURE
+        """Whether sampling is greedy (temperatures below `MIN_TEMPERATURE` count as 0).
+
+        An unset temperature counts as greedy here; on a model whose defaults
+        sample, the job's ``stats.sampling`` says what was in force.
+        """
+        t = self.temperature
+        return t is None or (_is_num(t) and t < MIN_TEMPERATURE)
+
+    def with_defaults(self, defaults: dict) -> Request:
+        """A copy with the unset sampling fields taken from ``defaults``, then fallbacks."""
+        from ..models.generation import in_force
+
+        values = in_force(self, defaults)
+        values.pop("from_model")
+        return replace(self, **values)
 
     def validate(self) -> None:
         """Check every field; raise `ValueError` naming the first bad one.
@@ -115,13 +135,13 @@ class Request:
             _check_unicode("system", self.system)
         if not _is_int(self.max_tokens) or self.max_tokens <= 0:
             raise bad("max_tokens", "must be a positive integer")
-        if not _is_num(self.temperature) or self.temperature < 0:
+        if self.temperature is not None and (not _is_num(self.temperature) or self.temperature < 0):
             raise bad("temperature", "must be >= 0")
-        if not _is_num(self.top_p) or not 0 < self.top_p <= 1:
+        if self.top_p is not None and (not _is_num(self.top_p) or not 0 < self.top_p <= 1):
             raise bad("top_p", "must be in (0, 1]")
-        if not _is_int(self.top_k) or self.top_k < 0:
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
             raise bad("top_k", "must be an integer >= 0")
-        if not _is_num(self.min_p) or not 0 <= self.min_p < 1:
+        if self.min_p is not None and (not _is_num(self.min_p) or not 0 <= self.min_p < 1):
             raise bad("min_p", "must be in [0, 1)")
         if self.repetition_penalty is not None and (
             not _is_num(self.repetition_penalty) or self.repetition_penalty <= 0
@@ -156,6 +176,8 @@ class Request:
             raise bad("lookup_ngram", "must be in 1..8")
         if not isinstance(self.batch, bool):
             raise bad("batch", "must be True or False")
+        if self.think is not None and not isinstance(self.think, bool):
+            raise bad("think", "must be True, False or None")
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
 

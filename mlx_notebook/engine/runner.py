@@ -59,9 +59,9 @@ def run_job(
         check()
         setup = prepare(job, main)
         prompt = prompt_ids = setup.prompt
-        out = Output(job, main.tokenizer, setup.max_tokens, t0)
+        out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt)
         stats = out.stats
-        stats.prompt_tokens = len(prompt)
+        stats.prompt_tokens, stats.sampling = len(prompt), setup.sampling
         if req.seed is not None:
             mx.random.seed(req.seed)
         main_state = state_for(main)
@@ -116,6 +116,7 @@ def run_job(
         finally:
             tokens.close()  # runs the generator's cleanup on this thread
             stats.decode_steps = stats.step_rows = seq.passes - passes0
+            stats.replayed_tokens = seq.replayed
     except Cancelled:
         reason = "cancelled"
     except Exception as exc:  # travels as a value; the worker lives on

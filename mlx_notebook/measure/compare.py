@@ -90,7 +90,7 @@ class Comparison:
         res = self.result()
         values = res.values()
         elapsed = self.clock() - self._t0
-        greedy_none = self.request.greedy and res.drafts_known and not res.accepted
+        greedy_none = res.greedy and res.drafts_known and not res.accepted
         d = decide(
             values,
             self.rule,
@@ -124,7 +124,7 @@ class Comparison:
         return CompareResult(
             done,
             self.repeats,
-            self.request.greedy,
+            _greedy(self.request, [r for _, _, r in done]),
             self.metric,
             self.request.num_draft_tokens,
             self.margin,
@@ -199,3 +199,14 @@ def compare(
         .start()
         .wait()
     )
+
+
+def _greedy(request: Request, results: list) -> bool:
+    """Whether the runs sampled greedily: the values in force, once a run says them."""
+    from ..engine.request import MIN_TEMPERATURE
+
+    for r in results:
+        sampling = getattr(r.stats, "sampling", None)
+        if sampling:
+            return sampling["temperature"] < MIN_TEMPERATURE
+    return request.greedy

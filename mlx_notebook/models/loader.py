@@ -52,8 +52,19 @@ def load_spec(spec: str):
         model, tok = load(str(path))
     else:
         model, tok = _load_hub(s)
+        path = _hub_dir(s.key)
     _fit_dtype(model)
     return s.key, model, tok, path
+
+
+def _hub_dir(repo: str):
+    """The local snapshot `mlx_lm.load` just used (for its generation_config.json)."""
+    try:
+        from mlx_lm.utils import _download
+
+        return _download(repo, allow_patterns=["*.json"])
+    except Exception:  # noqa: BLE001 - only the model's sampling defaults are lost
+        return None
 
 
 def _load_hub(s: Spec):

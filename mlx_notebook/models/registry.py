@@ -27,6 +27,8 @@ class LoadedModel:
         context_length: The context window from the model's config, or None.
         logits_size: Width of the model's output (may exceed ``vocab_size``).
         fast_path: Modules the CPU fast path swapped, e.g. ``["61 RMSNorm"]``.
+        defaults: Sampling fields its ``generation_config.json`` sets
+            (`generation.read_defaults`), for requests that leave them unset.
     """
 
     name: str
@@ -40,6 +42,7 @@ class LoadedModel:
     context_length: int | None = None
     logits_size: int | None = None
     fast_path: list[str] = field(default_factory=list)
+    defaults: dict = field(default_factory=dict)
 
 
 class Registry:
@@ -153,6 +156,7 @@ class Registry:
                     "dtype": m.dtype,
                     "vocab_size": m.vocab_size,
                     "fast_path": m.fast_path,
+                    "defaults": dict(m.defaults),
                 }
                 for m in self._models.values()
             ]
@@ -214,6 +218,8 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
     """Measure a model for the registry."""
     from mlx.utils import tree_flatten
 
+    from .generation import read_defaults
+
     params = tree_flatten(model.parameters())
     nbytes = sum(v.nbytes for _, v in params)
     if getattr(model, "_mlxnb_fast", None):
@@ -236,4 +242,5 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         context_length=int(context) if isinstance(context, int) and context > 0 else None,
         logits_size=getattr(args, "vocab_size", None) or getattr(model, "vocab_size", None),
         fast_path=list(getattr(model, "_mlxnb_fast", None) or []),
+        defaults=read_defaults(path),
     )

@@ -29,6 +29,14 @@ class GenerationHandle:
         return "".join(e.text for e in list(self.job._log) if isinstance(e, Token))
 
     @property
+    def reasoning(self) -> str:
+        """A thinking model's reasoning so far, apart from `text` (empty for other models)."""
+        fin = self.job.finished
+        if fin is not None:
+            return fin.reasoning
+        return "".join(e.reasoning for e in list(self.job._log) if isinstance(e, Token))
+
+    @property
     def done(self) -> bool:
         """Whether generation has ended."""
         return self.job.done

@@ -61,12 +61,14 @@ _OPTIONS = [
     argument("--ngram", type=int, default=3, help="n-gram size for --lookup"),
     argument("-n", "--max-tokens", type=int, default=None, help="max generated tokens"),
     argument("-t", "--temperature", type=float, default=None, help="sampling temperature"),
-    argument("--top-p", type=float, default=1.0, help="nucleus sampling"),
+    argument("--top-p", type=float, default=None, help="nucleus sampling"),
     argument("--seed", type=int, default=None, help="random seed"),
     argument("--stop", action="append", default=[], help="stop string (repeatable)"),
     argument("-o", "--out", default=None, help="name to bind the result handle to"),
     argument("--wait", action="store_true", help="block until done"),
     argument("-f", "--format", default="markdown", help="markdown, text or code"),
+    argument("--think", action="store_true", default=None, help="reasoning models: think first"),
+    argument("--no-think", dest="think", action="store_false", help="reasoning models: answer"),
 ]
 
 
@@ -96,6 +98,8 @@ HELP = """mlx_notebook magics
   -o/--out NAME             bind a result handle (.text .done .wait() .cancel())
   --wait                    block until done (interrupt the kernel to stop)
   -f/--format markdown|text|code
+  --think | --no-think      a reasoning model's thinking switch (default: its template's);
+                            the reasoning shows folded above the answer, and in .reasoning
   --compare                 normal vs speculative decoding in interleaved pairs, run until
                             the answer is clear: faster, slower, or within 5 %
   --budget S --max-pairs N  when --compare gives up undecided (default 60 s, 20 pairs)
@@ -122,7 +126,12 @@ class MLXNotebook(Magics):
         config=True
     )
     max_tokens = Int(256, help="Default maximum number of generated tokens.").tag(config=True)
-    temperature = Float(0.0, help="Default sampling temperature (0 = greedy).").tag(config=True)
+    temperature = Float(
+        None,
+        allow_none=True,
+        help="Default sampling temperature (0 = greedy; None: the model's own default "
+        "from its generation_config.json, else greedy).",
+    ).tag(config=True)
     refresh_hz = Float(20.0, help="Most view refreshes per second.").tag(config=True)
     num_draft_tokens = Int(3, help="Default draft tokens per speculative step.").tag(config=True)
     server_url = Unicode(
@@ -227,6 +236,7 @@ class MLXNotebook(Magics):
             if args.num_draft is not None
             else (SUFFIX_CAP if args.suffix else self.num_draft_tokens),
             lookup_ngram=args.ngram,
+            think=args.think,
         )
 
     def build_request(self, args, cell: str) -> Request:

@@ -50,6 +50,7 @@ class ViewState:
     highlight_drafts: bool = False
     notices: list[str] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
+    thought: list[str] = field(default_factory=list)
     drafts: list[bool] = field(default_factory=list)
     queued: Queued | None = None
     started: bool = False
@@ -67,6 +68,8 @@ class ViewState:
             self.tokens = ev.index + 1
             self.pieces.append(ev.text)
             self.drafts.append(ev.from_draft)
+            if ev.reasoning:
+                self.thought.append(ev.reasoning)
         elif isinstance(ev, PrefillProgress):
             if ev.model == "main":
                 self.prefill = (ev.done, ev.total)
@@ -87,6 +90,11 @@ class ViewState:
     def text(self) -> str:
         """Text so far; the terminal event's text once finished."""
         return self.finished.text if self.finished else "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str:
+        """A thinking model's reasoning so far (final once finished)."""
+        return self.finished.reasoning if self.finished else "".join(self.thought)
 
     @property
     def failed(self) -> bool:
@@ -129,6 +137,8 @@ class ViewState:
         parts += [f'<div class="note">{escape(n)}</div>' for n in self.notices]
         if self.prefill and not self.tokens and self.finished is None:
             parts.append(self._progress_html())
+        if self.reasoning:
+            parts.append(self._thinking_html())
         if self.text or self.finished is None:
             parts.append(self._body_html())
         f = self.finished
@@ -143,6 +153,8 @@ class ViewState:
         """The view as plain text: header, notices, the exact text, stats or error."""
         lines = [f"[{self.header()}]"]
         lines += [f"warning: {n}" for n in self.notices]
+        if self.reasoning:
+            lines += ["[thinking]", self.reasoning, "[answer]"]
         lines.append(self.text)
         f = self.finished
         if f is not None:
@@ -161,6 +173,15 @@ class ViewState:
         return (
             f'<div class="prog"><span class="bar"><div style="width:{pct:.1f}%"></div>'
             f"</span>prompt {done}/{total} tokens{eta}</div>"
+        )
+
+    def _thinking_html(self) -> str:
+        """The reasoning, folded away once the answer starts (open while it is all there is)."""
+        thinking = not self.text and self.finished is None
+        label = "thinking…" if thinking else f"thinking ({len(self.reasoning.split())} words)"
+        return (
+            f'<details class="think"{" open" if thinking else ""}><summary>{label}</summary>'
+            f"{text_html(self.reasoning)}</details>"
         )
 
     def _body_html(self) -> str:
@@ -197,6 +218,10 @@ def stats_line(f: Finished) -> str:
         bits.append(f"accepted {s.acceptance_rate:.0%} of {s.draft_tokens_proposed} drafts")
     if s.cached_tokens:
         bits.append(f"{s.cached_tokens} cached prompt tokens")
+    if s.sampling:
+        from ..models.generation import describe
+
+        bits.append(describe(s.sampling))
     reason = f.finish_reason + (f" ({f.matched_stop!r})" if f.matched_stop else "")
     bits.append(reason)
     return " · ".join(bits)

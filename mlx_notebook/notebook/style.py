@@ -41,6 +41,11 @@ vertical-align:middle;margin-right:8px}}
 .mlxnb .draft{{background:color-mix(in srgb,var(--jp-success-color1,#388e3c) 24%,transparent);
 border-bottom:1px solid var(--jp-success-color1,#388e3c)}}
 .mlxnb .legend{{font-size:12px;color:{_UI}}}
+.mlxnb details.think{{border-left:3px solid var(--jp-border-color1,rgba(127,127,127,.5));
+padding-left:8px;margin:2px 0 6px 0}}
+.mlxnb details.think summary{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;
+color:{_UI};cursor:pointer}}
+.mlxnb details.think .txt{{color:var(--jp-content-font-color2,inherit)}}
 .mlxnb .mlxnb-link{{text-decoration:underline dotted}}
 .mlxnb .mlxnb-href,.mlxnb .mlxnb-media{{color:{_UI};font-size:90%}}
 .mlxnb .verdict{{font-weight:600;margin:2px 0 6px 0}}

@@ -1,0 +1,90 @@
+"""A model's own sampling defaults, from its ``generation_config.json``.
+
+Model authors ship the sampling they tuned for (Qwen3: temperature 0.6, top_p
+0.95, top_k 20; Llama 3: 0.6 and 0.9). Transformers applies them when nothing
+else is given, and so do we: a `Request` field left at None takes the model's
+value, and an explicit value wins. As in transformers, ``do_sample`` false (or
+absent) means greedy decoding, whatever temperature the file lists; a
+repetition penalty applies either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+FILE = "generation_config.json"
+# What a field means when neither the request nor the model sets it.
+FALLBACK = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": None}
+_SAMPLED = ("temperature", "top_p", "top_k", "min_p")
+
+
+def _valid(name: str, v) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return False
+    if name == "top_k":
+        return isinstance(v, int) and v >= 0
+    if name == "top_p":
+        return 0 < v <= 1
+    if name == "min_p":
+        return 0 <= v < 1
+    return v > 0 if name == "repetition_penalty" else v >= 0
+
+
+def read_defaults(path: str | Path | None) -> dict:
+    """The sampling fields ``generation_config.json`` in ``path`` sets (empty if none).
+
+    Values a `Request` would refuse are left out, so a bad file cannot fail a job.
+    """
+    if path is None:
+        return {}
+    try:
+        cfg = json.loads((Path(path) / FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(cfg, dict):
+        return {}
+    names = list(FALLBACK) if cfg.get("do_sample") is True else ["repetition_penalty"]
+    out = {n: cfg[n] for n in names if n in cfg and _valid(n, cfg[n])}
+    if out.get("repetition_penalty") == 1:
+        del out["repetition_penalty"]  # 1 is no penalty
+    if cfg.get("do_sample") is True and "temperature" not in out:
+        out["temperature"] = 1.0  # transformers' default when sampling
+    return out
+
+
+def in_force(request, defaults: dict) -> dict:
+    """Each sampling field's value for ``request`` on a model with ``defaults``.
+
+    Returns:
+        ``{field: value}`` for every field in `FALLBACK`, and ``"from_model"``:
+        the fields whose value came from the model.
+    """
+    values, from_model = {}, []
+    for name, fallback in FALLBACK.items():
+        v = getattr(request, name)
+        if v is None and name in defaults:
+            v = defaults[name]
+            from_model.append(name)
+        values[name] = fallback if v is None else v
+    values["from_model"] = from_model
+    return values
+
+
+def describe(values: dict) -> str:
+    """``greedy`` or ``temperature 0.6 · top_p 0.95 · top_k 20``, and what the model set."""
+    bits, shown = [], ["temperature"]
+    if values["temperature"] < 1e-5:  # `request.MIN_TEMPERATURE`: filters do not matter
+        bits.append("greedy")
+    else:
+        bits.append(f"temperature {values['temperature']:g}")
+        for name in _SAMPLED[1:]:
+            if values[name] != FALLBACK[name]:
+                bits.append(f"{name} {values[name]:g}")
+                shown.append(name)
+    if values["repetition_penalty"] not in (None, 1):
+        bits.append(f"repetition_penalty {values['repetition_penalty']:g}")
+        shown.append("repetition_penalty")
+    by_model = set(values.get("from_model", ())) & set(shown)
+    return " · ".join(bits) + (" (model defaults)" if by_model else "")

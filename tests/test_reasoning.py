@@ -1,0 +1,106 @@
+"""A thinking model's reasoning comes apart from its answer: events, result, view, chat."""
+
+import pytest
+
+from mlx_notebook.chat import Chat
+from mlx_notebook.engine import Request, Token
+from mlx_notebook.engine.reasoning import ReasoningSplitter
+from mlx_notebook.notebook.render import ViewState
+from mlx_notebook.testing import ScriptedModel, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def think_tok(tmp_path_factory):
+    from mlx_lm.utils import load_tokenizer
+
+    path = tmp_path_factory.mktemp("thinking")
+    build_tokenizer(path, thinking=True)
+    return load_tokenizer(path)
+
+
+def ids(tok, text):
+    return tok.encode(text, add_special_tokens=False)
+
+
+def test_markers_split_across_pieces_are_found_and_dropped(think_tok):
+    split = ReasoningSplitter(think_tok, ids(think_tok, "Hello"))  # no open block: answer
+    got = [split.feed(t) for t in ["<thi", "nk>Rivers ", "flow</th", "ink>Paris", "!"]]
+    answer = "".join(a for a, _ in got) + split.flush()[0]
+    thought = "".join(r for _, r in got)
+    assert (thought, answer) == ("Rivers flow", "Paris!")
+    # A prompt whose template opened the block starts in the reasoning.
+    opened = ReasoningSplitter(think_tok, ids(think_tok, "<|im_start|>assistant\n<think>"))
+    assert opened.feed("Rivers") == ("", "Rivers")
+    closed = ReasoningSplitter(think_tok, ids(think_tok, "<think></think>"))
+    assert closed.feed("Paris") == ("Paris", "")
+
+
+@pytest.fixture
+def thinker(engine, think_tok):
+    """A model that thinks "Rivers flow", then answers "Paris": each token names the next.
+
+    With thinking switched off the template ends the prompt with ``</think>``, so the
+    model answers at once, as a real reasoning model does.
+    """
+    start, end = (think_tok.convert_tokens_to_ids(t) for t in ("<think>", "</think>"))
+    eos = think_tok.convert_tokens_to_ids("<|im_end|>")
+    chain = [start, *ids(think_tok, "Rivers flow"), end, *ids(think_tok, " Paris"), eos]
+    assert len(set(chain)) == len(chain)
+    following = dict(zip(chain, chain[1:]))
+    model = ScriptedModel(len(think_tok.get_vocab()), lambda pos, tok: following.get(tok, eos))
+    engine.call(lambda: engine.registry.register("thinker", model, think_tok)).result()
+    return lambda prompt, **kw: engine.submit(Request(prompt, model="thinker", max_tokens=20, **kw))
+
+
+def test_a_reply_streams_reasoning_then_answer(thinker):
+    job = thinker("Where do rivers go?")
+    events = list(job.events(timeout=30))
+    tokens = [e for e in events if isinstance(e, Token)]
+    fin = events[-1]
+    assert fin.reasoning == "Rivers flow" and fin.text == " Paris"
+    assert "".join(t.reasoning for t in tokens) == "Rivers flow"
+    assert "".join(t.text for t in tokens) == " Paris"
+    assert job.result().reasoning == "Rivers flow"
+    view = ViewState(model="thinker")
+    seen_open = False
+    for e in events[:-1]:
+        view.apply(e)
+        if view.reasoning and not view.text:  # only thinking so far: shown open
+            seen_open = True
+            assert '<details class="think" open><summary>thinking…</summary>' in view.html()
+    assert seen_open
+    # The answer has started: the thinking folds away.
+    assert '<details class="think"><summary>thinking (2 words)</summary>' in view.html()
+    view.apply(fin)
+    assert '<details class="think"><summary>' in view.html()
+    assert "[thinking]\nRivers flow\n[answer]\n Paris" in view.plain()
+
+
+def test_no_think_switches_the_template_and_the_reply_has_no_reasoning(thinker, think_tok):
+    from mlx_notebook.engine.prompt import encode_prompt
+
+    on = encode_prompt(Request("Hi", think=True), think_tok)
+    off = encode_prompt(Request("Hi", think=False), think_tok)
+    assert think_tok.decode(on).endswith("<think>")
+    assert think_tok.decode(off).endswith("<think></think>")
+    assert encode_prompt(Request("Hi"), think_tok) == on  # the template's own default
+    fin = thinker("Hi", think=False).result(timeout=30)
+    assert (fin.reasoning, fin.text.strip()) == ("", "Paris")  # a first space is trimmed
+
+
+def test_chat_keeps_reasoning_apart_and_gives_it_back_to_the_template(engine, thinker, think_tok):
+    from mlx_notebook.engine.prompt import encode_prompt
+
+    chat = Chat("thinker", backend=engine, max_tokens=20)
+    assert chat.ask("Where do rivers go?") == " Paris"
+    reply = chat.messages[-1]
+    assert reply == {"role": "assistant", "content": " Paris", "reasoning_content": "Rivers flow"}
+    nxt = chat.request("And then?")
+    assert nxt.prompt[-2] == reply
+    rendered = think_tok.decode(encode_prompt(nxt, think_tok))
+    assert "<|im_start|>assistant\n<think>Rivers flow</think> Paris<|im_end|>" in rendered
+
+
+def test_a_model_without_markers_has_no_reasoning(engine, tiny_dir):
+    r = engine.submit(Request("Hi", model=tiny_dir, max_tokens=5)).result(timeout=30)
+    assert r.reasoning == ""
