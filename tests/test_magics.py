@@ -247,3 +247,12 @@ def test_a_variable_whose_str_raises_is_one_line(ip):
 
 def test_input_history_is_not_interpolated(ip, magics):
     assert magics.interpolate("{_ih} {In} {Out} {get_ipython}") == "{_ih} {In} {Out} {get_ipython}"
+
+
+def test_think_switch_reaches_the_request(magics, tiny_dir):
+    think = [
+        magics.build_request(parse(magics.generate, f"-m {tiny_dir} {flag}"), "Hi").think
+        for flag in ("", "--think", "--no-think")
+    ]
+    assert think == [None, True, False]
+    assert "--think | --no-think" in mlx_notebook.notebook.magics.HELP
