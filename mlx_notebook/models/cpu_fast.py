@@ -10,6 +10,11 @@ precomputed cos/sin table. The projections that read the same input (q/k/v,
 gate/up) become views of one product with their weights stacked: fewer, larger
 matrix-vector products, and bit-identical results. mlx-lm's model code is unchanged.
 
+Only modules known exactly are swapped: ``nn.RMSNorm``, Gemma's ``1 + weight``
+RMSNorm classes, plain ``nn.RoPE`` (any offset: an int, one per batch row, or
+an array a model passes), bias-free q/k/v and gate/up projections. Anything
+else (scaled RoPE variants, MoE blocks, biased layers) is left alone.
+
 ``MLX_NOTEBOOK_FAST=0`` turns this off (with the sgemv shim, see ``_gemv.c``).
 """
 
@@ -26,6 +31,40 @@ def _rms(eps: float):
         return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * w
 
     return mx.compile(norm)
+
+
+def _rms_one_plus(eps: float):
+    def norm(x: mx.array, w: mx.array) -> mx.array:
+        return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * (1.0 + w)
+
+    return mx.compile(norm)
+
+
+class FusedOnePlusRMSNorm(nn.Module):
+    """Gemma's RMSNorm, which scales by ``1 + weight``, as one compiled function.
+
+    Args:
+        weight: The stored weight (the scale is one more).
+        eps: Added to the mean square.
+    """
+
+    def __init__(self, weight: mx.array, eps: float) -> None:
+        super().__init__()
+        self.weight = weight
+        self.eps = eps
+        self._fn = _rms_one_plus(eps)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """Normalize the last axis of ``x`` and scale it by ``1 + weight``."""
+        return self._fn(x, self.weight)
+
+
+def _one_plus_norms() -> tuple[type, ...]:
+    """Gemma families' ``1 + weight`` RMSNorm classes, among the modules already loaded."""
+    import sys
+
+    mods = (sys.modules.get(f"mlx_lm.models.{n}") for n in ("gemma", "gemma2", "gemma3_text"))
+    return tuple(m.RMSNorm for m in mods if m is not None and hasattr(m, "RMSNorm"))
 
 
 class FusedRMSNorm(nn.Module):
@@ -241,9 +280,11 @@ def _stack(module, counts: dict) -> None:
 def _replacement(module, tables: dict):
     if isinstance(module, nn.RMSNorm):
         return FusedRMSNorm(module.weight, module.eps)
+    if type(module) in tables["one_plus"]:  # exactly these classes: subclasses may differ
+        return FusedOnePlusRMSNorm(module.weight, module.eps)
     if type(module) is nn.RoPE:  # subclasses (scaled variants) compute other things
         key = (module.dims, module.base, module.scale)
-        if key not in tables:
+        if key not in tables:  # one table per RoPE configuration, shared by its layers
             tables[key] = RopeTable(*key)
         return TableRoPE(module.dims, module.traditional, *key[1:], table=tables[key])
     return None
@@ -280,7 +321,7 @@ def apply(model, device: str) -> list[str]:
     if device != "cpu" or not fast_enabled():
         return []
     counts: dict[str, int] = {}
-    _swap(model, counts, {})
+    _swap(model, counts, {"one_plus": _one_plus_norms()})
     return [f"{n} {name}" for name, n in sorted(counts.items())]
 
 
