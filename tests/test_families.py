@@ -134,6 +134,19 @@ def test_speculation_equals_normal_decoding(family, kind, dirs, eng):
 
 
 @pytest.mark.parametrize("family", NAMES)
+def test_a_draft_model_of_the_family_equals_normal_decoding(family, dirs, eng, tmp_path):
+    path = dirs[family]
+    draft = str(build_family(family, tmp_path / "draft", seed=1))  # the same vocabulary
+    for prompt in (COPY, PROMPTS[1]):
+        want = solo(eng, path, prompt)
+        r = run(eng, path, prompt, draft=draft, num_draft_tokens=3, reuse_cache=False)
+        assert r.token_ids == want, prompt
+        # A random draft model agrees now and then: drafts kept and drafts undone.
+        assert r.stats.draft_tokens_proposed > r.stats.draft_tokens_accepted
+    eng.call(lambda: eng.registry.unload(draft)).result()
+
+
+@pytest.mark.parametrize("family", NAMES)
 def test_cancel_then_rerun_gives_the_same_ids(family, dirs, eng):
     path = dirs[family]
     want = solo(eng, path, PROMPTS[2])
