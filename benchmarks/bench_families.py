@@ -11,8 +11,9 @@ the same, once past the window). Per family, interleaved round by round:
 - normal: greedy decoding alone;
 - all accepted: suffix drafting of an answer the session has seen (every draft
   is accepted, so only the checkpoints cost anything);
-- half rejected: prompt lookup with 1-grams on a prompt of repeated words the
-  model does not follow (many drafts, most rejected: a restore and a replay per round).
+- all rejected: prompt lookup with 1-grams on a prompt of repeated words the
+  model does not follow (a draft every round, none accepted: a rewind per round,
+  which is a restore and a one-token replay where the cache cannot be trimmed).
 
 Figures are decode tok/s medians with min and max, and each speculative
 method's ratio to normal decoding in the same rounds; every text is checked
@@ -48,7 +49,7 @@ PROMPT = "Rivers flow to the sea; mountains rise above the clouds. " * 4
 METHODS = [
     ("normal", {}),
     ("all accepted", dict(draft="suffix", num_draft_tokens=8)),
-    ("half rejected", dict(draft="lookup", num_draft_tokens=4, lookup_ngram=1)),
+    ("all rejected", dict(draft="lookup", num_draft_tokens=4, lookup_ngram=1)),
 ]
 
 
