@@ -26,37 +26,12 @@ import mlx.nn as nn
 from .._native import fast_enabled
 
 
-def _rms(eps: float):
+def _rms(eps: float, one_plus: bool):
     def norm(x: mx.array, w: mx.array) -> mx.array:
-        return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * w
+        scale = 1.0 + w if one_plus else w
+        return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * scale
 
     return mx.compile(norm)
-
-
-def _rms_one_plus(eps: float):
-    def norm(x: mx.array, w: mx.array) -> mx.array:
-        return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * (1.0 + w)
-
-    return mx.compile(norm)
-
-
-class FusedOnePlusRMSNorm(nn.Module):
-    """Gemma's RMSNorm, which scales by ``1 + weight``, as one compiled function.
-
-    Args:
-        weight: The stored weight (the scale is one more).
-        eps: Added to the mean square.
-    """
-
-    def __init__(self, weight: mx.array, eps: float) -> None:
-        super().__init__()
-        self.weight = weight
-        self.eps = eps
-        self._fn = _rms_one_plus(eps)
-
-    def __call__(self, x: mx.array) -> mx.array:
-        """Normalize the last axis of ``x`` and scale it by ``1 + weight``."""
-        return self._fn(x, self.weight)
 
 
 def _one_plus_norms() -> tuple[type, ...]:
@@ -68,18 +43,20 @@ def _one_plus_norms() -> tuple[type, ...]:
 
 
 class FusedRMSNorm(nn.Module):
-    """``nn.RMSNorm`` as one compiled function (the same weight and epsilon).
+    """``nn.RMSNorm`` (or Gemma's, scaling by ``1 + weight``) as one compiled function.
 
     Args:
-        weight: The scale.
+        weight: The stored weight.
         eps: Added to the mean square.
+        one_plus: Scale by ``1 + weight``, as Gemma's RMSNorm does.
     """
 
-    def __init__(self, weight: mx.array, eps: float) -> None:
+    def __init__(self, weight: mx.array, eps: float, one_plus: bool = False) -> None:
         super().__init__()
         self.weight = weight
         self.eps = eps
-        self._fn = _rms(eps)
+        self.one_plus = one_plus
+        self._fn = _rms(eps, one_plus)
 
     def __call__(self, x: mx.array) -> mx.array:
         """Normalize the last axis of ``x`` and scale it."""
@@ -281,7 +258,7 @@ def _replacement(module, tables: dict):
     if isinstance(module, nn.RMSNorm):
         return FusedRMSNorm(module.weight, module.eps)
     if type(module) in tables["one_plus"]:  # exactly these classes: subclasses may differ
-        return FusedOnePlusRMSNorm(module.weight, module.eps)
+        return FusedRMSNorm(module.weight, module.eps, one_plus=True)
     if type(module) is nn.RoPE:  # subclasses (scaled variants) compute other things
         key = (module.dims, module.base, module.scale)
         if key not in tables:  # one table per RoPE configuration, shared by its layers

@@ -20,21 +20,21 @@ class GenerationHandle:
         self.job = job
         self.model = model
 
+    def _so_far(self, part: str) -> str:
+        fin = self.job.finished
+        if fin is not None:
+            return getattr(fin, part)
+        return "".join(getattr(e, part) for e in list(self.job._log) if isinstance(e, Token))
+
     @property
     def text(self) -> str:
         """The text so far (final once `done`)."""
-        fin = self.job.finished
-        if fin is not None:
-            return fin.text
-        return "".join(e.text for e in list(self.job._log) if isinstance(e, Token))
+        return self._so_far("text")
 
     @property
     def reasoning(self) -> str:
         """A thinking model's reasoning so far, apart from `text` (empty for other models)."""
-        fin = self.job.finished
-        if fin is not None:
-            return fin.reasoning
-        return "".join(e.reasoning for e in list(self.job._log) if isinstance(e, Token))
+        return self._so_far("reasoning")
 
     @property
     def done(self) -> bool:
