@@ -26,7 +26,7 @@ def cells(tiny_dir):
             "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello"
         ),
         "res = cmp.wait(60)\nprint('compared', res.identical)",
-        "%%generate --wait -m /no/such/model\nHi",
+        f"%%generate --wait -m {Path(tiny_dir).parent}\nHi",  # a directory with no model
         (
             "import json\nprint(json.dumps({'finished': finished.text, 'stopped': stopped.text,"
             " 'normal': res.normal[0].text, 'speculative': res.speculative[0].text}))"

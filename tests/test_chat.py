@@ -73,11 +73,13 @@ def test_busy_empty_and_unknown_options_start_nothing(engine, tiny_dir):
         Chat(tiny_dir, bogus=1)
 
 
-def test_an_error_takes_the_exchange_back(engine):
-    c = Chat("/no/such/model", backend=engine)
-    with pytest.raises(GenerationError, match="no such file"):
+def test_an_error_takes_the_exchange_back(engine, tmp_path):
+    c = Chat(str(tmp_path), backend=engine)  # a directory, but no model in it
+    with pytest.raises(GenerationError, match="config.json"):
         c.ask("Hello")
     assert c.messages == []
+    with pytest.raises(ValueError, match="no such file"):  # refused before anything is sent
+        Chat("/no/such/model", backend=engine).send("Hello")
 
 
 def test_a_model_without_a_chat_template_is_refused_with_advice(engine, tmp_path):

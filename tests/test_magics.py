@@ -73,10 +73,10 @@ def test_suffix_flag_caps_at_sixteen_unless_k_given(magics, tiny_dir):
 @pytest.mark.parametrize(
     "line,msg",
     [
-        ("-n 0", "max_tokens"),
-        ("-t -1", "temperature"),
-        ("--top-p 2", "top_p"),
-        ("-k 40 --lookup", "num_draft_tokens"),
+        ("-n 0", "-n/--max-tokens"),
+        ("-t -1", "-t/--temperature"),
+        ("--top-p 2", "--top-p"),
+        ("-k 40 --lookup", "-k/--num-draft"),
         ("-f html", "--format"),
         ("--draft x --lookup", "one of"),
         ("--suffix --lookup", "one of"),
@@ -101,12 +101,12 @@ def test_bad_option_prints_no_traceback(ip, capsys):
     result = ip.run_cell("%%generate -n 0\nHello")
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
-    assert "UsageError" in out.err and "max_tokens" in out.err
-    assert result.error_in_exec is not None or result.error_before_exec is not None or True
+    assert "UsageError" in out.err and "-n/--max-tokens" in out.err
+    assert isinstance(result.error_in_exec, UsageError)  # the cell failed
 
 
 def test_empty_prompt_is_rejected(ip):
-    with pytest.raises(UsageError, match="prompt"):
+    with pytest.raises(UsageError, match="the cell body: must not be empty"):
         gen(ip, "", cell="   \n")
 
 
@@ -166,35 +166,54 @@ def test_compare_with_an_incompatible_draft_submits_nothing(
 # -- outputs that last (issue 11) -------------------------------------------------------
 
 
-def test_wait_on_a_failing_job_fails_the_cell_with_one_line(ip, capsys):
-    result = ip.run_cell("%%generate --wait -m /no/such/model\nHi")
+def test_wait_on_a_failing_job_fails_the_cell_with_one_line(ip, capsys, tmp_path):
+    result = ip.run_cell(f"%%generate --wait -m {tmp_path}\nHi")  # a directory, no model
     assert isinstance(result.error_in_exec, mlx_notebook.engine.GenerationError)
     err = capsys.readouterr()
     shown = err.out + err.err
-    assert "GenerationError: FileNotFoundError: model: no such file" in shown
+    assert "GenerationError: FileNotFoundError: [Errno 2] No such file" in shown
     assert "Traceback" not in shown
 
 
-def test_handle_wait_raises_generation_error_with_the_partial_text(ip):
-    gen(ip, "-m /no/such/model -o broken")
-    with pytest.raises(mlx_notebook.engine.GenerationError, match="no such file") as err:
+def test_handle_wait_raises_generation_error_with_the_partial_text(ip, tmp_path):
+    gen(ip, f"-m {tmp_path} -o broken")
+    with pytest.raises(mlx_notebook.engine.GenerationError, match="config.json") as err:
         ip.user_ns["broken"].wait(30)
     assert err.value.text == "" and err.value.finished.finish_reason == "error"
 
 
 @pytest.mark.parametrize(
-    "draft,expect",
+    "line,expect",
     [
-        ("/no/such/draft", "draft (--draft): no such file"),
-        ("someone/absent-draft", "--draft /path"),
+        ("-m /no/such/model", "-m/--model: no such file or directory: '/no/such/model'"),
+        ("-m someone/absent", "-m/--model: 'someone/absent' is not a local path, not in the"),
+        ("--draft /no/such/draft", "--draft: no such file or directory: '/no/such/draft'"),
+        ("--draft someone/absent-draft", "pass a local path (--draft /path/to/mlx-model-dir"),
+        ("-k 100", "-k/--num-draft: must be in 1..16 (got 100)"),
+        ("-n 0", "-n/--max-tokens: must be a positive integer (got 0)"),
+        ("-t -1", "-t/--temperature: must be >= 0 (got -1.0)"),
+        ("--top-p 2", "--top-p: must be in (0, 1] (got 2.0)"),
+        ("--ngram 9 --lookup", "--ngram: must be in 1..8 (got 9)"),
     ],
 )
-def test_a_failed_draft_names_draft(ip, tiny_dir, draft, expect, monkeypatch):
+def test_a_refused_cell_fails_in_one_line_naming_the_flag(ip, tiny_dir, line, expect, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    gen(ip, f"-m {tiny_dir} --draft {draft} --raw -o d")
-    fin = ip.user_ns["d"].job.wait(60)
-    assert fin.finish_reason == "error" and expect in fin.error
-    assert "-m /path" not in fin.error
+    model = "" if "-m " in line else f"-m {tiny_dir} "
+    result = ip.run_cell(f"%%generate {model}{line} --raw -o refused\nHi")
+    assert isinstance(result.error_in_exec, UsageError)
+    msg = str(result.error_in_exec)
+    assert msg.startswith(expect) or expect in msg, msg
+    assert "\n" not in msg and "num_draft_tokens" not in msg
+    if "--draft" in line:
+        assert "-m /path" not in msg
+
+
+@pytest.mark.parametrize("cell", ["%%generate --help\n", "%%generate -h\n", "%%chat --help\n"])
+def test_help_prints_the_options_even_with_an_empty_body(ip, capsys, cell):
+    result = ip.run_cell(cell)
+    assert result.success
+    out = capsys.readouterr().out
+    assert "-k/--num-draft N" in out and "--think | --no-think" in out
 
 
 def test_the_output_is_a_widget_then_a_document(ip, tiny_dir):

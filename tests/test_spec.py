@@ -34,13 +34,17 @@ def test_hub_id_without_network_is_one_clear_error(engine, monkeypatch):
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
-def test_hub_error_reaches_the_job_as_one_line(engine, monkeypatch):
+def test_an_uncached_hub_id_offline_is_refused_at_submit_in_one_line(engine, monkeypatch):
     from mlx_notebook.engine import Request
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    r = engine.submit(Request("hi", model="someone/absent-model")).result(60, raise_on_error=False)
-    assert r.finish_reason == "error" and "could not fetch" in r.error
-    assert "Traceback" not in r.error
+    with pytest.raises(ValueError) as info:
+        engine.submit(Request("hi", model="someone/absent-model"))
+    msg = str(info.value)
+    assert msg.startswith("model: 'someone/absent-model' is not a local path, not in the Hugging")
+    assert "pass a local path (-m /path/to/mlx-model-dir or file.gguf)" in msg and "\n" not in msg
+    with pytest.raises(ValueError, match="draft: 'someone/absent' is not a local path"):
+        engine.submit(Request("hi", draft="someone/absent"))
 
 
 def test_default_model_is_found_without_importing_its_package():

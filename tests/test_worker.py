@@ -188,9 +188,11 @@ def test_model_error_ends_job_and_worker_lives(engine, scripted, tiny_dir):
     assert engine.submit(req(tiny_dir, max_tokens=4)).result(timeout=30).finish_reason == "length"
 
 
-def test_missing_model_is_an_error_event(engine):
-    r = engine.submit(req("/no/such/model", max_tokens=4)).result(30, raise_on_error=False)
-    assert r.finish_reason == "error" and "no such file" in r.error
+def test_a_missing_model_is_refused_at_submit_and_a_broken_one_is_an_error_event(engine, tmp_path):
+    with pytest.raises(ValueError, match="model: no such file or directory: '/no/such/model'"):
+        engine.submit(req("/no/such/model", max_tokens=4))
+    r = engine.submit(req(str(tmp_path), max_tokens=4)).result(30, raise_on_error=False)
+    assert r.finish_reason == "error" and "config.json" in r.error
 
 
 def test_result_keyboard_interrupt_cancels_and_waits(engine, scripted):

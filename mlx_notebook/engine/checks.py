@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..models.registry import LoadedModel, Registry
+from ..models.spec import require_available
 from ..models.vocab import spec_fingerprint
 from .errors import IncompatibleDraft
 from .prompt import check_top_k, encode_prompt, fit_context
@@ -18,6 +19,10 @@ def check_request(request: Request, registry: Registry) -> None:
         ValueError: Naming the field or the problem, in one line.
     """
     request.validate()
+    if registry.peek(request.model) is None:
+        require_available(request.model, "-m")
+    if request.mode == "draft" and registry.peek(request.draft) is None:
+        require_available(request.draft, "--draft")
     check_draft(request, registry)
     lm = registry.peek(request.model)
     if not isinstance(request.prompt, str) and request.chat:

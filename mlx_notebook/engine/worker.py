@@ -135,6 +135,8 @@ class Engine(Scheduling):
             ValueError: A request is invalid (see `check`); nothing is queued.
             EngineClosed: The engine is closed.
         """
+        if self._closed:  # before checking models the closed engine has dropped
+            raise EngineClosed(self._closed_reason())
         keys = []
         for i, request in enumerate(requests):
             try:

@@ -83,3 +83,75 @@ def _looks_like_path(spec: str) -> bool:
 def _hub_like(spec: str) -> bool:
     parts = spec.split("/")
     return len(parts) == 2 and all(parts)
+
+
+class ModelUnavailable(ValueError):
+    """A model spec refused at submit: nothing local by that name, and no way to fetch it."""
+
+
+_NET: dict = {}  # host -> (checked at, reachable)
+
+
+def hub_reachable(host: str = "huggingface.co", timeout: float = 1.5) -> bool:
+    """Whether the hub can be fetched from: not offline by setting, and its name resolves.
+
+    Answered within ``timeout`` seconds and remembered for a minute, so a submit on
+    the notebook's thread never waits long.
+    """
+    import socket
+    import threading
+    import time
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    seen = _NET.get(host)
+    if seen is not None and time.monotonic() - seen[0] < 60:
+        return seen[1]
+    found: list[bool] = []
+
+    def look() -> None:
+        try:
+            socket.getaddrinfo(host, 443)
+            found.append(True)
+        except OSError:
+            found.append(False)
+
+    t = threading.Thread(target=look, daemon=True)
+    t.start()
+    t.join(timeout)
+    ok = bool(found and found[0])
+    _NET[host] = (time.monotonic(), ok)
+    return ok
+
+
+def in_hub_cache(repo: str) -> bool:
+    """Whether the local Hugging Face cache holds a snapshot of ``repo`` (its config.json)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id, say: not cached
+        return False
+    return isinstance(found, str)
+
+
+def require_available(spec: str, flag: str = "-m") -> None:
+    """Refuse, in one line, a spec that names nothing local and cannot be fetched.
+
+    Raises:
+        ModelUnavailable: A missing path, a non-GGUF file, or a hub id that is neither
+            in the local cache nor fetchable now (offline).
+    """
+    role = "draft" if flag == "--draft" else "model"
+    try:
+        s = resolve(spec)
+    except (OSError, ValueError) as exc:
+        raise ModelUnavailable(f"{role}: {str(exc).removeprefix('model: ')}") from None
+    if s.kind != "hub" or in_hub_cache(s.key) or hub_reachable():
+        return
+    default = " or -m default (the bundled model)" if flag == "-m" else ""
+    raise ModelUnavailable(
+        f"{role}: {spec!r} is not a local path, not in the Hugging Face cache, and the hub "
+        f"cannot be reached; pass a local path ({flag} /path/to/mlx-model-dir or "
+        f"file.gguf){default}"
+    )

@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 
 from ..chat import Chat, ChatBusy
-from .magics import generation_options, parse
+from .magics import HELP, generation_options, parse, wants_help
 from .markup import escape, markdown_html
 from .style import STYLE
 
@@ -41,6 +41,9 @@ class ChatMagics(Magics):
     @line_cell_magic
     def chat(self, line: str, cell: str | None = None):
         """``%%chat``: the cell is the next message; ``%chat CMD``: {commands}."""
+        if wants_help(line):
+            print(HELP)
+            return None
         if cell is None:
             return self.command(line)
         args = parse(self.chat, line)

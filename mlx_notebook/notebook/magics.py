@@ -13,6 +13,7 @@ from traitlets import Float, Int, Unicode, observe
 
 from ..engine.backend import Backend, Route, backend_for, existing_backends
 from ..engine.request import Request
+from . import manners
 from .document import resend_final
 from .handle import GenerationHandle, remember
 from .render import FORMATS, ViewState
@@ -29,6 +30,33 @@ def parse(magic, line: str):
         UsageError: From the parser, for unknown options or bad values.
     """
     return magic.parser.parse_args(arg_split(line, posix=True, strict=False))
+
+
+def wants_help(line: str) -> bool:
+    """Whether the options ask for help (``-h`` or ``--help``)."""
+    return any(t in ("-h", "--help") for t in arg_split(line, posix=True, strict=False))
+
+
+# The flag a user typed for each `Request` field, so an error names it.
+FLAGS = {
+    "model": "-m/--model",
+    "draft": "--draft",
+    "num_draft_tokens": "-k/--num-draft",
+    "lookup_ngram": "--ngram",
+    "max_tokens": "-n/--max-tokens",
+    "temperature": "-t/--temperature",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "stop": "--stop",
+    "system": "-s/--system",
+    "prompt": "the cell body",
+}
+
+
+def in_flags(message: str) -> str:
+    """``num_draft_tokens: must be …`` as ``-k/--num-draft: must be …``."""
+    field, sep, rest = message.partition(": ")
+    return f"{FLAGS[field]}: {rest}" if sep and field in FLAGS else message
 
 
 SUFFIX_CAP = 16  # suffix drafts size themselves; -k only caps them
@@ -195,6 +223,9 @@ class MLXNotebook(Magics):
     @cell_magic
     def generate(self, line: str, cell: str):
         """Generate from the cell body; see ``%mlx help``."""
+        if wants_help(line):
+            print(HELP)
+            return None
         args = parse(self.generate, line)
         if args.over is not None:
             from .over import over_cell
@@ -253,7 +284,7 @@ class MLXNotebook(Magics):
         try:
             request.validate()
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(in_flags(str(exc))) from None
         return request
 
     def fill_body(self, cell: str) -> tuple[str, list[str]]:
@@ -297,7 +328,7 @@ class MLXNotebook(Magics):
         try:
             job = route.backend.submit(request)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(in_flags(str(exc))) from None
         handle = GenerationHandle(job, request.model)
         remember(handle)
         self.show(job, route.label, fmt, notices, out and (out, handle), wait)
@@ -385,11 +416,13 @@ def load(ipython) -> None:
         ipython.events.register("pre_run_cell", resend_final)
     if magics not in ipython.configurables:
         ipython.configurables.append(magics)
+    manners.install(ipython)
 
 
 def unload(ipython) -> None:
     """Unregister the magics and cancel running jobs."""
     mm = ipython.magics_manager
+    manners.uninstall(ipython)
     if resend_final in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.unregister("pre_run_cell", resend_final)
     mm.magics["cell"].pop("generate", None)
