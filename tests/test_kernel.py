@@ -209,6 +209,48 @@ def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
     assert "cancelled" in out
 
 
+def test_interrupt_on_an_idle_kernel_stops_streaming_generations(kernel, tiny_dir):
+    k = kernel
+    views = []
+    for name in ("idle1", "idle2"):
+        m, before = start(k, f"-m {tiny_dir} -n 100000 --raw -o {name}")
+        assert k.reply(m)["status"] == "ok"  # the cell is done; its view streams on
+        views.append(view_of(k, before)[0][0])
+    k.wait_for("both streaming", lambda: all(
+        "generating" in (k.value(v, "value") or "") for v in views
+    ))  # fmt: skip
+    t0 = time.monotonic()
+    k.interrupt()  # ■ with no cell running
+    k.wait_for("both stopped", lambda: all("stopped" in (k.value(v, "value") or "") for v in views))
+    stopped_after = time.monotonic() - t0
+    assert stopped_after < 10  # usually well under 1 s; the view refreshes at 20 Hz
+    _, out = k.output("print(idle1.finish_reason, idle2.finish_reason, len(idle1.text) > 0)")
+    assert "cancelled cancelled True" in out
+    # Nothing else changed: the next cell runs, and ■ during a --wait still interrupts it.
+    _, out = k.output("print(1 + 1)")
+    assert "2" in out
+
+
+def test_unloading_restores_the_idle_interrupt_handler(kernel, tiny_dir):
+    k = kernel
+    probe = (
+        "import signal\nk = get_ipython().kernel\n"
+        "print(getattr(k.saved_sigint_handler, 'mlx_notebook', False))"
+    )
+    _, out = k.output(probe)
+    assert "True" in out
+    k.output("%unload_ext mlx_notebook")
+    _, out = k.output(probe)
+    assert "False" in out
+    _, out = k.output(
+        "import signal\nprint(get_ipython().kernel.saved_sigint_handler is signal.SIG_IGN)"
+    )
+    assert "True" in out  # ipykernel's own idle handler is back
+    k.output("%load_ext mlx_notebook")
+    _, out = k.output(probe)
+    assert "True" in out
+
+
 def test_mlx_status_in_kernel(kernel):
     _, out = kernel.output("%mlx status", 10)
     assert "device: cpu" in out or "device: gpu" in out
