@@ -78,11 +78,14 @@ def sweep(prompt, **kw):
     return _sweep(prompt, **kw)
 
 
-def map(prompts, **kw):  # noqa: A001 - mlx_notebook.map, as in the docs
-    """Generate for many prompts at once, batched; see `mlx_notebook.mapping.map`."""
+def map(data, template=None, **kw):  # noqa: A001 - mlx_notebook.map, as in the docs
+    """Generate for many prompts (or a template over a DataFrame), batched.
+
+    See `mlx_notebook.mapping.map`.
+    """
     from .mapping import map as _map
 
-    return _map(prompts, **kw)
+    return _map(data, template, **kw)
 
 
 def last():

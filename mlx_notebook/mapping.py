@@ -43,39 +43,72 @@ class MapRow:
 
 @dataclass
 class MapResult:
-    """Every row of a `map`, in input order.
+    """Every row of a `map`, in input order: a future while the rows still run.
+
+    Reading a final value (`texts`, `to_frame`, `summary`, ``len``, iteration,
+    indexing, the totals) waits until every row has ended, so a notebook run
+    top to bottom (Run All) gets finished rows; Ctrl-C or ■ while waiting stops
+    the rows that are left and keeps what they wrote. `snapshot` is the rows as
+    they stand, without waiting.
 
     Attributes:
-        rows: One `MapRow` per prompt.
+        rows: One `MapRow` per prompt (as they stand: use `snapshot` or a final value).
         elapsed_s: Seconds from submitting the first row to the end of the last.
+        source: The DataFrame the rows came from, if any: `to_frame` keeps its
+            columns and index.
     """
 
     rows: list[MapRow]
     elapsed_s: float = 0.0
+    source: Any = field(default=None, repr=False)
+    run: Any = field(default=None, repr=False, compare=False)  # a `MapRun` still going
+
+    def _settle(self) -> MapResult:
+        """Wait for the rows still running; take their final state."""
+        run = self.run
+        if run is not None:
+            run.wait()
+            final = run.result()
+            self.rows[:] = final.rows
+            self.elapsed_s = final.elapsed_s
+            self.run = None
+        return self
+
+    def snapshot(self) -> MapResult:
+        """The rows as they stand now (a row still running has ``"running"``), no waiting."""
+        if self.run is None:
+            return MapResult(list(self.rows), self.elapsed_s, self.source)
+        now = self.run.result()
+        return MapResult(now.rows, now.elapsed_s, self.source)
+
+    @property
+    def done(self) -> bool:
+        """Whether every row has ended (reading a final value would not wait)."""
+        return self.run is None or self.run.done
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._settle().rows)
 
     def __iter__(self) -> Iterator[MapRow]:
-        return iter(self.rows)
+        return iter(self._settle().rows)
 
     def __getitem__(self, i: int) -> MapRow:
-        return self.rows[i]
+        return self._settle().rows[i]
 
     @property
     def texts(self) -> list[str]:
         """Each row's text, in input order."""
-        return [r.text for r in self.rows]
+        return [r.text for r in self._settle().rows]
 
     @property
     def completed(self) -> int:
         """Rows that ran to their end (``"stop"`` or ``"length"``)."""
-        return sum(r.finish_reason in ("stop", "length") for r in self.rows)
+        return sum(r.finish_reason in ("stop", "length") for r in self._settle().rows)
 
     @property
     def generated_tokens(self) -> int:
         """Tokens generated over all rows."""
-        return sum(r.stats.generation_tokens for r in self.rows)
+        return sum(r.stats.generation_tokens for r in self._settle().rows)
 
     @property
     def tps(self) -> float:
@@ -85,7 +118,7 @@ class MapResult:
     def summary(self) -> str:
         """``6 rows: 6 done · 384 tokens in 5.1 s · 75.3 tok/s aggregate``."""
         counts: dict[str, int] = {}
-        for r in self.rows:
+        for r in self._settle().rows:
             word = {"length": "done", "stop": "done", "cancelled": "stopped"}.get(
                 r.finish_reason, r.finish_reason
             )
@@ -97,22 +130,78 @@ class MapResult:
         )
 
     def to_frame(self):
-        """A pandas DataFrame, one row per prompt (pandas is optional)."""
-        return to_frame(
-            [
-                {
-                    "prompt": r.prompt,
-                    "text": r.text,
-                    "finish_reason": r.finish_reason,
-                    "error": r.error,
-                    "generation_tokens": r.stats.generation_tokens,
-                    "ttft_s": r.stats.ttft_s,
-                    "generation_tps": r.stats.generation_tps,
-                    "batch_rows": r.stats.batch_rows,
-                }
-                for r in self.rows
-            ]
-        )
+        """A pandas DataFrame, one row per prompt (pandas is optional).
+
+        From a DataFrame, the result is that DataFrame's columns and index with the
+        results beside them (a result column whose name is taken gets ``gen_`` in
+        front), so ``df.join`` and ``assign`` line up; otherwise the prompt is a column.
+        """
+        results = [
+            {
+                "text": r.text,
+                "finish_reason": r.finish_reason,
+                "error": r.error,
+                "generation_tokens": r.stats.generation_tokens,
+                "ttft_s": r.stats.ttft_s,
+                "generation_tps": r.stats.generation_tps,
+                "batch_rows": r.stats.batch_rows,
+            }
+            for r in self._settle().rows
+        ]
+        src = self.source
+        if src is None or type(src).__name__ != "DataFrame":
+            return to_frame([{"prompt": r.prompt, **d} for r, d in zip(self.rows, results)])
+        taken = {str(c) for c in src.columns}
+        out = src.copy()
+        for name in results[0]:
+            out["gen_" + name if name in taken else name] = [d[name] for d in results]
+        return out
+
+
+def rows_of(data) -> tuple[list[dict], list[str]]:
+    """Each row's template values from a list, tuple, Series (``item``) or DataFrame.
+
+    Returns:
+        ``(rows, names)``: one dict per row, and the names a template may use
+        (the DataFrame's columns, or ``item``).
+
+    Raises:
+        ValueError: Another kind of value, or no rows.
+    """
+    kind = type(data).__name__
+    if kind == "DataFrame" and hasattr(data, "to_dict"):
+        names = [str(c) for c in data.columns]
+        rows = [{str(k): v for k, v in r.items()} for r in data.to_dict("records")]
+    elif isinstance(data, (list, tuple)) or kind == "Series":
+        names = ["item"]
+        rows = [{"item": v} for v in (data.tolist() if kind == "Series" else data)]
+    else:
+        raise ValueError(f"a {kind}; it must be a list, tuple, pandas Series or DataFrame")
+    if not rows:
+        raise ValueError("empty; nothing to generate")
+    return rows, names
+
+
+def fill_rows(template: str, rows: list[dict], names: list[str], variables=None) -> list[str]:
+    """One prompt per row: ``{column}`` (or ``{item}``) from the row, else a variable.
+
+    Raises:
+        ValueError: A ``{name}`` that is neither a column nor a variable, in one line
+            listing the columns (nothing should run), or a value whose ``str()`` raised.
+    """
+    from .template import fill
+
+    prompts = []
+    for row in rows:
+        text, missing = fill(template, {**(variables or {}), **row})
+        if missing:
+            listed = ", ".join("{" + n + "}" for n in missing)
+            raise ValueError(
+                f"{listed} is not a column; the columns are {', '.join(names)} "
+                "(nothing was started; use {{ }} for literal braces)"
+            )
+        prompts.append(text)
+    return prompts
 
 
 def as_prompts(prompts) -> list:
@@ -202,6 +291,10 @@ class MapRun:
         """Stop every row that has not ended; finished rows are kept."""
         self.runs.cancel()
 
+    def future(self, source=None) -> MapResult:
+        """A `MapResult` that waits for these rows when a final value is read."""
+        return MapResult(self.result().rows, self.elapsed(), source, run=self)
+
     def result(self) -> MapResult:
         """The rows so far (a row still running shows its text so far)."""
         rows = []
@@ -219,11 +312,16 @@ class MapRun:
         return self.result()
 
 
-def map(prompts, *, model: str = "default", backend=None, **fields) -> MapResult:  # noqa: A001
-    """Generate for every prompt, batched, and block for the results in input order.
+def map(  # noqa: A001
+    data, template: str | None = None, *, model: str = "default", backend=None, **fields
+) -> MapResult:
+    """Generate for every row, batched, and block for the results in input order.
 
     Args:
-        prompts: A list (or pandas Series, or iterable) of strings or chat message lists.
+        data: Prompts (a list, Series or iterable of strings or chat message lists);
+            or, with ``template``, a DataFrame, list or Series to fill it from.
+        template: ``"Summarize: {text}"``: ``{column}`` from each DataFrame row, or
+            ``{item}`` from each element. `to_frame` then keeps a DataFrame's columns.
         model: Model spec, or an ``http(s)://…/v1`` server.
         backend: Where to run; routed from ``model`` by default.
         **fields: `Request` fields shared by every row (``max_tokens``, ``stop``, ...).
@@ -232,12 +330,23 @@ def map(prompts, *, model: str = "default", backend=None, **fields) -> MapResult
         The `MapResult`. Rows that fail keep their error; the others are unaffected.
 
     Raises:
-        ValueError: No prompts, or an invalid row (nothing runs then).
+        ValueError: No prompts, a ``{name}`` that is not a column, or an invalid row
+            (nothing runs then).
         KeyboardInterrupt: Ctrl-C stops every row, waits for the engine, re-raises.
     """
+    source = None
+    if template is not None:
+        try:
+            rows, names = rows_of(data)
+        except ValueError as exc:
+            raise ValueError(f"data: {exc}") from None
+        prompts = fill_rows(template, rows, names)
+        source = data if type(data).__name__ == "DataFrame" else None
+    else:
+        prompts = data
     if backend is None:
         from .engine.backend import backend_for
 
         route = backend_for(model)
         backend, model = route.backend, route.model
-    return MapRun(backend, prompts, model=model, **fields).start().wait()
+    return MapRun(backend, prompts, model=model, **fields).start().future(source)._settle()

@@ -17,7 +17,7 @@ def cells(tiny_dir):
         f"%%generate -m {tiny_dir} -n 100000 --raw -f text -o stopped\nHello",
         (
             "import time\n"
-            "while len(stopped.text) < 200:\n    time.sleep(0.05)\n"
+            "while len(stopped.partial_text) < 200:\n    time.sleep(0.05)\n"
             "stopped.cancel()\nstopped.job.wait(30)\nfinished.job.wait(30)\n"
             "print(stopped.finish_reason)"
         ),

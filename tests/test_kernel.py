@@ -251,6 +251,26 @@ def test_unloading_restores_the_idle_interrupt_handler(kernel, tiny_dir):
     assert "True" in out
 
 
+def test_run_all_reads_finished_results_in_the_next_cells(kernel, tiny_dir):
+    """Cells sent back to back, as Run All sends them: reads wait for the generations."""
+    k = kernel
+    k.output("import pandas as pd\ndf = pd.DataFrame({'topic': ['rivers', 'lakes', 'seas']})")
+    first = k.execute(f"%%generate -m {tiny_dir} --raw -n 40 --over df -o res\nAbout {{topic}}",
+                      wait=False)  # fmt: skip
+    second = k.execute(f"%%generate -m {tiny_dir} --raw -n 60 -o h\nHello", wait=False)
+    third = k.execute(
+        "f = res.to_frame()\nprint(f['finish_reason'].tolist(), f['generation_tokens'].tolist())\n"
+        "print(h.finish_reason, h.stats.generation_tokens, len(h.text) == len(h.partial_text))",
+        wait=False,
+    )
+    assert [k.reply(m)["status"] for m in (first, second, third)] == ["ok"] * 3
+    k.idle(third)
+    k.wait_for("the third cell's output", lambda: "length" in k.texts(third))
+    out = k.texts(third)
+    assert "['length', 'length', 'length'] [40, 40, 40]" in out
+    assert "length 60 True" in out
+
+
 def test_mlx_status_in_kernel(kernel):
     _, out = kernel.output("%mlx status", 10)
     assert "device: cpu" in out or "device: gpu" in out

@@ -275,3 +275,13 @@ def test_think_switch_reaches_the_request(magics, tiny_dir):
     ]
     assert think == [None, True, False]
     assert "--think | --no-think" in mlx_notebook.notebook.magics.HELP
+
+
+def test_a_handle_is_a_future_and_its_partial_values_say_so(ip, tiny_dir):
+    gen(ip, f"-m {tiny_dir} -n 300 --raw -o fut")
+    h = ip.user_ns["fut"]
+    assert "Generation" in repr(h)  # repr never waits
+    partial = h.partial_text  # whatever is there now, without waiting
+    assert h.text.startswith(partial) and h.done  # .text waited for the end
+    assert h.finish_reason == "length" and h.stats.generation_tokens == 300
+    assert h.partial_text == h.text and h.error is None

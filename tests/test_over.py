@@ -1,39 +1,43 @@
 import pytest
 from IPython.core.error import UsageError
 
-from mlx_notebook.notebook.over import fill_rows, row_values
+from mlx_notebook.mapping import fill_rows, rows_of
 
 ITEMS = ["rivers", "mountains", "lakes", "forests", "deserts", "islands"]
 
 
-def test_row_values_from_lists_series_and_frames():
+def test_rows_from_lists_series_and_frames():
     pd = pytest.importorskip("pandas")
-    assert row_values("xs", {"xs": ["a", "b"]}) == [{"item": "a"}, {"item": "b"}]
-    assert row_values("s", {"s": pd.Series(["a"])}) == [{"item": "a"}]
+    assert rows_of(["a", "b"]) == ([{"item": "a"}, {"item": "b"}], ["item"])
+    assert rows_of(pd.Series(["a"])) == ([{"item": "a"}], ["item"])
     df = pd.DataFrame({"city": ["Paris", "Oslo"], "n": [1, 2]})
-    assert row_values("df", {"df": df}) == [{"city": "Paris", "n": 1}, {"city": "Oslo", "n": 2}]
+    rows, names = rows_of(df)
+    assert rows == [{"city": "Paris", "n": 1}, {"city": "Oslo", "n": 2}] and names == ["city", "n"]
 
 
 @pytest.mark.parametrize(
-    ("ns", "message"),
-    [
-        ({}, "no variable named 'xs'"),
-        ({"xs": 3}, "'xs' is a int; it must be a list"),
-        ({"xs": "abc"}, "'xs' is a str"),
-        ({"xs": []}, "'xs' is empty"),
-    ],
+    ("value", "message"),
+    [(3, "a int; it must be a list"), ("abc", "a str"), ([], "empty; nothing to generate")],
 )
-def test_bad_over_values_are_one_line(ns, message):
-    with pytest.raises(UsageError, match=message):
-        row_values("xs", ns)
+def test_bad_row_values_are_one_line(value, message):
+    with pytest.raises(ValueError, match=message):
+        rows_of(value)
 
 
 def test_rows_fill_item_columns_and_user_variables():
-    prompts, notices = fill_rows(
-        "{style}: {item} {{x}} {nope}", [{"item": "a"}, {"item": "b"}], {"style": "S"}
+    prompts = fill_rows(
+        "{style}: {item} {{x}}", [{"item": "a"}, {"item": "b"}], ["item"], {"style": "S"}
     )
-    assert prompts == ["S: a {x} {nope}", "S: b {x} {nope}"]
-    assert len(notices) == 1 and "{nope}" in notices[0]
+    assert prompts == ["S: a {x}", "S: b {x}"]
+
+
+def test_a_name_that_is_no_column_nor_variable_lists_the_columns():
+    with pytest.raises(ValueError) as info:
+        fill_rows("About {topc}", [{"topic": "a", "n": 1}], ["topic", "n"], {"style": "S"})
+    assert str(info.value) == (
+        "{topc} is not a column; the columns are topic, n "
+        "(nothing was started; use {{ }} for literal braces)"
+    )
 
 
 def _ip_with(ipshell, engine, **ns):
@@ -77,3 +81,50 @@ def test_over_binds_the_map_result_and_keeps_rows_in_order(ipshell, engine, tiny
         alone = engine.generate(r.prompt, model=tiny_dir, chat=False, max_tokens=6, batch=False)
         assert alone.text == r.text
     assert "6 rows: 6 done" in res.summary()
+
+
+def test_a_typo_in_a_column_name_starts_nothing_and_lists_the_columns(ipshell, engine, tiny_dir):
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"topic": ITEMS[:2], "level": ["easy", "hard"]})
+    ip = _ip_with(ipshell, engine, df=df, style="brief")
+    with pytest.raises(UsageError) as info:
+        ip.run_cell_magic("generate", f"-m {tiny_dir} --raw --over df", "{style} on {topc}")
+    assert str(info.value) == (
+        "--over: {topc} is not a column; the columns are topic, level "
+        "(nothing was started; use {{ }} for literal braces)"
+    )
+    info = engine.info()
+    assert info.running is None and info.queued == 0 and not info.batched
+
+
+def test_reading_a_running_result_waits_for_every_row(ipshell, engine, tiny_dir):
+    """What Run All does: bind the result in one cell, read it in the next."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"topic": ITEMS, "n": range(6)}, index=[f"r{i}" for i in range(6)])
+    ip = _ip_with(ipshell, engine, df=df)
+    ip.run_cell_magic("generate", f"-m {tiny_dir} --raw -n 40 --over df -o res", "About {topic}")
+    res = ip.user_ns["res"]
+    early = res.snapshot()  # the live, partial view: does not wait
+    assert len(early.rows) == 6
+    frame = res.to_frame()  # a final value: waits
+    assert list(frame["finish_reason"]) == ["length"] * 6 and res.done
+    assert list(frame.index) == list(df.index)  # joins back onto the input
+    assert list(frame.columns[:2]) == ["topic", "n"] and "text" in frame.columns
+    assert frame["generation_tokens"].tolist() == [40] * 6
+    assert df.join(frame[["text"]])["text"].tolist() == res.texts
+
+
+def test_map_takes_a_frame_and_a_template(engine, tiny_dir):
+    pd = pytest.importorskip("pandas")
+    import mlx_notebook
+
+    df = pd.DataFrame({"text": ["Rivers", "Lakes"]}, index=[10, 20])
+    res = mlx_notebook.map(
+        df, "About {text}", backend=engine, model=tiny_dir, chat=False, max_tokens=4
+    )
+    assert [r.prompt for r in res] == ["About Rivers", "About Lakes"]
+    frame = res.to_frame()
+    assert list(frame.index) == [10, 20] and frame["text"].tolist() == ["Rivers", "Lakes"]
+    assert frame["gen_text"].tolist() == res.texts  # a taken name gets gen_ in front
+    with pytest.raises(ValueError, match="is not a column; the columns are text"):
+        mlx_notebook.map(df, "About {txt}", backend=engine, model=tiny_dir)

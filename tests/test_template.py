@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mlx_notebook.notebook.template import TemplateError, fill, unknown_notice, visible
+from mlx_notebook.template import TemplateError, fill, unknown_notice, visible
 
 
 def test_braces_escape_and_unknown_names_are_reported_once():

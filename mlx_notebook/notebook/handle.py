@@ -9,7 +9,12 @@ _last: GenerationHandle | None = None
 
 
 class GenerationHandle:
-    """A live view of one generation's result.
+    """One generation's result: a future while it runs.
+
+    Final values (`text`, `reasoning`, `stats`, `finish_reason`) wait until the
+    generation has ended, so a notebook run top to bottom (Run All) reads
+    finished text; Ctrl-C or ■ while waiting stops it and keeps what it wrote.
+    Live values say so: `partial_text`, `partial_reasoning`, `done`.
 
     Args:
         job: The engine job.
@@ -26,14 +31,35 @@ class GenerationHandle:
             return getattr(fin, part)
         return "".join(getattr(e, part) for e in list(self.job._log) if isinstance(e, Token))
 
+    def _final(self) -> Finished:
+        fin = self.job.finished
+        if fin is None:
+            try:
+                fin = self.job.wait()
+            except KeyboardInterrupt:  # stop it, keeping its text, then let Ctrl-C through
+                self.job.cancel()
+                self.job.wait()
+                raise
+        return fin
+
     @property
     def text(self) -> str:
-        """The text so far (final once `done`)."""
+        """The whole text: waits for the generation to end (see `partial_text`)."""
+        return self._final().text
+
+    @property
+    def partial_text(self) -> str:
+        """The text so far, without waiting (the whole text once `done`)."""
         return self._so_far("text")
 
     @property
     def reasoning(self) -> str:
-        """A thinking model's reasoning so far, apart from `text` (empty for other models)."""
+        """A thinking model's reasoning, apart from `text`: waits for the end."""
+        return self._final().reasoning
+
+    @property
+    def partial_reasoning(self) -> str:
+        """The reasoning so far, without waiting."""
         return self._so_far("reasoning")
 
     @property
@@ -42,22 +68,19 @@ class GenerationHandle:
         return self.job.done
 
     @property
-    def finish_reason(self) -> str | None:
-        """``stop``, ``length``, ``cancelled``, ``error``; None while running."""
-        fin = self.job.finished
-        return fin.finish_reason if fin else None
+    def finish_reason(self) -> str:
+        """``stop``, ``length``, ``cancelled`` or ``error``: waits for the end."""
+        return self._final().finish_reason
 
     @property
-    def stats(self) -> Stats | None:
-        """Timing figures once done."""
-        fin = self.job.finished
-        return fin.stats if fin else None
+    def stats(self) -> Stats:
+        """Timing figures: waits for the end."""
+        return self._final().stats
 
     @property
     def error(self) -> str | None:
-        """Error text when ``finish_reason == "error"``."""
-        fin = self.job.finished
-        return fin.error if fin else None
+        """Error text when ``finish_reason == "error"``: waits for the end."""
+        return self._final().error
 
     def wait(self, timeout: float | None = None) -> GenerationHandle:
         """Block until done. Ctrl-C / kernel interrupt cancels the job and re-raises."""
@@ -73,8 +96,9 @@ class GenerationHandle:
         return self.job.finished
 
     def __repr__(self) -> str:
-        state = self.finish_reason or ("running" if self.job.position is None else "queued")
-        text = self.text
+        fin = self.job.finished
+        state = fin.finish_reason if fin else "running" if self.job.position is None else "queued"
+        text = self.partial_text
         short = text if len(text) <= 60 else text[:57] + "..."
         return f"<Generation {self.model!r} {state}, {len(text)} chars: {short!r}>"
 

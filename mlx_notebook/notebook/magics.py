@@ -13,11 +13,11 @@ from traitlets import Float, Int, Unicode, observe
 
 from ..engine.backend import Backend, Route, backend_for, existing_backends
 from ..engine.request import Request
+from ..template import TemplateError, cell_body, fill, unknown_notice, visible
 from . import manners
 from .document import resend_final
 from .handle import GenerationHandle, remember
 from .render import FORMATS, ViewState
-from .template import TemplateError, cell_body, fill, unknown_notice, visible
 from .view import generation_view
 
 _ESCAPES = re.compile(r"\\(n|t|\\)")
@@ -123,7 +123,8 @@ HELP = """mlx_notebook magics
   -n/--max-tokens N  -t/--temperature T  --top-p P  --seed S
   -s/--system TEXT          system prompt        --raw   no chat template
   --stop STR                stop string (repeatable)
-  -o/--out NAME             bind a result handle (.text .done .wait() .cancel())
+  -o/--out NAME             bind the result: reading it (.text, .stats, .to_frame()) waits
+                            for the end; .partial_text and .snapshot() do not (.cancel())
   --wait                    block until done (interrupt the kernel to stop)
   -f/--format markdown|text|code
   --think | --no-think      a reasoning model's thinking switch (default: its template's);

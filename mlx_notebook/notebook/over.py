@@ -13,10 +13,10 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 
 from ..engine.events import Event
-from ..mapping import MapResult, MapRun
+from ..mapping import MapResult, MapRun, fill_rows, rows_of
+from ..template import cell_body, visible
 from .markup import escape
 from .render import STYLE, ViewState, stats_line
-from .template import TemplateError, cell_body, fill, unknown_notice, visible
 from .view import LiveView
 
 
@@ -30,7 +30,16 @@ def over_cell(magics, args, cell: str) -> None:
         raise UsageError("--over and --compare do not go together")
     fields = magics.request_fields(args)
     ns = variables(magics.shell)
-    prompts, notices = fill_rows(cell_body(cell), row_values(args.over, ns), ns)
+    source = over_value(args.over, ns)
+    try:
+        rows, names = rows_of(source)
+    except ValueError as exc:  # not a list, Series or DataFrame, or empty
+        raise UsageError(f"--over: {args.over!r} is {exc}") from None
+    try:
+        prompts = fill_rows(cell_body(cell), rows, names, ns)
+    except ValueError as exc:  # a {name} that is neither a column nor a variable
+        raise UsageError(f"--over: {exc}") from None
+    notices: list[str] = []
     route = magics.route(fields.pop("model"))
     try:
         run = MapRun(
@@ -39,7 +48,8 @@ def over_cell(magics, args, cell: str) -> None:
         ).start()  # fmt: skip
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    view, result = show_map(run, route.label, args.format, notices, magics.refresh_hz)
+    frame = source if type(source).__name__ == "DataFrame" else None
+    view, result = show_map(run, route.label, args.format, notices, magics.refresh_hz, frame)
     if args.out:
         magics.shell.user_ns[args.out] = result
     if args.wait:
@@ -50,44 +60,15 @@ PREVIEW_ROWS = 3
 PREVIEW_CHARS = 240
 
 
-def row_values(name: str, ns: dict) -> list[dict]:
-    """Each row's template variables from the user's variable ``name``.
+def over_value(name: str, ns: dict):
+    """The user's variable ``name`` that ``--over`` names.
 
     Raises:
-        UsageError: No such variable, not a list/Series/DataFrame, or empty.
+        UsageError: No such variable.
     """
     if name not in ns:
         raise UsageError(f"--over: no variable named {name!r}")
-    value = ns[name]
-    kind = type(value).__name__
-    if kind == "DataFrame" and hasattr(value, "to_dict"):
-        rows = [{str(k): v for k, v in r.items()} for r in value.to_dict("records")]
-    elif isinstance(value, (list, tuple)) or kind == "Series":
-        rows = [{"item": v} for v in (value.tolist() if kind == "Series" else value)]
-    else:
-        raise UsageError(
-            f"--over: {name!r} is a {kind}; it must be a list, tuple, pandas Series or DataFrame"
-        )
-    if not rows:
-        raise UsageError(f"--over: {name!r} is empty; nothing to generate")
-    return rows
-
-
-def fill_rows(template: str, rows: list[dict], ns: dict) -> tuple[list[str], list[str]]:
-    """One prompt per row, and the view's warnings for names no row could fill.
-
-    Raises:
-        UsageError: A variable's ``str()`` raised.
-    """
-    prompts, unknown = [], []
-    for row in rows:
-        try:
-            text, missing = fill(template, {**ns, **row})
-        except TemplateError as exc:
-            raise UsageError(str(exc)) from None
-        prompts.append(text)
-        unknown += [n for n in missing if n not in unknown]
-    return prompts, [unknown_notice(unknown)] if unknown else []
+    return ns[name]
 
 
 class MapRenderer:
@@ -189,19 +170,18 @@ class MapRenderer:
 
 
 def show_map(
-    run: MapRun, label: str, fmt: str, notices, refresh_hz: float
+    run: MapRun, label: str, fmt: str, notices, refresh_hz: float, source=None
 ) -> tuple[LiveView, MapResult]:
-    """Display the live view of ``run`` (started); return it and the `MapResult` it fills in.
+    """Display the live view of ``run`` (started); return it and its `MapResult`.
 
-    The result holds each row as it stands and is completed in place when the
-    last row ends (what ``-o NAME`` binds).
+    The result (what ``-o NAME`` binds) is a future: its final values wait for
+    the rows, and it is completed in place when the last row ends.
     """
-    result = run.result()
+    result = run.future(source)
 
     def complete() -> None:
-        final = run.result()
-        result.rows[:] = final.rows
-        result.elapsed_s = final.elapsed_s
+        if run.done:
+            result._settle()  # every row ended: no waiting
 
     view = LiveView(MapRenderer(run, label, fmt, list(notices)), refresh_hz, on_done=complete)
     view.display().attach(*run.jobs)
