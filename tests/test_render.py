@@ -89,3 +89,18 @@ def test_notices_and_loading_are_shown():
     s.apply(Notice("max_tokens lowered from 500 to 40: <context>"))
     html = s.html()
     assert "max_tokens lowered from 500 to 40: &lt;context&gt;" in html
+
+
+def test_the_header_counts_tokens_and_speed_while_streaming():
+    from mlx_notebook.engine.events import Finished, Token
+
+    now = [100.0]
+    s = ViewState(model="m", clock=lambda: now[0])
+    for i in range(11):
+        s.apply(Token("x", i, False, i))
+        now[0] += 0.1
+    assert s.header() == "m · normal · generating · 11 tokens · 9.1 tok/s"
+    assert "</span> · 11 tokens · 9.1 tok/s</div>" in s.html()
+    s.apply(Finished("x" * 11, "cancelled"))
+    assert s.header() == "m · normal · stopped"  # final figures live in the stats line
+    assert s.plain().splitlines()[-1].endswith(" · stopped")  # the stats say it the same way

@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 
 from ..chat import Chat, ChatBusy
-from .magics import HELP, generation_options, parse, wants_help
+from .magics import HELP, generation_options, in_flags, parse, wants_help
 from .markup import escape, markdown_html
 from .style import STYLE
 
@@ -56,9 +56,11 @@ class ChatMagics(Magics):
         try:
             turn = conv.send(text, **fields)
         except (ValueError, ChatBusy) as exc:
-            raise UsageError(f"%%chat {args.chat}: {exc}") from None
+            where = "" if args.chat == "chat" else f" {args.chat}"
+            raise UsageError(f"%%chat{where}: {in_flags(str(exc))}") from None
         n = sum(m["role"] == "user" for m in conv.messages)
-        label = f"chat {args.chat}, turn {n} · {route.label}"
+        name = "chat" if args.chat == "chat" else f"chat {args.chat!r}"
+        label = f"{name}, turn {n} · {route.label}"
         bind = (args.out, turn) if args.out else None
         self.settings.show(turn.job, label, args.format, notices, bind, args.wait)
 

@@ -142,7 +142,11 @@ class MapRenderer:
         return "".join(parts)
 
     def _table(self) -> str:
-        head = "<tr><th>#</th><th>prompt</th><th>text</th><th>finish</th></tr>"
+        head = (
+            '<colgroup><col style="width:3em"><col style="width:25%"><col>'
+            '<col style="width:9em"></colgroup><tr><th>#</th><th>prompt</th><th>text</th>'
+            "<th>finish</th></tr>"
+        )
         body = []
         for i, (p, s) in enumerate(zip(self.run.prompts, self.states)):
             f = s.finished

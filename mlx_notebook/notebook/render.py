@@ -58,6 +58,7 @@ class ViewState:
     prefill: tuple[int, int] | None = None
     prefill_t0: tuple[float, int] | None = None
     tokens: int = 0
+    first_token_at: float | None = None
     finished: Finished | None = None
     stopping: bool = False
     _md: ProgressiveMarkdown = field(default_factory=ProgressiveMarkdown, repr=False)
@@ -66,6 +67,8 @@ class ViewState:
         """Fold one event in."""
         if isinstance(ev, Token):
             self.tokens = ev.index + 1
+            if self.first_token_at is None:
+                self.first_token_at = self.clock()
             self.pieces.append(ev.text)
             self.drafts.append(ev.from_draft)
             if ev.reasoning:
@@ -119,10 +122,20 @@ class ViewState:
             return f"loading {self.loading}…" if self.loading else "starting"
         return "generating"
 
+    def live_figures(self) -> str:
+        """`` · 42 tokens · 21.3 tok/s`` while tokens stream; empty otherwise."""
+        if self.finished is not None or not self.tokens or self.stopping:
+            return ""
+        bits = f" · {self.tokens} tokens"
+        elapsed = self.clock() - self.first_token_at
+        if self.tokens > 1 and elapsed > 0:
+            bits += f" · {(self.tokens - 1) / elapsed:.1f} tok/s"
+        return bits
+
     def header(self) -> str:
         """``model · mode · state`` as plain text."""
         mode = self.mode if self.mode == "normal" else f"{self.mode}, k={self.k}"
-        return f"{self.model} · {mode} · {self.state_label()}"
+        return f"{self.model} · {mode} · {self.state_label()}{self.live_figures()}"
 
     def html(self, style: bool = True) -> str:
         """The whole view as one HTML string (one widget update per refresh)."""
@@ -132,7 +145,8 @@ class ViewState:
             STYLE if style else "",
             '<div class="mlxnb">',
             f'<div class="hdr">{escape(self.model)} · {escape(mode)} · '
-            f'{icon}<span class="state">{escape(self.state_label())}</span></div>',
+            f'{icon}<span class="state">{escape(self.state_label())}</span>'
+            f"{escape(self.live_figures())}</div>",
         ]
         parts += [f'<div class="note">{escape(n)}</div>' for n in self.notices]
         if self.prefill and not self.tokens and self.finished is None:
@@ -212,7 +226,7 @@ def stats_line(f: Finished) -> str:
     if s.ttft_s is not None:
         bits += [f"TTFT {s.ttft_s:.2f} s", f"prompt {s.prompt_tps:.0f} tok/s"]
     if s.generation_tokens > 1:
-        bits.append(f"{s.generation_tps:.1f} tok/s")
+        bits.append(f"decode {s.generation_tps:.1f} tok/s")
     bits.append(f"{s.generation_tokens} tokens")
     if s.acceptance_rate is not None:
         bits.append(f"accepted {s.acceptance_rate:.0%} of {s.draft_tokens_proposed} drafts")
@@ -222,6 +236,7 @@ def stats_line(f: Finished) -> str:
         from ..models.generation import describe
 
         bits.append(describe(s.sampling))
-    reason = f.finish_reason + (f" ({f.matched_stop!r})" if f.matched_stop else "")
+    word = "stopped" if f.finish_reason == "cancelled" else f.finish_reason  # as the header
+    reason = word + (f" ({f.matched_stop!r})" if f.matched_stop else "")
     bits.append(reason)
     return " · ".join(bits)

@@ -1,5 +1,11 @@
 """The views' stylesheet: JupyterLab's theme variables, readable without them too.
 
+Words never break in the middle: text wraps at spaces, and only a run longer
+than its whole column (a URL, say) is broken (``overflow-wrap: break-word``);
+tables have fixed column widths so that holds in their cells too. A view's Stop
+button floats over its top right corner, out of the text's way, so the text
+has the same width while it streams as in the document it ends as.
+
 Text colours come from ``--jp-…`` variables, so light, dark and high-contrast
 themes all work. Status colours (green, red, orange) mark icons only, never
 text, since they fall under 4.5:1 on some theme backgrounds. Every ``var()``
@@ -13,15 +19,18 @@ _FG = "var(--jp-content-font-color1, inherit)"
 _UI = "var(--jp-ui-font-color1, inherit)"
 
 CSS = f"""
+.mlxnb-view{{position:relative}}
+.mlxnb-view>.mlxnb-stop{{position:absolute;top:0;right:0;z-index:1}}
+.mlxnb-view .hdr{{padding-right:84px}}
 .mlxnb{{font-family:var(--jp-content-font-family,system-ui,sans-serif);font-size:13px;
 color:{_FG};line-height:1.45}}
 .mlxnb .hdr{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;color:{_UI};
 margin-bottom:4px}}
 .mlxnb .state{{font-weight:600}}
 .mlxnb .txt{{white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);
-overflow-wrap:anywhere;margin:0;padding:0;background:none;color:{_FG};font-size:13px;
+overflow-wrap:break-word;margin:0;padding:0;background:none;color:{_FG};font-size:13px;
 line-height:1.45;border:none}}
-.mlxnb .md{{overflow-wrap:anywhere}}
+.mlxnb .md{{overflow-wrap:break-word}}
 .mlxnb .md p{{margin:0 0 .5em 0}}
 .mlxnb .md pre,.mlxnb pre.code{{background:var(--jp-cell-editor-background,rgba(127,127,127,.1));
 color:{_FG};padding:6px 8px;border-radius:3px;overflow-x:auto;
@@ -54,7 +63,8 @@ color:{_UI};cursor:pointer}}
 .mlxnb .bad::before{{content:"✘ ";color:var(--jp-error-color1,#c62828)}}
 .mlxnb .cols{{display:flex;gap:16px;align-items:flex-start}}
 .mlxnb .col{{flex:1 1 0;min-width:0}}
-.mlxnb table.grid{{border-collapse:collapse;font-size:12px}}
+.mlxnb table.grid{{border-collapse:collapse;font-size:12px;table-layout:fixed;width:100%}}
+.mlxnb table.grid td{{overflow-wrap:break-word;vertical-align:top}}
 .mlxnb table.grid th,.mlxnb table.grid td{{padding:2px 8px;text-align:left;
 border-bottom:1px solid var(--jp-border-color2,rgba(127,127,127,.3))}}
 .mlxnb svg{{color:{_UI};max-width:100%}}

@@ -181,7 +181,8 @@ class LiveView:
                 self.on_done()
             except Exception:  # a failing callback must not lose the final text
                 log.exception("mlx_notebook: a view's on_done callback failed")
-        self.widget.children = (self.html,)  # no button remains, only the state word
+        # The button hides but keeps its room: the text does not re-wrap at the end.
+        self.stop_button.layout.visibility = "hidden"
         if self.document is not None:
             self.document.finalize(self.renderer.html(), self.renderer.plain())
 
