@@ -71,17 +71,9 @@ class EngineInfo:
     closed: str | None = None
 
     def format(self) -> str:
-        """Human-readable status, as ``%mlx status`` prints it."""
-        lines = [
-            f"backend: {self.kind}; worker: {'alive' if self.worker_alive else 'stopped'}; "
-            f"running job: {self.running if self.running is not None else 'none'}; "
-            f"queued: {self.queued}",
-            f"device: {self.device}",
-            *self.notes,
-        ]
-        if self.closed:
-            lines.append(f"closed: {self.closed}")
-        lines.append("models:" if self.models else "models: none loaded")
+        """Human-readable status, as ``%mlx status`` prints it: what a user needs first
+        (models, jobs, device), then how it is accelerated and what it caches."""
+        lines = ["models:" if self.models else "models: none loaded"]
         for m in self.models:
             bits = [m.name]
             if m.dtype:
@@ -93,6 +85,16 @@ class EngineInfo:
             if self.kind == "local":
                 bits.append("sampling by default: " + _defaults_text(m.defaults))
             lines.append("  " + "  ".join(bits))
+        lines += [
+            f"backend: {self.kind}; worker: {'alive' if self.worker_alive else 'stopped'}; "
+            f"running job: {self.running if self.running is not None else 'none'}; "
+            f"queued: {self.queued}",
+            f"device: {self.device}",
+        ]
+        if self.closed:
+            lines.append(f"closed: {self.closed}")
+        if self.notes:
+            lines += ["details:", *("  " + n for n in self.notes)]
         return "\n".join(lines)
 
 

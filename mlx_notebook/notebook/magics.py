@@ -107,6 +107,20 @@ def generation_options(fn):
     return fn
 
 
+EXAMPLES = """Examples:
+  %%generate -n 64                          the default model, 64 tokens at most
+  Write a haiku about the sea.
+
+  %%generate --lookup --compare             is prompt lookup faster here? (runs until clear)
+  Repeat this paragraph exactly: ...
+
+  %%generate --over df -o res               one row per DataFrame row, batched;
+  Summarize: {text}                         res.to_frame() waits, then joins onto df
+
+  %%chat -s "Be brief."                     a conversation; %chat show prints it
+  What is the capital of France?"""
+
+
 def unescape(s: str) -> str:
     r"""Turn ``\n``, ``\t`` and ``\\`` typed in a stop string into the characters."""
     return _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], s)
@@ -371,7 +385,7 @@ class MLXNotebook(Magics):
         args = parse(self.mlx, line)
         cmd = args.command
         if cmd == "help":
-            print(HELP)
+            print(f"{HELP}\n{self.settings_text()}\n\n{EXAMPLES}")
         elif cmd == "stop":
             n = sum(b.cancel_all() for b in existing_backends())
             print(f"cancelled {n} job(s)")
@@ -400,6 +414,19 @@ class MLXNotebook(Magics):
         found = existing_backends()
         default = self.engine
         return found if default in found else [default, *found]
+
+    def settings_text(self) -> str:
+        """The defaults a cell gets now (``%config MLXNotebook.NAME = ...`` changes them)."""
+        temp = "the model's own (generation_config.json), else greedy"
+        if self.temperature is not None:
+            temp = "greedy" if self.temperature == 0 else f"{self.temperature:g}"
+        return (
+            "Defaults now (%config MLXNotebook.NAME = VALUE changes them):\n"
+            f"  model {self.default_model}  ·  max_tokens {self.max_tokens}  ·  "
+            f"temperature {temp}\n"
+            f"  draft tokens per step (-k) {self.num_draft_tokens}  ·  batch rows "
+            f"{self.max_batch}  ·  view refreshes {self.refresh_hz:g}/s"
+        )
 
     def status(self) -> str:
         """``%mlx status``: every backend in use (the default one made if needed)."""
