@@ -71,8 +71,11 @@ class EngineInfo:
     closed: str | None = None
 
     def format(self) -> str:
-        """Human-readable status, as ``%mlx status`` prints it: what a user needs first
-        (models, jobs, device), then how it is accelerated and what it caches."""
+        """Human-readable status, as ``%mlx status`` prints it.
+
+        What a user needs first (models, jobs, device), then how it is accelerated
+        and what it caches.
+        """
         lines = ["models:" if self.models else "models: none loaded"]
         for m in self.models:
             bits = [m.name]
