@@ -139,14 +139,30 @@ class ChatMagics(Magics):
 
 
 def transcript_html(name: str, conv: Chat) -> str:
-    """The conversation as one static document (Markdown rendered safely)."""
-    parts = [STYLE, f'<div class="mlxnb mlxnb-chat"><div class="hdr">chat {escape(name)}</div>']
+    """The conversation as one static document: a bubble per message, styled by role.
+
+    Markdown is rendered safely, as in every view; a reply's reasoning is folded
+    above it; a stopped reply says so.
+    """
+    turns = sum(m["role"] == "user" for m in conv.messages)
+    title = "chat" if name == "chat" else f"chat {name}"
+    parts = [
+        STYLE,
+        f'<div class="mlxnb mlxnb-chat"><div class="hdr">{escape(title)} · '
+        f"{turns} turn{'s' if turns != 1 else ''}</div>",
+    ]
     for m in conv.messages:
-        mark = " (stopped)" if m.get("stopped") else ""
+        role = m["role"] if m["role"] in ("user", "assistant", "system") else "other"
+        mark = " · stopped" if m.get("stopped") else ""
+        thought = ""
+        if m.get("reasoning_content"):
+            thought = (
+                '<details class="think"><summary>thinking</summary>'
+                f'<pre class="txt">{escape(m["reasoning_content"])}</pre></details>'
+            )
         parts.append(
-            f'<div class="turn"><div class="hdr"><span class="state">{escape(m["role"])}'
-            f"</span>{escape(mark)}</div>"
-            f'<div class="md">{markdown_html(m["content"])}</div></div>'
+            f'<div class="turn {role}"><div class="role">{escape(m["role"])}{escape(mark)}</div>'
+            f'{thought}<div class="md">{markdown_html(m["content"])}</div></div>'
         )
     parts.append("</div>")
     return "".join(parts)

@@ -50,6 +50,15 @@ vertical-align:middle;margin-right:8px}}
 .mlxnb .draft{{background:color-mix(in srgb,var(--jp-success-color1,#388e3c) 24%,transparent);
 border-bottom:1px solid var(--jp-success-color1,#388e3c)}}
 .mlxnb .legend{{font-size:12px;color:{_UI}}}
+.mlxnb-chat .turn{{margin:6px 0;padding:4px 10px 2px 10px;border-radius:8px;max-width:85%;
+border:1px solid var(--jp-border-color2,rgba(127,127,127,.3))}}
+.mlxnb-chat .turn.user{{margin-left:auto;
+background:color-mix(in srgb,var(--jp-brand-color1,#1976d2) 10%,transparent)}}
+.mlxnb-chat .turn.assistant{{margin-right:auto;
+background:color-mix(in srgb,{_UI} 5%,transparent)}}
+.mlxnb-chat .turn.system{{max-width:100%;border-style:dashed}}
+.mlxnb-chat .role{{font-family:var(--jp-ui-font-family,sans-serif);font-size:11px;
+font-weight:600;color:{_UI};text-transform:uppercase;letter-spacing:.04em}}
 .mlxnb details.think{{border-left:3px solid var(--jp-border-color1,rgba(127,127,127,.5));
 padding-left:8px;margin:2px 0 6px 0}}
 .mlxnb details.think summary{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;
