@@ -314,9 +314,9 @@ def _cpu_ticks(thread) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_failing_merge_ends_the_joiner_in_one_line_and_the_worker_idles(engine, tiny_tokenizer):
     _register(engine, tiny_tokenizer, "refuses", RefusingKV, delay_s=0.002)
-    # 200 steps of at least 2 ms: the joiner arrives while the first row decodes.
-    alone = engine.submit(req("refuses", max_tokens=200, batch=False)).result(timeout=30)
-    first = engine.submit(req("refuses", max_tokens=200))
+    # 500 steps of at least 2 ms: the joiner arrives while the first row decodes.
+    alone = engine.submit(req("refuses", max_tokens=500, batch=False)).result(timeout=30)
+    first = engine.submit(req("refuses", max_tokens=500))
     next(e for e in first.events(detach=True) if isinstance(e, Token))
     joiner = engine.submit(req("refuses", max_tokens=40)).wait(timeout=30)
     assert joiner.finish_reason == "error"

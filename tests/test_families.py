@@ -99,14 +99,15 @@ def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
     assert max(r.stats.batch_rows for r in res) == 3
     assert [r.token_ids for r in res] == alone[:3]
     # Two rows join a row that is already past its window.
-    first = eng.submit(Request(PROMPTS[0], model=path, chat=False, max_tokens=4 * N))
+    long = 16 * N  # long enough to still be decoding when the others arrive, under load too
+    first = eng.submit(Request(PROMPTS[0], model=path, chat=False, max_tokens=long))
     seen = 0
     for ev in first.events(detach=True):
         seen += isinstance(ev, Token)
         if seen > WINDOW + 2:
             break
     late = [eng.submit(Request(p, model=path, chat=False, max_tokens=N)) for p in PROMPTS[3:5]]
-    long_alone = solo(eng, path, PROMPTS[0], 4 * N)
+    long_alone = solo(eng, path, PROMPTS[0], long)
     assert first.result(timeout=120).token_ids == long_alone
     out = [j.result(timeout=120) for j in late]
     assert max(r.stats.batch_rows for r in out) >= 2
@@ -150,7 +151,8 @@ def test_a_draft_model_of_the_family_equals_normal_decoding(family, dirs, eng, t
 def test_cancel_then_rerun_gives_the_same_ids(family, dirs, eng):
     path = dirs[family]
     want = solo(eng, path, PROMPTS[2])
-    job = eng.submit(Request(PROMPTS[2], model=path, chat=False, max_tokens=10 * N))
+    # Long enough that the cancel lands mid-job even when this thread is slow to run.
+    job = eng.submit(Request(PROMPTS[2], model=path, chat=False, max_tokens=4000))
     seen = 0
     for ev in job.events(detach=True):
         seen += isinstance(ev, Token)
