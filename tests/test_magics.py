@@ -4,6 +4,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import mlx_notebook
+import mlx_notebook.notebook.options
 from mlx_notebook.notebook.magics import MLXNotebook, parse
 
 
@@ -274,7 +275,7 @@ def test_think_switch_reaches_the_request(magics, tiny_dir):
         for flag in ("", "--think", "--no-think")
     ]
     assert think == [None, True, False]
-    assert "--think | --no-think" in mlx_notebook.notebook.magics.HELP
+    assert "--think | --no-think" in mlx_notebook.notebook.options.HELP
 
 
 def test_a_handle_is_a_future_and_its_partial_values_say_so(ip, tiny_dir):

@@ -12,8 +12,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 
 from ..chat import Chat, ChatBusy
-from .magics import HELP, generation_options, in_flags, parse, wants_help
 from .markup import escape, markdown_html
+from .options import HELP, generation_options, in_flags, parse, wants_help
 from .style import STYLE
 
 COMMANDS = "list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | " \

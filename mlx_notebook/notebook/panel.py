@@ -18,7 +18,7 @@ from ..measure.compare import CompareResult, Comparison
 from ..measure.sweep import SweepResult
 from .charts import history_row, history_table, history_text
 from .compare import CompareRun
-from .magics import unescape
+from .options import unescape
 from .render import STYLE, ViewState, escape
 from .sweep import SweepRun
 from .view import LiveView, generation_view
