@@ -7,7 +7,7 @@ from typing import Any
 
 from ..models.registry import LoadedModel, Registry
 from . import threads
-from .backend import ModelInfo
+from .info import ModelInfo
 from .prompt import encode_prompt
 from .request import Request
 

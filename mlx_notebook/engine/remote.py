@@ -100,7 +100,7 @@ class RemoteEngine:
 
     def unload(self, spec: str | None = None):
         """Nothing to free here: the server manages its models."""
-        from .backend import Unloaded
+        from .info import Unloaded
 
         return Unloaded(note="models on a server are loaded and freed by the server")
 
@@ -110,7 +110,7 @@ class RemoteEngine:
 
     def info(self):
         """The server, its models, and the queue."""
-        from .backend import EngineInfo, ModelInfo
+        from .info import EngineInfo, ModelInfo
 
         models, note = self.server_models()
         with self._lock:

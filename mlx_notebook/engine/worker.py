@@ -14,11 +14,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..models.registry import Registry
-from .backend import EngineInfo, Unloaded
 from .checks import check_request
 from .diagnostics import model_infos, status_notes, top2_margin
 from .errors import EngineClosed
 from .events import Queued
+from .info import EngineInfo, Unloaded
 from .job import Job, Result
 from .prompt_cache import ModelState
 from .request import Request
