@@ -146,17 +146,21 @@ def test_draft_vocabulary_is_checked_on_the_worker_when_submit_cannot_tell(
     engine.registry.max_loaded = 3  # busy, odd and the main model, none evicted
     scripted("busy", delay_s=0.02)
     busy = engine.submit(Request("Hi", model="busy", max_tokens=20, chat=False))
-    # "odd" is unknown at submit time (no files, not loaded), so submit() accepts it...
-    job = engine.submit(Request("Hi", model=tiny_dir, draft="odd", max_tokens=3))
-    # ...and it is registered before the job runs (calls run between jobs).
+    # A directory with no tokenizer files yet: it exists, so submit() accepts it, but
+    # its vocabulary cannot be read there...
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    odd = str(odd.resolve())
+    job = engine.submit(Request("Hi", model=tiny_dir, draft=odd, max_tokens=3))
+    # ...and a model of another vocabulary takes its name before the job runs.
     vocab = len(other.get_vocab())
     engine.call(
-        lambda: engine.registry.register("odd", ScriptedModel(vocab, lambda p, t: 3), other)
+        lambda: engine.registry.register(odd, ScriptedModel(vocab, lambda p, t: 3), other)
     )
     r = job.result(timeout=30, raise_on_error=False)
     assert busy.result(timeout=30).finish_reason == "length"
     assert r.finish_reason == "error" and "vocabulary" in r.error
-    assert "'odd'" in r.error and tiny_dir in r.error
+    assert repr(odd) in r.error and tiny_dir in r.error
 
 
 def test_sampling_speculative_runs_and_is_seeded(engine, tiny_dir):
