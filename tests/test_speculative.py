@@ -154,9 +154,7 @@ def test_draft_vocabulary_is_checked_on_the_worker_when_submit_cannot_tell(
     job = engine.submit(Request("Hi", model=tiny_dir, draft=odd, max_tokens=3))
     # ...and a model of another vocabulary takes its name before the job runs.
     vocab = len(other.get_vocab())
-    engine.call(
-        lambda: engine.registry.register(odd, ScriptedModel(vocab, lambda p, t: 3), other)
-    )
+    engine.call(lambda: engine.registry.register(odd, ScriptedModel(vocab, lambda p, t: 3), other))
     r = job.result(timeout=30, raise_on_error=False)
     assert busy.result(timeout=30).finish_reason == "length"
     assert r.finish_reason == "error" and "vocabulary" in r.error
