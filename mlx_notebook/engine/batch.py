@@ -33,53 +33,16 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from ..models import cpu_fast
-from .caches import extract, finalize, merge, prepare_padding, unbatchable
+from .caches import extract, finalize, merge, prepare_padding
 from .errors import describe, detach_frames
 from .events import Finished, PrefillProgress
 from .job import Job
-from .output import Output, Setup, prepare
-from .prefill import ChunkSizer, prefill_steps
+from .output import Output, prepare
+from .prefill import ChunkSizer
 from .prompt_cache import ModelState
+from .row import Row
 from .sequence import CachedSequence
 from .threads import governor
-
-
-class Row:
-    """One job in the batch: its sequence, its output and where it stands.
-
-    Args:
-        job: The job.
-        state: Its model's `ModelState`.
-        setup: Prompt, budget and sampler.
-        seq: Its KV cache and tokens (taken from the prompt cache).
-        out: Turns its tokens into events.
-    """
-
-    def __init__(self, job: Job, state: ModelState, setup: Setup, seq, out: Output) -> None:
-        self.job, self.state, self.setup, self.seq, self.out = job, state, setup, seq, out
-        self.sizer = ChunkSizer(job.request.prefill_target_s, state.prefill)
-        self.steps = prefill_steps(
-            seq,
-            setup.prompt,
-            progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
-            sizer=self.sizer,
-        )
-        self.phase = "prefill"  # then "ready" (prefilled), "decode", "done"
-        self.fresh = True  # its next emitted value is its prompt's last token, not output
-        # Logits processors see every token fed so far (the last one is fed next).
-        self.context = mx.array(setup.prompt[:-1], dtype=mx.uint32) if setup.processors else None
-
-    @property
-    def left(self) -> int:
-        """Prompt tokens still to prefill (the last one is decoded)."""
-        return len(self.setup.prompt) - 1 - len(self.seq.tokens)
-
-    def prefilled(self) -> None:
-        """The prompt is in the cache: ready to join the next step."""
-        self.steps.close()
-        self.phase = "ready"
-        if self.job.request.reuse_cache:
-            self.state.cache.keep_prompt(self.seq)
 
 
 class Batch:
@@ -128,9 +91,7 @@ class Batch:
             None, or why ``main`` cannot batch (a cache kind with no ``merge``):
             the job was not admitted and must run alone.
         """
-        from mlx_lm.models.cache import make_prompt_cache
-
-        why = unbatchable(make_prompt_cache(main.model))
+        why = self.state_for(main).unbatchable(main.model)
         if why is not None:
             return f"{main.name} runs alone: its {why} layers cannot join a batch"
         t0 = time.perf_counter()

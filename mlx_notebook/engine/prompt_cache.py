@@ -187,3 +187,14 @@ class ModelState:
     cache: PromptCache = field(default_factory=PromptCache)
     prefill: PrefillProfile = field(default_factory=PrefillProfile)
     suffix: SuffixIndex = field(default_factory=lambda: SuffixIndex(SUFFIX_TOKENS))
+    _unbatchable: tuple | None = field(default=None, repr=False)
+
+    def unbatchable(self, model) -> str | None:
+        """The first cache kind of ``model`` that cannot join a batch, or None (found once)."""
+        if self._unbatchable is None:
+            from mlx_lm.models.cache import make_prompt_cache
+
+            from .caches import unbatchable
+
+            self._unbatchable = (unbatchable(make_prompt_cache(model)),)
+        return self._unbatchable[0]
