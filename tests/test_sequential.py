@@ -61,6 +61,14 @@ def test_nothing_accepted_never_says_faster():
     assert decide(values[:2], Rule(), 0.0, nothing_accepted=True).outcome == "nothing accepted"
 
 
+def test_nothing_accepted_is_said_even_when_one_pair_spends_the_budget():
+    # A busy machine can spend the whole budget on the first pair.
+    assert decide([1.0], Rule(budget_s=60), 10.0, nothing_accepted=True) is None
+    spent = decide([1.0], Rule(budget_s=60), 61.0, nothing_accepted=True)
+    assert spent.outcome == "nothing accepted"
+    assert decide([1.0], Rule(budget_s=60), 61.0).outcome == "undecided"
+
+
 def test_judge():
     assert judge(ratio([1.01, 0.99, 1.0, 1.005]), 0.05) == "same"
     assert judge(ratio([1.5, 1.6, 1.55]), 0.05) == "faster"

@@ -121,7 +121,10 @@ def decide(
     n = len(values)
     if rule.fixed is not None:
         return Decision("undecided", "fixed") if n >= rule.fixed else None
-    if nothing_accepted and n >= 2:
+    # Nothing accepted is the answer once two pairs agree, or as soon as the budget
+    # ends the run (a busy machine may spend it on one pair): "undecided" would hide it.
+    spent = n >= rule.max_pairs or elapsed_s >= rule.budget_s
+    if nothing_accepted and (n >= 2 or (n >= 1 and spent)):
         return Decision("nothing accepted")
     verdict = judge(ratio(values, rule.level) if n >= 2 else None, rule.band)
     if verdict == "faster" and not can_be_faster:
