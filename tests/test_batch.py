@@ -69,6 +69,11 @@ def test_rows_keep_their_own_stops_processors_and_seeds(engine, tiny_dir):
     assert again[0].result(timeout=60).token_ids == batched[2].token_ids
     alone = engine.submit(req(tiny_dir, PROMPTS[2], max_tokens=20, **kinds[2]))
     assert alone.result(timeout=60).token_ids == batched[2].token_ids
+    # And the same as the job run by the single-job loop (no batch at all).
+    for i in (2, 3):
+        assert solo(engine, tiny_dir, PROMPTS[i], max_tokens=20, **kinds[i]).token_ids == (
+            batched[i].token_ids
+        ), kinds[i]
 
 
 def test_a_new_job_gets_its_first_token_within_a_chunk_and_two_steps(engine, scripted):
@@ -241,11 +246,11 @@ def first_difference(a, b):
 @pytest.mark.slow
 def test_default_model_rows_equal_solo_or_part_at_a_near_tie(default_engine):
     eng = default_engine
-    jobs = [eng.submit(Request(p, max_tokens=64)) for p in DEFAULT_PROMPTS]
+    jobs = [eng.submit(Request(p, max_tokens=64, temperature=0)) for p in DEFAULT_PROMPTS]
     batched = [j.result() for j in jobs]
     assert max(r.stats.batch_rows for r in batched) == 8
     for p, row in zip(DEFAULT_PROMPTS, batched):
-        alone = eng.submit(Request(p, max_tokens=64, batch=False)).result()
+        alone = eng.submit(Request(p, max_tokens=64, batch=False, temperature=0)).result()
         if row.token_ids == alone.token_ids:
             continue
         # Where a row differs, it must be a numerical near-tie where they part.

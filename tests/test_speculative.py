@@ -179,6 +179,31 @@ def test_sampling_speculative_runs_and_is_seeded(engine, tiny_dir):
     assert run() == run()
 
 
+def test_seeded_sampling_gives_the_same_text_with_every_draft_source(engine, tiny_dir, draft_dir):
+    # Each position draws with its own key, so a verify pass samples exactly the token
+    # normal decoding samples there: speculation keeps seeded sampling's text.
+    sampling = dict(temperature=0.7, top_p=0.9, repetition_penalty=1.1, seed=11)
+    base = greedy(engine, tiny_dir, max_tokens=48, **sampling)
+    assert base.token_ids != greedy(engine, tiny_dir, max_tokens=48).token_ids  # it samples
+    assert (
+        base.token_ids
+        != greedy(engine, tiny_dir, max_tokens=48, **{**sampling, "seed": 12}).token_ids
+    )
+    accepted = 0
+    for draft, kind in (
+        ("lookup", "lookup"),
+        (None, "suffix"),
+        (draft_dir, "model"),
+        (tiny_dir, "model"),
+    ):
+        for k in (1, 4, 9):
+            r = greedy(engine, tiny_dir, max_tokens=48, draft=draft, draft_kind=kind,
+                       num_draft_tokens=k, lookup_ngram=1, **sampling)  # fmt: skip
+            assert r.token_ids == base.token_ids, (draft, kind, k)
+            accepted += r.stats.draft_tokens_accepted
+    assert accepted > 0  # drafts were taken, not only refused
+
+
 def test_fresh_engine_default_is_closed_cleanly(tiny_dir):
     eng = Engine()
     eng.close()

@@ -276,12 +276,10 @@ class Batch:
             if row.setup.greedy:
                 parts.append(mx.argmax(lg, axis=-1))
                 continue
-            seed = row.job.request.seed
-            if seed is not None:
-                # Its own draw per position, whatever the other rows do: the same seed
-                # gives the same text.
-                mx.random.seed((seed * 1_000_003 + len(row.seq.tokens)) % 2**64)
-            parts.append(row.setup.sampler(lg - mx.logsumexp(lg, keepdims=True)))
+            # Keyed by position, whatever the other rows do: the same seed gives the
+            # same text as the job alone.
+            lp = lg - mx.logsumexp(lg, keepdims=True)
+            parts.append(row.setup.sample(lp, len(row.seq.tokens)))
         return mx.concatenate(parts)
 
     # -- the cache's batch axis ----------------------------------------------------------

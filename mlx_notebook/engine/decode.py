@@ -16,13 +16,16 @@ from .sequence import CachedSequence
 from .threads import governor
 
 Sampler = Callable[[mx.array], mx.array]
+# ``sample(logprobs, position)``: position is the index of the token just fed
+# (`output.keyed_sampler`), so a seeded draw is the same on every path.
+KeyedSampler = Callable[[mx.array, int], mx.array]
 Processor = Callable[[mx.array, mx.array], mx.array]
 TokenStream = Iterator[tuple[int, bool]]
 
 
 def make_step(
     seq: CachedSequence,
-    sampler: Sampler,
+    sampler: KeyedSampler,
     processors: list[Processor] | None,
     history: list[int],
     greedy: bool = False,
@@ -34,17 +37,19 @@ def make_step(
     log-sum-exp over the whole vocabulary) cannot change it.
     """
     ctx = mx.array(history[:-1], dtype=mx.uint32) if processors else None
+    position = len(history) - 1  # of the first token fed: the prompt's last
 
     def step(ids: mx.array) -> mx.array:
-        nonlocal ctx
+        nonlocal ctx, position
         logits = seq.forward(ids)[:, -1, :]
+        position += 1
         if processors:
             ctx = mx.concatenate([ctx, ids])
             for p in processors:
                 logits = p(ctx, logits)
         if greedy:
             return mx.argmax(logits, axis=-1)
-        return sampler(logits - mx.logsumexp(logits, keepdims=True))
+        return sampler(logits - mx.logsumexp(logits, keepdims=True), position - 1)
 
     return step
 
@@ -53,7 +58,7 @@ def normal_tokens(
     seq: CachedSequence,
     history: list[int],
     *,
-    sampler: Sampler,
+    sampler: KeyedSampler,
     processors: list[Processor] | None,
     max_tokens: int,
     check: CancelCheck,
@@ -65,7 +70,7 @@ def normal_tokens(
     Args:
         seq: Main model; must hold ``history[:-1]``.
         history: Prompt tokens. The generator appends generated tokens to it.
-        sampler: From `mlx_lm.sample_utils.make_sampler`.
+        sampler: ``sample(logprobs, position)`` (`output.keyed_sampler`).
         processors: From `make_logits_processors`, or None.
         max_tokens: Most tokens to yield.
         check: Cancel point; raises `Cancelled`.

@@ -33,6 +33,7 @@ class Setup:
         processors: From `make_logits_processors`, or None.
         greedy: Whether sampling is argmax.
         sampling: The sampling values in force (`generation.in_force`).
+        sample: ``sample(logprobs, position)`` for the main model (`keyed_sampler`).
     """
 
     prompt: list[int]
@@ -41,6 +42,26 @@ class Setup:
     processors: list | None
     greedy: bool
     sampling: dict = field(default_factory=dict)
+    sample: object = None
+
+
+def keyed_sampler(sampler, seed: int | None):
+    """``sample(logprobs, position)``: with a seed, each position draws with its own key.
+
+    ``position`` is the index of the token just fed. The key depends only on the
+    seed and the position, so a job draws the same token alone, as a batch row,
+    or when a verify pass samples several positions at once: seeded sampling
+    gives the same text on every path, and speculation keeps it. Without a seed,
+    draws come from MLX's global generator.
+    """
+    if seed is None:
+        return lambda logprobs, _position: sampler(logprobs)
+
+    def sample(logprobs, position: int):
+        mx.random.seed((seed * 1_000_003 + position) % 2**64)
+        return sampler(logprobs)
+
+    return sample
 
 
 def prepare(job: Job, main) -> Setup:
@@ -73,7 +94,10 @@ def prepare(job: Job, main) -> Setup:
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
         processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
-    return Setup(prompt, max_tokens, sampler, processors, req.greedy, sampling)
+    return Setup(
+        prompt, max_tokens, sampler, processors, req.greedy, sampling,
+        keyed_sampler(sampler, req.seed),
+    )  # fmt: skip
 
 
 class Output:

@@ -90,7 +90,7 @@ def run_job(
         passes0 = seq.passes
         history = list(prompt)
         common = dict(
-            sampler=setup.sampler,
+            sampler=setup.sample,
             processors=setup.processors,
             max_tokens=setup.max_tokens,
             check=check,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from .decode import Processor, Sampler, TokenStream
+from .decode import KeyedSampler, Processor, TokenStream
 from .drafts import DraftSource
 from .prefill import CancelCheck, Progress
 from .sequence import CachedSequence
@@ -51,7 +51,7 @@ def speculative_tokens(
     source: DraftSource,
     *,
     num_draft: int,
-    sampler: Sampler,
+    sampler: KeyedSampler,
     processors: list[Processor] | None,
     max_tokens: int,
     check: CancelCheck,
@@ -74,7 +74,7 @@ def speculative_tokens(
         history: Prompt tokens. The generator appends generated tokens to it.
         source: Where drafts come from.
         num_draft: Most draft tokens per round.
-        sampler: The job's sampler.
+        sampler: ``sample(logprobs, position)`` (`output.keyed_sampler`).
         processors: Logits processors, or None.
         max_tokens: Most tokens to yield.
         check: Cancel point; raises `Cancelled`.
@@ -120,7 +120,7 @@ def _verify(
     seq: CachedSequence,
     history: list[int],
     drafts: list[int],
-    sampler: Sampler,
+    sampler: KeyedSampler,
     processors: list[Processor] | None,
     greedy: bool = False,
 ) -> list[int]:
@@ -139,4 +139,8 @@ def _verify(
     if greedy:  # normalizing cannot change an argmax
         return mx.argmax(logits, axis=-1).tolist()
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    return sampler(logprobs).tolist()
+    # Row i at its own position, drawn as sequential decoding would draw it: an
+    # accepted draft is then the very token normal decoding samples there.
+    first = len(history) - 1
+    rows = [sampler(logprobs[i : i + 1], first + i) for i in range(logprobs.shape[0])]
+    return mx.concatenate(rows).tolist()

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..engine.request import Request
 from .compare_result import METRICS, OK, CompareResult, speed
-from .runs import PacedRuns, measured_request
+from .runs import PacedRuns, measured_request, timed_spec
 from .sequential import Decision, Rule, decide
 
 __all__ = ["METRICS", "OK", "CompareResult", "Comparison", "Rule", "compare", "speed"]
@@ -65,8 +65,7 @@ class Comparison:
         self.backend, self.request, self.metric = backend, request, metric
         self.repeats = repeats
         self.clock = clock
-        # Measured runs run alone (never batched with each other) and from scratch.
-        spec = replace(request, reuse_cache=False, remember=False, batch=False)
+        spec = timed_spec(request)
         self._roles = {"normal": replace(spec, draft=None, draft_kind="none"), "speculative": spec}
         self.plan: list[tuple[int, str]] = []
         first = []

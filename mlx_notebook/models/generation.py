@@ -54,6 +54,36 @@ def read_defaults(path: str | Path | None) -> dict:
     return out
 
 
+def defaults_for(spec: str) -> dict:
+    """The sampling defaults ``spec`` will get, found without loading it.
+
+    The bundled model has its authors' values (`default.SAMPLING`); a local
+    directory or a cached hub snapshot has its ``generation_config.json``;
+    anything else (a hub id not cached yet, a ``.gguf`` file) has none known.
+    """
+    from .spec import resolve
+
+    try:
+        s = resolve(spec)
+    except (OSError, ValueError):
+        return {}
+    if s.kind == "default":
+        from .default import SAMPLING
+
+        return dict(SAMPLING)
+    if s.kind == "dir":
+        return read_defaults(s.path)
+    if s.kind == "hub":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(s.key, FILE)
+        except Exception:  # noqa: BLE001 - a malformed id: nothing known
+            return {}
+        return read_defaults(Path(found).parent) if isinstance(found, str) else {}
+    return {}
+
+
 def in_force(request, defaults: dict) -> dict:
     """Each sampling field's value for ``request`` on a model with ``defaults``.
 

@@ -218,8 +218,6 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
     """Measure a model for the registry."""
     from mlx.utils import tree_flatten
 
-    from .generation import read_defaults
-
     params = tree_flatten(model.parameters())
     nbytes = sum(v.nbytes for _, v in params)
     if getattr(model, "_mlxnb_fast", None):
@@ -242,5 +240,17 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         context_length=int(context) if isinstance(context, int) and context > 0 else None,
         logits_size=getattr(args, "vocab_size", None) or getattr(model, "vocab_size", None),
         fast_path=list(getattr(model, "_mlxnb_fast", None) or []),
-        defaults=read_defaults(path),
+        defaults=_defaults(name, path),
     )
+
+
+def _defaults(name: str, path) -> dict:
+    # The bundled GGUF carries no generation_config.json: it gets its authors' values.
+    from .generation import read_defaults
+    from .spec import DEFAULT
+
+    if name == DEFAULT:
+        from .default import SAMPLING
+
+        return dict(SAMPLING)
+    return read_defaults(path)

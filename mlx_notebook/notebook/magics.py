@@ -284,13 +284,15 @@ class MLXNotebook(Magics):
 
     def settings_text(self) -> str:
         """The defaults a cell gets now (``%config MLXNotebook.NAME = ...`` changes them)."""
-        temp = "the model's own (generation_config.json), else greedy"
-        if self.temperature is not None:
-            temp = "greedy" if self.temperature == 0 else f"{self.temperature:g}"
+        from ..engine.request import Request
+        from ..models.generation import defaults_for, describe, in_force
+
+        req = Request("", temperature=self.temperature)
+        sampling = describe(in_force(req, defaults_for(self.default_model)))
         return (
             "Defaults now (%config MLXNotebook.NAME = VALUE changes them):\n"
             f"  model {self.default_model}  ·  max_tokens {self.max_tokens}  ·  "
-            f"temperature {temp}\n"
+            f"sampling {sampling} (-t 0: greedy)\n"
             f"  draft tokens per step (-k) {self.num_draft_tokens}  ·  batch rows "
             f"{self.max_batch}  ·  view refreshes {self.refresh_hz:g}/s"
         )
