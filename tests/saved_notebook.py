@@ -31,6 +31,12 @@ def cells(tiny_dir):
             "import json\nprint(json.dumps({'finished': finished.text, 'stopped': stopped.text,"
             " 'normal': res.normal[0].text, 'speculative': res.speculative[0].text}))"
         ),
+        (  # 8: a Panel, displayed, then used
+            "import mlx_notebook\n"
+            f"panel = mlx_notebook.Panel(model={tiny_dir!r}, prompt='Tell me <b>more</b>', "
+            "chat=False, max_tokens=12, temperature=0)\npanel"
+        ),
+        "panel.generate()\nprint(panel.wait(60).finish_reason)\nprint(panel.last_result.text)",
     ]
 
 

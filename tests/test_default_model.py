@@ -47,9 +47,26 @@ def test_perplexity_with_correct_rope(engine):
 
 
 def test_capital_of_france(engine):
-    r = engine.submit(Request("What is the capital of France?", max_tokens=30)).result(timeout=120)
+    # Greedy: the weights and their conversion are what is tested here.
+    q = Request("What is the capital of France?", max_tokens=30, temperature=0)
+    r = engine.submit(q).result(timeout=120)
     assert "Paris" in r.text, r.text
     assert r.finish_reason in ("stop", "length")
+
+
+def test_default_settings_answer_and_stop_on_their_own(engine):
+    # Issue 23: greedy decoding looped to the token limit; the authors' sampling with a
+    # mild repetition guard ends the answer, whatever the seed.
+    for seed in range(8):
+        q = Request("What is the capital of France?", max_tokens=256, seed=seed)
+        r = engine.submit(q).result(timeout=120)
+        assert r.finish_reason == "stop" and r.stats.generation_tokens < 128, (seed, r.text)
+        sampling = r.stats.sampling
+        assert (sampling["temperature"], sampling["top_p"]) == (0.2, 0.9)
+        assert sampling["repetition_penalty"] == 1.1
+        assert set(sampling["from_model"]) == {"temperature", "top_p", "repetition_penalty"}
+    greedy = engine.submit(Request("What is the capital of France?", temperature=0)).result()
+    assert greedy.stats.sampling["temperature"] == 0  # -t 0 is greedy again
 
 
 def test_tokenizer_round_trip_on_real_vocab(engine):

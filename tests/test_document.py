@@ -34,6 +34,26 @@ def test_every_generation_is_saved_as_html_and_plain_text(saved):
     assert "identical text" in compare[0].data["text/html"]
 
 
+def test_a_panel_is_saved_with_a_snapshot_of_its_last_state(saved):
+    _, nb, _ = saved
+    live, snap = [o for o in nb.cells[8].outputs if o.output_type == "display_data"]
+    assert WIDGET_MIME in live.data  # the live controls, while the kernel runs
+    assert live.data["text/plain"].startswith("mlx_notebook Panel")  # not a widget repr
+    assert "children=" not in live.data["text/plain"]
+    assert WIDGET_MIME not in snap.data and set(snap.data) == {"text/html", "text/plain"}
+    page = snap.data["text/html"]
+    # The snapshot was brought up to date after the run in the next cell.
+    text = "".join(o.get("text", "") for o in nb.cells[9].outputs if o.output_type == "stream")
+    reason, generated = text.split("\n", 1)
+    assert reason == "length" and generated.strip()
+    assert 'class="mlxnb-snapshot"' in page and "mlxnb-history" in page
+    assert html.escape(generated.strip()[:20]) in page or generated.strip()[:20] in page
+    assert "Tell me &lt;b&gt;more&lt;/b&gt;" in page and "<b>more</b>" not in page
+    assert "generate 1" in page and "1 runs" not in page
+    # Which output shows is decided by the page: the snapshot hides beside a live widget.
+    assert ".mlxnb-live" in page and "Error displaying" not in page
+
+
 def test_a_failed_wait_fails_the_cell_with_one_line(saved):
     _, nb, _ = saved
     errors = [o for o in nb.cells[6].outputs if o.output_type == "error"]

@@ -23,22 +23,69 @@ def panel(engine, tiny_dir):
     )
 
 
+def shown(w):
+    return w.layout.display != "none"
+
+
 def test_traits_drive_controls_and_back(panel):
     panel.num_draft_tokens = 5
     assert panel.k_slider.value == 5
+    assert panel.model_sampling and not shown(panel._sampling_row)
     panel.temp_slider.value = 0.7
-    assert panel.temperature == 0.7
+    assert panel.temperature == 0.7 and not panel.model_sampling  # set by hand: used
+    assert shown(panel._sampling_row) and panel.request().temperature == 0.7
+    panel.model_sampling = True
+    assert panel.request().temperature is None and panel.request().top_p is None
     panel.draft_source = "none"
-    assert panel.compare_button.disabled and panel.k_slider.disabled
+    assert panel.compare_button.disabled and not shown(panel._draft_row)
+    assert "draft source" in panel.compare_button.tooltip  # disabled, and says why
+    assert not shown(panel._measure_row) and panel.estimate.value == ""
     panel.draft_source = "model"
-    assert not panel.draft_box.disabled and panel.ngram_slider.disabled
+    assert shown(panel.draft_box) and not shown(panel.ngram_slider)
+    panel.draft_source = "lookup"
+    assert shown(panel.ngram_slider) and not shown(panel.draft_box)
+    assert panel.stop_button.disabled and panel.stop_button.tooltip == "nothing is running"
+
+
+def test_unticking_the_models_sampling_starts_from_its_values(engine):
+    panel = mlx_notebook.Panel(engine=engine, model="default")
+    assert "temperature 0.2" in panel.sampling_hint.value
+    panel.model_sampling = False
+    assert (panel.temperature, panel.top_p) == (0.2, 0.9)
+    given = mlx_notebook.Panel(engine=engine, model="default", prompt="hi", temperature=0.7)
+    assert not given.model_sampling and given.request().temperature == 0.7
+
+
+def test_history_is_capped_with_the_rest_behind_show_all(panel):
+    from mlx_notebook.notebook.panel_snapshot import SHOWN_ROWS, history_html
+
+    row = dict(prompt="p", mode="normal", k=None, tps=1.0, e2e_s=1.0, acceptance=None,
+               ttft=0.1, finish="stop")  # fmt: skip
+    rows = [dict(row, run=i + 1, action=f"generate {i + 1}") for i in range(25)]
+    html = history_html(rows)
+    first, _, rest = html.partition("<details")
+    assert first.count("<tr>") == SHOWN_ROWS + 1 and "<td>25</td>" in first
+    assert "<td>1</td>" not in first and "show all 25 runs" in rest
+    assert rest.count("<tr>") == 26
+
+
+def test_sweep_says_how_long_it_will_take_before_it_starts(panel):
+    panel.sweep_from, panel.sweep_to, panel.repeats = 1, 4, 2
+    assert "Sweep k 1–4: 13 runs of up to 40 tokens" in panel.estimate.value
+    assert "Generate once" in panel.estimate.value  # nothing timed yet
+    panel.generate_button.click()
+    panel.wait(60)
+    assert "at most about" in panel.estimate.value
 
 
 def test_compare_runs_interleaved_pairs_and_gives_one_verdict(panel):
     panel.max_pairs = 2
     panel.compare_button.click()
     assert panel.running and panel.generate_button.disabled and not panel.stop_button.disabled
-    assert panel.prompt_box.disabled
+    assert panel.prompt_box.disabled and "Stop first" in panel.compare_button.tooltip
+    view = panel.output.children[0]
+    assert view.children[1].layout.display == "none"  # one Stop button: the panel's
+    assert panel.status.value == ""  # the view says what runs, once
     res = panel.wait(60)
     assert isinstance(res, CompareResult) and res.identical is True and len(res.runs) == 4
     assert res.verdict in ("faster", "slower", "same", "undecided")
@@ -119,7 +166,9 @@ def test_sweep_k_1_to_3_repeated_with_baselines(panel):
     assert sum(r["mode"] == "normal" for r in panel.history) == ks.count(None)
     html = panel.output.children[0].children[0].value
     assert "<svg" in html and "normal decoding" in html
-    assert panel.history_html.value.count("<tr>") == len(res.runs) + 1
+    shown_part, _, all_part = panel.history_html.value.partition("<details")
+    assert shown_part.count("<tr>") == 10 + 1 and all_part.count("<tr>") == len(res.runs) + 1
+    assert f"show all {len(res.runs)} runs" in all_part
     assert "lookup" in panel.history_text()
     panel.clear_button.click()
     assert panel.history == [] and panel.history_html.value == ""
@@ -138,7 +187,7 @@ def test_a_new_action_clears_the_last_chart(panel):
 
 def test_suffix_choice_runs_suffix_drafting(panel):
     panel.draft_source = "suffix"
-    assert panel.ngram_slider.disabled and not panel.k_slider.disabled
+    assert not shown(panel.ngram_slider) and shown(panel.k_slider)
     assert not panel.compare_button.disabled and not panel.sweep_button.disabled
     req = panel.request()
     assert (req.mode, req.draft) == ("suffix", None)

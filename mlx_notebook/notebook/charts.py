@@ -12,7 +12,25 @@ from .render import escape
 
 BRAND = "var(--jp-brand-color1,#1976d2)"
 GOOD = "var(--jp-success-color1,#388e3c)"
-HISTORY_COLUMNS = ("prompt", "mode", "k", "tok/s", "end-to-end s", "acceptance", "TTFT s", "finish")
+HISTORY_COLUMNS = (
+    "#", "action", "prompt", "mode", "k", "tok/s", "e2e s", "accepted", "TTFT s", "finish",
+)  # fmt: skip
+_HISTORY_WIDTHS = (4, 10, 35, 8, 4, 7, 7, 9, 7, 9)  # percent, per column; the prompt widest
+# Hover text of the short headers (long ones wrap over lines in narrow columns).
+TITLES = {
+    "e2e s": "end to end: seconds from submit to the last token, prefill included",
+    "TTFT s": "time to first token, seconds",
+    "tok/s": "decode speed, tokens per second",
+    "k": "draft tokens per step",
+}
+
+
+def _head(columns) -> str:
+    cells = []
+    for c in columns:
+        title = f' title="{escape(TITLES[c])}"' if c in TITLES else ""
+        cells.append(f"<th{title}>{escape(c)}</th>")
+    return "".join(cells)
 
 
 def nice_ticks(top: float, n: int = 5) -> list[float]:
@@ -170,17 +188,19 @@ def history_row(req, res, mode: str, k: int | None = None) -> dict:
         "acceptance": res.stats.acceptance_rate,
         "ttft": res.stats.ttft_s,
         "finish": res.finish_reason,
+        "tokens": res.stats.generation_tokens,
     }
 
 
 def history_text(rows: list[dict]) -> str:
     """Run history as plain text."""
-    lines = ["mode      k   tok/s  e2e s  accept  TTFT   finish  prompt"]
-    for r in rows:
+    lines = ["  #  mode      k   tok/s  e2e s  accept  TTFT   finish  prompt"]
+    for i, r in enumerate(rows):
         acc = "" if r["acceptance"] is None else f"{r['acceptance']:.0%}"
         ttft = "" if r["ttft"] is None else f"{r['ttft']:.2f}"
         lines.append(
-            f"{r['mode']:<8} {'' if r['k'] is None else r['k']:>2} {r['tps']:7.1f} "
+            f"{r.get('run', i + 1):>3}  {r['mode']:<8} {'' if r['k'] is None else r['k']:>2} "
+            f"{r['tps']:7.1f} "
             f"{r['e2e_s']:6.2f} {acc:>6} {ttft:>5}  {r['finish']:<7} {r['prompt'][:30]}"
         )
     return "\n".join(lines)
@@ -188,11 +208,13 @@ def history_text(rows: list[dict]) -> str:
 
 def history_table(rows: list[dict]) -> str:
     """Run history as an HTML table; every cell is escaped."""
-    head = "".join(f"<th>{c}</th>" for c in HISTORY_COLUMNS)
+    head = _head(HISTORY_COLUMNS)
     body = []
-    for r in rows:
+    for i, r in enumerate(rows):
         prompt = r.get("prompt", "")
         cells = [
+            r.get("run", i + 1),
+            r.get("action", ""),
             prompt if len(prompt) <= 40 else prompt[:37] + "...",
             r["mode"],
             "" if r["k"] is None else str(r["k"]),
@@ -203,13 +225,20 @@ def history_table(rows: list[dict]) -> str:
             r["finish"],
         ]
         body.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
-    return f"<table class='grid mlxnb-history'><tr>{head}</tr>{''.join(body)}</table>"
+    cols = "".join(f'<col style="width:{w}%">' for w in _HISTORY_WIDTHS)
+    return (
+        f"<table class='grid mlxnb-history'><colgroup>{cols}</colgroup><tr>{head}</tr>"
+        f"{''.join(body)}</table>"
+    )
 
 
 def runs_table(rows: list[dict]) -> str:
     """The runs of a Compare: one line each."""
-    head = "<tr><th>run</th><th>pair</th><th>decoding</th><th>tok/s</th>"
-    head += "<th>end-to-end s</th><th>TTFT s</th><th>accepted</th><th>finish</th></tr>"
+    head = (
+        "<tr>"
+        + _head(("run", "pair", "decoding", "tok/s", "e2e s", "TTFT s", "accepted", "finish"))
+        + "</tr>"
+    )
     body = []
     for r in rows:
         acc = f"{r['accepted']}/{r['proposed']}" if r["proposed"] else ""

@@ -6,6 +6,13 @@ display id, with static HTML and plain text only: no widget reference is left
 to fail with "Error displaying widget" after the kernel is gone, and
 nbconvert, nbviewer and GitHub show the text.
 
+A widget that stays live (the Panel) cannot be replaced; it is displayed as
+two outputs instead: the widget, then a `Snapshot` of its last state kept
+current by display id. A stylesheet in the snapshot hides whichever of the two
+is not wanted: while the widget renders, the snapshot; where it cannot render
+(a reopened notebook, "Loading widget...", "Error displaying widget"), the
+widget's output.
+
 A headless runner (nbclient) only reads messages addressed to the cell it is
 running, so an update sent between two cells can be lost. Each final update
 is therefore sent again when the next cell starts (IPython's ``pre_run_cell``
@@ -52,12 +59,58 @@ class Document:
 
     def finalize(self, html: str, plain: str) -> None:
         """Replace the widget with its final text (any thread)."""
-        from IPython.display import update_display
-
         self.final = {"text/html": html, "text/plain": plain}
-        with _lock:
-            _unconfirmed[self.display_id] = self.final
-        update_display(self.final, raw=True, display_id=self.display_id)
+        _send(self.display_id, self.final)
+
+
+def _send(display_id: str, bundle: dict) -> None:
+    from IPython.display import update_display
+
+    with _lock:
+        _unconfirmed[display_id] = bundle
+    update_display(bundle, raw=True, display_id=display_id)
+
+
+# Which of the pair shows, by whether the live widget (class ``mlxnb-live``) rendered
+# in the output just before the snapshot. (`:has` is in every current browser.)
+PAIR_CSS = (
+    "<style>.jp-OutputArea-child:has(.mlxnb-live)+.jp-OutputArea-child .mlxnb-snapshot"
+    "{display:none}.jp-OutputArea-child:not(:has(.mlxnb-live)):has(+.jp-OutputArea-child"
+    " .mlxnb-snapshot){display:none}</style>"
+)
+
+
+class Snapshot:
+    """A live widget's output followed by a static snapshot of its state, kept current."""
+
+    def __init__(self) -> None:
+        self.display_id = uuid.uuid4().hex
+        self.bundle: dict | None = None
+
+    def _bundle(self, html: str, plain: str) -> dict:
+        body = f'{PAIR_CSS}<div class="mlxnb-snapshot">{html}</div>'
+        return {"text/html": body, "text/plain": plain}
+
+    def show(self, widget, html: str, plain: str) -> None:
+        """Display ``widget`` (marked live), then the snapshot (``html``/``plain``)."""
+        from IPython.display import display
+
+        widget.add_class("mlxnb-live")
+        head = plain.splitlines()[0] if plain else "widget"
+        live = {
+            WIDGET_MIME: {"version_major": 2, "version_minor": 0, "model_id": widget.model_id},
+            "text/plain": f"{head} (live controls: run the cell to use them)",
+        }
+        display(live, raw=True)
+        self.bundle = self._bundle(html, plain)
+        display(self.bundle, raw=True, display_id=self.display_id)
+
+    def update(self, html: str, plain: str) -> None:
+        """Replace the snapshot everywhere it is shown (any thread); a no-op before `show`."""
+        if self.bundle is None:
+            return
+        self.bundle = self._bundle(html, plain)
+        _send(self.display_id, self.bundle)
 
 
 def resend_final(*_args) -> None:

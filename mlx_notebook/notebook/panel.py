@@ -1,7 +1,9 @@
 """The control panel: generation settings, Generate / Stop / Compare / Sweep k, history.
 
 Compare and Sweep run through `mlx_notebook.measure`, the same code as
-``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``.
+``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``. Displayed, the
+panel is followed by a static snapshot of its last state (`document.Snapshot`),
+which is what a saved notebook shows once the kernel is gone.
 """
 
 from __future__ import annotations
@@ -16,17 +18,20 @@ from ..engine.job import Job, Result
 from ..engine.request import Request
 from ..measure.compare import CompareResult, Comparison
 from ..measure.sweep import SweepResult
-from .charts import history_row, history_table, history_text
+from .charts import history_row, history_text
 from .compare import CompareRun
+from .document import Snapshot
 from .options import unescape
-from .render import STYLE, ViewState, escape
+from .panel_controls import PanelControls
+from .panel_snapshot import estimate_text, history_html, sampling_text, snapshot_html
+from .render import ViewState, escape
 from .sweep import SweepRun
 from .view import LiveView, generation_view
 
 _recent: list[str] = []
 
 
-class Panel(widgets.VBox):
+class Panel(PanelControls, widgets.VBox):
     """Widget panel for generation and speculative decoding.
 
     Every setting is a trait, so ``panel.num_draft_tokens = 5`` works from code
@@ -43,6 +48,9 @@ class Panel(widgets.VBox):
     draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.")
     lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).")
     num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).")
+    model_sampling = Bool(
+        True, help="Sample as the model's own defaults say (setting temperature or top_p ends it)."
+    )
     temperature = Float(0.0, help="Sampling temperature; 0 is greedy.")
     top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].")
     max_tokens = Int(128, help="Most tokens to generate.")
@@ -66,112 +74,33 @@ class Panel(widgets.VBox):
         self._fixed = engine
         self.refresh_hz = refresh_hz
         self.history: list[dict] = []
+        self._action = ("", 0)
+        self._by_hand = False  # the current action's kind and number, for the history
         self.last_result = None
         self._active: list[Job] = []
         self._view: LiveView | None = None
         self._finished = threading.Event()
         self._finished.set()
+        self.snapshot = Snapshot()
         self._build()
         super().__init__(children=self._layout(), **traits)
         self.add_class("mlxnb-panel")
         self._link_controls()
+        if {"temperature", "top_p"} & set(traits) and "model_sampling" not in traits:
+            self._custom_sampling(None)  # Panel(temperature=0.7) samples at 0.7
         self._sync_enabled()
+        self._show_sampling()
+        self._show_estimate()
 
-    # -- construction -------------------------------------------------------
-    def _build(self) -> None:
-        W = widgets
-        wide = W.Layout(width="98%")
-        self.prompt_box = W.Textarea(
-            placeholder="Prompt", layout=W.Layout(width="98%", height="90px")
-        )
-        self.system_box = W.Text(placeholder="System prompt (optional)", layout=wide)
-        self.model_box = W.Combobox(
-            options=self._model_options(), description="model", ensure_option=False
-        )
-        self.draft_kind = W.ToggleButtons(
-            options=[
-                ("none", "none"),
-                ("prompt lookup", "lookup"),
-                ("suffix", "suffix"),
-                ("draft model", "model"),
-            ],
-            description="drafts",
-        )
-        self.draft_box = W.Combobox(
-            options=self._model_options(), description="draft model", ensure_option=False
-        )
-        self.ngram_slider = W.IntSlider(min=1, max=8, description="n-gram")
-        self.k_slider = W.IntSlider(min=1, max=16, description="draft k")
-        self.temp_slider = W.FloatSlider(min=0, max=2, step=0.05, description="temperature")
-        self.top_p_slider = W.FloatSlider(min=0.05, max=1, step=0.05, description="top-p")
-        self.max_box = W.BoundedIntText(min=1, max=32768, description="max tokens")
-        self.seed_box = W.BoundedIntText(min=0, max=2**32 - 1, description="seed")
-        self.stop_box = W.Textarea(placeholder="Stop strings, one per line", description="stop")
-        self.chat_box = W.Checkbox(description="chat template")
-        self.sweep_range = W.IntRangeSlider(min=1, max=16, description="sweep k")
-        self.repeats_box = W.BoundedIntText(min=1, max=20, description="repeats")
-        self.metric_box = W.ToggleButtons(
-            options=[("end to end", "e2e"), ("decode", "decode")], description="measure"
-        )
-        self.generate_button = W.Button(description="Generate", icon="play", button_style="primary")
-        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
-        self.compare_button = W.Button(description="Compare", icon="columns", button_style="info")
-        self.sweep_button = W.Button(description="Sweep k", icon="line-chart")
-        self.clear_button = W.Button(description="Clear history", icon="trash")
-        self.status = W.HTML()
-        self.output = W.VBox()
-        self.history_html = W.HTML()
-        pairs = [
-            ("prompt", self.prompt_box),
-            ("system", self.system_box),
-            ("model", self.model_box),
-            ("draft_source", self.draft_kind),
-            ("draft_model", self.draft_box),
-            ("lookup_ngram", self.ngram_slider),
-            ("num_draft_tokens", self.k_slider),
-            ("temperature", self.temp_slider),
-            ("top_p", self.top_p_slider),
-            ("max_tokens", self.max_box),
-            ("seed", self.seed_box),
-            ("stop_strings", self.stop_box),
-            ("chat", self.chat_box),
-            ("repeats", self.repeats_box),
-            ("metric", self.metric_box),
-        ]
-        self._inputs = [w for _, w in pairs] + [self.sweep_range]
-        self._pairs = pairs
-        self.generate_button.on_click(lambda _b: self.generate())
-        self.stop_button.on_click(lambda _b: self.stop())
-        self.compare_button.on_click(lambda _b: self.compare())
-        self.sweep_button.on_click(lambda _b: self.sweep())
-        self.clear_button.on_click(lambda _b: self.clear_history())
+    def _ipython_display_(self) -> None:
+        # The live widget, then its snapshot: a saved notebook shows the snapshot.
+        self.snapshot.show(self, snapshot_html(self), self._plain())
 
-    def _layout(self):
-        W = widgets
-        return [
-            self.prompt_box,
-            self.system_box,
-            W.HBox([self.model_box, self.chat_box]),
-            self.draft_kind,
-            W.HBox([self.draft_box, self.ngram_slider]),
-            W.HBox([self.k_slider, self.temp_slider, self.top_p_slider]),
-            W.HBox([self.max_box, self.seed_box]),
-            W.HBox([self.repeats_box, self.metric_box]),
-            self.stop_box,
-            W.HBox(
-                [
-                    self.generate_button,
-                    self.stop_button,
-                    self.compare_button,
-                    self.sweep_button,
-                    self.sweep_range,
-                ]
-            ),
-            self.status,
-            self.output,
-            self.history_html,
-            self.clear_button,
-        ]
+    def _plain(self) -> str:
+        return f"mlx_notebook Panel, model {self.model}\n" + history_text(self.history)
+
+    def _save_snapshot(self) -> None:
+        self.snapshot.update(snapshot_html(self), self._plain())
 
     def route(self) -> Route:
         """Where the current model's requests go (a backend passed in wins)."""
@@ -201,7 +130,39 @@ class Panel(widgets.VBox):
         self.sweep_range.value = (self.sweep_from, self.sweep_to)
         self.sweep_range.observe(self._range_changed, names="value")
         self.observe(self._bounds_changed, names=["sweep_from", "sweep_to"])
-        self.observe(lambda _c: self._sync_enabled(), names=["running", "draft_source"])
+        self.observe(
+            lambda _c: self._sync_enabled(), names=["running", "draft_source", "model_sampling"]
+        )
+        self.observe(self._custom_sampling, names=["temperature", "top_p"])
+        self.observe(self._on_model_sampling, names=["model_sampling"])
+        self.observe(lambda _c: self._show_sampling(), names=["model"])
+        self.observe(
+            lambda _c: self._show_estimate(),
+            names=["model", "sweep_from", "sweep_to", "repeats", "max_tokens", "draft_source"],
+        )
+
+    def _custom_sampling(self, _change) -> None:
+        self._by_hand = True  # a value set by hand is meant to be used, as set
+        try:
+            self.model_sampling = False
+        finally:
+            self._by_hand = False
+
+    def _on_model_sampling(self, change) -> None:
+        if change["new"] or self._by_hand:
+            return
+        # The sliders start at the values in force, so unticking changes nothing.
+        from ..models.generation import defaults_for, in_force
+
+        values = in_force(Request(""), defaults_for(self.route().model))
+        with self.hold_trait_notifications():
+            self.temperature, self.top_p = values["temperature"], values["top_p"]
+
+    def _show_sampling(self) -> None:
+        self.sampling_hint.value = sampling_text(self.route().model)
+
+    def _show_estimate(self) -> None:
+        self.estimate.value = estimate_text(self)
 
     def _range_changed(self, change) -> None:
         self.sweep_from, self.sweep_to = change["new"]
@@ -209,19 +170,6 @@ class Panel(widgets.VBox):
     def _bounds_changed(self, _change) -> None:
         lo, hi = sorted((max(1, min(16, self.sweep_from)), max(1, min(16, self.sweep_to))))
         self.sweep_range.value = (lo, hi)
-
-    def _sync_enabled(self) -> None:
-        busy = self.running
-        with self.hold_sync():
-            for w in self._inputs:
-                w.disabled = busy
-            self.generate_button.disabled = busy
-            self.compare_button.disabled = busy or self.draft_source == "none"
-            self.sweep_button.disabled = busy or self.draft_source == "none"
-            self.stop_button.disabled = not busy
-            self.draft_box.disabled = busy or self.draft_source != "model"
-            self.ngram_slider.disabled = busy or self.draft_source != "lookup"
-            self.k_slider.disabled = busy or self.draft_source == "none"
 
     # -- requests -----------------------------------------------------------
     def request(self) -> Request:
@@ -237,8 +185,8 @@ class Panel(widgets.VBox):
             system=self.system or None,
             chat=self.chat,
             max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
+            temperature=None if self.model_sampling else self.temperature,
+            top_p=None if self.model_sampling else self.top_p,
             seed=self.seed,
             stop=[unescape(s) for s in self.stop_strings.splitlines() if s],
             draft=draft,
@@ -260,13 +208,14 @@ class Panel(widgets.VBox):
         except Exception as exc:
             self._show_error(exc)
             return None
-        self.status.value = f"<span>{escape(kind)}…</span>"
+        self.status.value = ""  # the run's own view says what it is doing
+        self._action = (kind, self._action[1] + 1)
         self._finished.clear()
         self.running = True
         return req
 
     def _show_error(self, exc: BaseException) -> None:
-        self.status.value = f'<span class="mlxnb-error">{escape(str(exc))}</span>'
+        self.status.value = f'<div class="mlxnb"><div class="err">{escape(str(exc))}</div></div>'
 
     def _fail(self, exc: BaseException) -> None:
         # A submit that failed after _begin: cancel what did start, stay usable.
@@ -277,10 +226,11 @@ class Panel(widgets.VBox):
         self.running = False
         self._finished.set()
 
-    def _end(self, status: str) -> None:
+    def _end(self) -> None:
         # Runs on a view's refresh thread: only widget traits are touched.
         self._show_history()
-        self.status.value = escape(status)
+        self._show_estimate()  # now timed from this run too
+        self._save_snapshot()
         options = self._model_options()  # newly loaded models and recent specs
         self.model_box.options = options
         self.draft_box.options = options
@@ -288,13 +238,12 @@ class Panel(widgets.VBox):
         self._finished.set()
 
     def _show_history(self) -> None:
-        rows = history_table(self.history) if self.history else ""
-        self.history_html.value = f'{STYLE}<div class="mlxnb">{rows}</div>' if rows else ""
+        self.history_html.value = history_html(self.history)
 
     # -- actions ------------------------------------------------------------
     def generate(self) -> None:
         """Run the current settings once (speculative if a draft source is set)."""
-        req = self._begin("generating")
+        req = self._begin("generate")
         if req is None:
             return
         try:
@@ -308,14 +257,14 @@ class Panel(widgets.VBox):
             res = job.result(raise_on_error=False)
             self.last_result = res
             self._record(req, res, req.mode)
-            self._end(f"done: {res.finish_reason}")
+            self._end()
 
         state = ViewState(model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown")
         self._show(generation_view(state, self.refresh_hz, on_done=done).attach(job))
 
     def compare(self) -> None:
         """Normal and speculative decoding in interleaved pairs, until the answer is clear."""
-        req = self._begin("comparing")
+        req = self._begin("compare")
         if req is None:
             return
 
@@ -323,7 +272,7 @@ class Panel(widgets.VBox):
             self.last_result = res
             for _, role, r in res.runs:
                 self._record(req, r, "normal" if role == "normal" else req.mode)
-            self._end(res.verdict_line())
+            self._end()
 
         comparison = Comparison(
             self.engine, req, None, self.metric, max_pairs=self.max_pairs, budget_s=self.budget_s
@@ -332,7 +281,7 @@ class Panel(widgets.VBox):
 
     def sweep(self) -> None:
         """Speculative decoding at each k of the range, repeated, against normal decoding."""
-        req = self._begin("sweeping k")
+        req = self._begin("sweep")
         if req is None:
             return
         ks = range(self.sweep_from, self.sweep_to + 1)
@@ -342,7 +291,7 @@ class Panel(widgets.VBox):
             for k, r in res.runs:
                 if r is not None:
                     self._record(req, r, "normal" if k is None else req.mode, k)
-            self._end(res.verdict_line())
+            self._end()
 
         self._run(
             SweepRun(self.engine, req, ks, self.repeats, self.metric, self.refresh_hz, on_done=done)
@@ -374,6 +323,7 @@ class Panel(widgets.VBox):
         """Forget the run history."""
         self.history.clear()
         self._show_history()
+        self._save_snapshot()
 
     def history_text(self) -> str:
         """The run history as plain text."""
@@ -381,7 +331,11 @@ class Panel(widgets.VBox):
 
     def _show(self, view: LiveView) -> None:
         self._view = view
+        view.stop_button.layout.display = "none"  # one Stop: the panel's own
         self.output.children = [view.widget]  # replaces the last view, chart and all
 
     def _record(self, req: Request, res: Result, mode: str, k: int | None = None) -> None:
-        self.history.append(history_row(req, res, mode, k))
+        kind, n = self._action
+        row = history_row(req, res, mode, k)
+        row.update(run=len(self.history) + 1, action=f"{kind} {n}", model=req.model)
+        self.history.append(row)

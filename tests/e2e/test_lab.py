@@ -67,6 +67,9 @@ THEMES = [
     ),
     "topics = ['rivers', 'lakes', 'hills']",  # 5
     "%%generate -m {tiny} -n 12 --raw --over topics\nAbout {item}",  # 6: a map's table
+    "%%chat -m {tiny} -n 12 --wait\nHello there, who are you?",  # 7
+    "%%chat -n 10 --wait\nAnd what do you do?",  # 8
+    "%chat show",  # 9: the transcript, a bubble per message
 ]
 
 
@@ -239,6 +242,13 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     run_done(page, 5)
     rows = run_cell(page, 6).locator(".jp-OutputArea-output")
     step("map table", lambda: rows.locator("table.grid td").count() >= 12, 60)
+    run_done(page, 7)
+    run_done(page, 8)
+    chat = run_done(page, 9).locator(".jp-OutputArea-output")
+    step("transcript", lambda: chat.locator(".mlxnb-chat .turn").count() == 4, 30)
+    # The live panel hides its saved snapshot; the snapshot is there for the file.
+    assert panel.locator(".mlxnb-snapshot").count() == 1
+    assert not panel.locator(".mlxnb-snapshot").is_visible()
     slug = theme.split()[-1].lower()
     checks = {
         "generated text": ".mlxnb-compare .txt, .mlxnb .md p",
@@ -248,6 +258,8 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
         "verdict": ".mlxnb-compare .verdict",
         "chart axis text": ".mlxnb-chart text",
         "map progress and rows": ".mlxnb .prog, .mlxnb table.grid td",
+        "chat roles and text": ".mlxnb-chat .role, .mlxnb-chat .md p",
+        "panel history": ".mlxnb-panel table.grid td",
     }
     for what, sel in checks.items():
         ratios = contrasts(page, sel)
@@ -259,6 +271,10 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     page.screenshot(path=str(artifacts / f"theme-{slug}-chart.png"), full_page=False)
     rows.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"theme-{slug}-map.png"), full_page=False)
+    panel.locator(".mlxnb-panel").screenshot(path=str(artifacts / f"theme-{slug}-panel.png"))
+    rows.screenshot(path=str(artifacts / f"theme-{slug}-over.png"))
+    compare.screenshot(path=str(artifacts / f"theme-{slug}-compare-cell.png"))
+    chat.screenshot(path=str(artifacts / f"theme-{slug}-chat-show.png"))
 
 
 def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifacts):
@@ -279,8 +295,11 @@ def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifa
         page.keyboard.press("Escape")
     shown = page.locator(".jp-Notebook")
     step("outputs rendered", lambda: shown.locator(".jp-OutputArea-output").count() >= 6, 30)
+    snapshot = shown.locator(".mlxnb-snapshot")
+    step("the panel's snapshot shows", lambda: snapshot.count() == 1 and snapshot.is_visible(), 30)
     body = shown.inner_text()
-    assert "Error displaying widget" not in body
+    assert "Error displaying widget" not in body and "Loading widget" not in body
+    assert "generate 1" in snapshot.inner_text()  # its history, as last saved
     for name, text in texts.items():
         probe = "".join(c for c in text if c.isprintable() and not c.isspace())[:40]
         flat = "".join(c for c in body if c.isprintable() and not c.isspace())
