@@ -120,7 +120,9 @@ class PanelControls:
         W = widgets
         self._draft_row = W.HBox([self.k_slider, self.draft_box, self.ngram_slider])
         self._sampling_row = W.HBox([self.temp_slider, self.top_p_slider])
-        self._measure_row = W.HBox([self.repeats_box, self.metric_box, self.sweep_range])
+        self._measure_row = W.VBox(
+            [W.HBox([self.sweep_range, self.repeats_box]), self.metric_box]
+        )
         return [
             self._css,
             self.prompt_box,

@@ -47,6 +47,7 @@ def lab_server(root: Path, timeout: float = 120):
         os.environ,
         JUPYTER_RUNTIME_DIR=str(state / "runtime"),
         JUPYTER_CONFIG_DIR=str(state / "config"),
+        JUPYTER_DATA_DIR=str(state / "data"),  # notebook signatures (trust) live here
         HF_HUB_OFFLINE="1",
     )
     cmd = [

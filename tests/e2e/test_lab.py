@@ -271,13 +271,18 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     page.screenshot(path=str(artifacts / f"theme-{slug}-chart.png"), full_page=False)
     rows.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"theme-{slug}-map.png"), full_page=False)
+    # A viewport taller than the panel: Lab's notebook scrolls inside the page.
+    page.set_viewport_size({"width": 1400, "height": 2600})
     panel.locator(".mlxnb-panel").screenshot(path=str(artifacts / f"theme-{slug}-panel.png"))
     rows.screenshot(path=str(artifacts / f"theme-{slug}-over.png"))
     compare.screenshot(path=str(artifacts / f"theme-{slug}-compare-cell.png"))
     chat.screenshot(path=str(artifacts / f"theme-{slug}-chat-show.png"))
 
 
-def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifacts):
+@pytest.mark.parametrize("trusted", [True, False], ids=["own-notebook", "untrusted"])
+def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifacts, trusted):
+    # Your own saved notebook is trusted (signed when saved) and keeps its stylesheets;
+    # someone else's is not, and JupyterLab strips them: both must read well.
     from saved_notebook import execute
 
     texts = {}
@@ -286,6 +291,12 @@ def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifa
         nb, found = execute(tiny_dir, root / "demo.ipynb")
         texts.update(found)
         nb.metadata["kernelspec"] = {"name": "mlxnb-no-such-kernel", "display_name": "none"}
+        if trusted:
+            from nbformat.sign import NotebookNotary
+
+            data = root.parent / (root.name + "-jupyter") / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            NotebookNotary(data_dir=str(data)).sign(nb)
         nbformat.write(nb, root / "demo.ipynb")
 
     page = lab(None, kernel=False, prepare=prepare)
@@ -300,11 +311,23 @@ def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifa
     body = shown.inner_text()
     assert "Error displaying widget" not in body and "Loading widget" not in body
     assert "generate 1" in snapshot.inner_text()  # its history, as last saved
+    live_line = "(live controls: run the cell to use them)"
+    hdr = snapshot.locator(".hdr").first
+    if trusted:  # styled, and the widget's output (it cannot render) is hidden
+        assert live_line not in body
+        assert hdr.evaluate("e => getComputedStyle(e).fontSize") == "12px"
+    else:  # unstyled: the widget's one plain line, then the snapshot
+        assert body.count(live_line) <= 1
+    page.set_viewport_size({"width": 1400, "height": 1600})
+    snapshot.scroll_into_view_if_needed()
+    name = "saved-panel.png" if trusted else "saved-panel-untrusted.png"
+    page.screenshot(path=str(artifacts / name))
     for name, text in texts.items():
         probe = "".join(c for c in text if c.isprintable() and not c.isspace())[:40]
         flat = "".join(c for c in body if c.isprintable() and not c.isspace())
         assert probe and probe in flat, name
-    page.screenshot(path=str(artifacts / "saved-reopened.png"), full_page=True)
+    if trusted:
+        page.screenshot(path=str(artifacts / "saved-reopened.png"), full_page=True)
 
 
 def test_panel_compare(lab, artifacts):
@@ -331,6 +354,69 @@ def test_panel_compare(lab, artifacts):
         except PlaywrightError:
             page.wait_for_timeout(200)
     page.screenshot(path=str(artifacts / "panel_compare.png"), full_page=False)
+
+
+MANNERS = [
+    "import pandas as pd\ndf = pd.DataFrame({'topic': ['rivers', 'lakes', 'hills'], "
+    "'n': [1, 2, 3]}, index=['a', 'b', 'c'])",  # 1
+    "%%generate -m {tiny} -n 12 --raw --over df -o res\nAbout {topic}",  # 2
+    "res.to_frame()[['topic', 'n', 'finish_reason']]",  # 3: Run All reads finished rows
+    "%%generate -m {tiny} -n 100000 --raw -f text -o long\nHello",  # 4: streams on
+    "%%generate -m {tiny} -n 12 --raw --over df\nAbout {topc}",  # 5: a typo: Run All stops
+    "%%generate -m {tiny} --lookup -k 100\nHello",  # 6
+    "%%generate -m nosuchmodel\nHello",  # 7
+    "%%generate --help",  # 8
+    "%%chat --seed 3 --wait\nWhat is the capital of France?",  # 9: the default model
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_notebook_manners(lab, artifacts, theme):
+    import time
+
+    page = lab(MANNERS)
+    set_theme(page, theme)
+    slug = theme.split()[-1].lower()
+    cells = page.locator(".jp-Notebook .jp-Cell")
+
+    def out(i):
+        return cells.nth(i).locator(".jp-OutputArea")
+
+    def count(i):
+        return cells.nth(i).locator(".jp-InputPrompt").inner_text().strip()
+
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # Run All, by menu
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    step("Run All reaches the typo", lambda: "is not a column" in out(5).inner_text(), 120)
+    frame = out(3).inner_text()
+    assert frame.count("length") == 3 and "rivers" in frame and "hills" in frame  # finished
+    assert "the columns are topic, n" in out(5).inner_text()
+    assert all(count(i) in ("[ ]:", "") for i in range(6, 10))  # Run All stopped there
+    streaming = out(4).locator(".mlxnb")
+    step("still streaming", lambda: "generating" in state_word(streaming), 30)
+    t0 = time.monotonic()
+    page.locator('[data-jp-item-name="interrupt"]').first.click()  # the toolbar's ■
+    step("■ stops it", lambda: "stopped" in state_word(out(4)), 10)
+    stopped_after = time.monotonic() - t0
+    assert stopped_after < 10, stopped_after  # the figure is recorded, not asserted tight
+    (artifacts / f"manners-{slug}-stop-seconds.txt").write_text(f"{stopped_after:.2f}\n")
+    assert len(out(4).locator(".txt").inner_text()) > 0  # its text is kept
+    out(5).scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / f"manners-{slug}-runall.png"))
+    for i, needle in ((6, "-k/--num-draft: must be in 1..16 (got 100)"), (7, "nosuchmodel"),
+                      (8, "--max-tokens")):  # fmt: skip
+        run_done(page, i)
+        step(f"cell {i} output", lambda i=i, n=needle: n in out(i).inner_text(), 30)
+    err = out(7).inner_text().strip()
+    assert "Traceback" not in err and len(err.splitlines()) <= 2, err
+    assert "num_draft_tokens" not in out(6).inner_text()
+    run_done(page, 9, 180)
+    chat = out(9).locator(".mlxnb")
+    assert "done" in state_word(chat) and "max tokens" not in state_word(chat)
+    out(6).scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / f"manners-{slug}-errors.png"))
+    chat.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / f"manners-{slug}-chat.png"))
 
 
 def test_server_and_kernels_are_torn_down(tmp_path, tiny_dir, chromium):
