@@ -76,7 +76,7 @@ def test_a_request_that_sets_nothing_samples_as_the_model_says(engine, sampling_
     assert "temperature 0.7 · top_p 0.9 · top_k 5 (model defaults)" in stats_line(by_model)
     assert " greedy (model defaults) · " not in stats_line(greedy)
     status = engine.info().format()
-    want = "sampling by default: temperature 0.7 · top_p 0.9 · top_k 5 (generation_config.json)"
+    want = "sampling by default: temperature 0.7 · top_p 0.9 · top_k 5 (model defaults)"
     assert want in status
 
 

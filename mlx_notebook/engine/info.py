@@ -96,7 +96,7 @@ def _defaults_text(defaults: dict) -> str:
     if not defaults:
         return "greedy (no generation_config.json sampling)"
     values = {**FALLBACK, **defaults, "from_model": list(defaults)}
-    return describe(values).removesuffix(" (model defaults)") + " (generation_config.json)"
+    return describe(values)  # "... (model defaults)": its file, or the bundled model's card
 
 
 @dataclass

@@ -291,8 +291,8 @@ class MLXNotebook(Magics):
         sampling = describe(in_force(req, defaults_for(self.default_model)))
         return (
             "Defaults now (%config MLXNotebook.NAME = VALUE changes them):\n"
-            f"  model {self.default_model}  ·  max_tokens {self.max_tokens}  ·  "
-            f"sampling {sampling} (-t 0: greedy)\n"
+            f"  model {self.default_model}  ·  max_tokens {self.max_tokens}\n"
+            f"  sampling {sampling}; -t 0 is greedy\n"
             f"  draft tokens per step (-k) {self.num_draft_tokens}  ·  batch rows "
             f"{self.max_batch}  ·  view refreshes {self.refresh_hz:g}/s"
         )
