@@ -254,4 +254,5 @@ def runs_table(rows: list[dict]) -> str:
             r["finish_reason"],
         ]
         body.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
-    return f"<table class='grid'>{head}{''.join(body)}</table>"
+    # Sized by content: short cells, and a fixed layout would break "speculative".
+    return f"<table class='grid auto'>{head}{''.join(body)}</table>"

@@ -307,6 +307,7 @@ def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifa
     shown = page.locator(".jp-Notebook")
     step("outputs rendered", lambda: shown.locator(".jp-OutputArea-output").count() >= 6, 30)
     snapshot = shown.locator(".mlxnb-snapshot")
+    shown.locator(".jp-Cell").last.scroll_into_view_if_needed()  # Lab renders cells lazily
     step("the panel's snapshot shows", lambda: snapshot.count() == 1 and snapshot.is_visible(), 30)
     body = shown.inner_text()
     assert "Error displaying widget" not in body and "Loading widget" not in body
@@ -357,16 +358,17 @@ def test_panel_compare(lab, artifacts):
 
 
 MANNERS = [
+    scripted_cell("slow", "and on and on " * 150, delay=0.05),  # 1: streams for ~30 s
     "import pandas as pd\ndf = pd.DataFrame({'topic': ['rivers', 'lakes', 'hills'], "
-    "'n': [1, 2, 3]}, index=['a', 'b', 'c'])",  # 1
-    "%%generate -m {tiny} -n 12 --raw --over df -o res\nAbout {topic}",  # 2
-    "res.to_frame()[['topic', 'n', 'finish_reason']]",  # 3: Run All reads finished rows
-    "%%generate -m {tiny} -n 100000 --raw -f text -o long\nHello",  # 4: streams on
-    "%%generate -m {tiny} -n 12 --raw --over df\nAbout {topc}",  # 5: a typo: Run All stops
-    "%%generate -m {tiny} --lookup -k 100\nHello",  # 6
-    "%%generate -m nosuchmodel\nHello",  # 7
-    "%%generate --help",  # 8
-    "%%chat --seed 3 --wait\nWhat is the capital of France?",  # 9: the default model
+    "'n': [1, 2, 3]}, index=['a', 'b', 'c'])",  # 2
+    "%%generate -m {tiny} -n 12 --raw --over df -o res\nAbout {topic}",  # 3
+    "res.to_frame()[['topic', 'n', 'finish_reason']]",  # 4: Run All reads finished rows
+    "%%generate -m slow --raw -f text -o long\ngo",  # 5: streams on
+    "%%generate -m {tiny} -n 12 --raw --over df\nAbout {topc}",  # 6: a typo: Run All stops
+    "%%generate -m {tiny} --lookup -k 100\nHello",  # 7
+    "%%generate -m nosuchmodel\nHello",  # 8
+    "%%generate --help",  # 9
+    "%%chat --seed 3 --wait\nWhat is the capital of France?",  # 10: the default model
 ]
 
 
@@ -379,41 +381,42 @@ def test_notebook_manners(lab, artifacts, theme):
     slug = theme.split()[-1].lower()
     cells = page.locator(".jp-Notebook .jp-Cell")
 
-    def out(i):
+    def out(i):  # Lab renders cells lazily: bring it on screen first
+        cells.nth(i).scroll_into_view_if_needed()
         return cells.nth(i).locator(".jp-OutputArea")
 
     def count(i):
+        cells.nth(i).scroll_into_view_if_needed()
         return cells.nth(i).locator(".jp-InputPrompt").inner_text().strip()
 
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # Run All, by menu
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    step("Run All reaches the typo", lambda: "is not a column" in out(5).inner_text(), 120)
-    frame = out(3).inner_text()
+    step("Run All reaches the typo", lambda: "is not a column" in out(6).inner_text(), 120)
+    frame = out(4).inner_text()
     assert frame.count("length") == 3 and "rivers" in frame and "hills" in frame  # finished
-    assert "the columns are topic, n" in out(5).inner_text()
-    assert all(count(i) in ("[ ]:", "") for i in range(6, 10))  # Run All stopped there
-    streaming = out(4).locator(".mlxnb")
-    step("still streaming", lambda: "generating" in state_word(streaming), 30)
+    assert "the columns are topic, n" in out(6).inner_text()
+    assert all(count(i) in ("[ ]:", "") for i in range(7, 11))  # Run All stopped there
+    step("still streaming", lambda: "generating" in state_word(out(5)), 30)
     t0 = time.monotonic()
     page.locator('[data-jp-item-name="interrupt"]').first.click()  # the toolbar's ■
-    step("■ stops it", lambda: "stopped" in state_word(out(4)), 10)
+    step("■ stops it", lambda: "stopped" in state_word(out(5)), 10)
     stopped_after = time.monotonic() - t0
     assert stopped_after < 10, stopped_after  # the figure is recorded, not asserted tight
     (artifacts / f"manners-{slug}-stop-seconds.txt").write_text(f"{stopped_after:.2f}\n")
-    assert len(out(4).locator(".txt").inner_text()) > 0  # its text is kept
-    out(5).scroll_into_view_if_needed()
+    assert len(out(5).locator(".txt").inner_text()) > 0  # its text is kept
+    out(6).scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"manners-{slug}-runall.png"))
-    for i, needle in ((6, "-k/--num-draft: must be in 1..16 (got 100)"), (7, "nosuchmodel"),
-                      (8, "--max-tokens")):  # fmt: skip
+    for i, needle in ((7, "-k/--num-draft: must be in 1..16 (got 100)"), (8, "nosuchmodel"),
+                      (9, "--max-tokens")):  # fmt: skip
         run_done(page, i)
         step(f"cell {i} output", lambda i=i, n=needle: n in out(i).inner_text(), 30)
-    err = out(7).inner_text().strip()
+    err = out(8).inner_text().strip()
     assert "Traceback" not in err and len(err.splitlines()) <= 2, err
-    assert "num_draft_tokens" not in out(6).inner_text()
-    run_done(page, 9, 180)
-    chat = out(9).locator(".mlxnb")
+    assert "num_draft_tokens" not in out(7).inner_text()
+    run_done(page, 10, 180)
+    chat = out(10)
     assert "done" in state_word(chat) and "max tokens" not in state_word(chat)
-    out(6).scroll_into_view_if_needed()
+    out(7).scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"manners-{slug}-errors.png"))
     chat.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"manners-{slug}-chat.png"))
