@@ -1,6 +1,7 @@
 """The views' stylesheet: JupyterLab's theme variables, readable without them too.
 
-Words never break in the middle: text wraps at spaces, and only a run longer
+Words never break in the middle: text wraps at spaces (JupyterLab's own
+``word-break: break-all`` for output ``pre`` is undone), and only a run longer
 than its whole column (a URL, say) is broken (``overflow-wrap: break-word``);
 tables have fixed column widths so that holds in their cells too. A view's Stop
 button floats over its top right corner, out of the text's way, so the text
@@ -28,12 +29,12 @@ color:{_FG};line-height:1.45}}
 margin-bottom:4px}}
 .mlxnb .state{{font-weight:600}}
 .mlxnb .txt{{white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);
-overflow-wrap:break-word;margin:0;padding:0;background:none;color:{_FG};font-size:13px;
+overflow-wrap:break-word;word-break:normal;margin:0;padding:0;background:none;color:{_FG};font-size:13px;
 line-height:1.45;border:none}}
 .mlxnb .md{{overflow-wrap:break-word}}
 .mlxnb .md p{{margin:0 0 .5em 0}}
 .mlxnb .md pre,.mlxnb pre.code{{background:var(--jp-cell-editor-background,rgba(127,127,127,.1));
-color:{_FG};padding:6px 8px;border-radius:3px;overflow-x:auto;
+color:{_FG};padding:6px 8px;border-radius:3px;overflow-x:auto;word-break:normal;
 font-family:var(--jp-code-font-family,monospace);white-space:pre-wrap}}
 .mlxnb .md code{{font-family:var(--jp-code-font-family,monospace)}}
 .mlxnb .stats{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;color:{_UI};

@@ -199,6 +199,32 @@ CONTRAST_JS = """
 """
 
 
+BROKEN_WORDS_JS = """
+(sel) => {
+  const broken = [];
+  for (const el of document.querySelectorAll(sel)) {
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      for (const m of n.data.matchAll(/\\S+/g)) {
+        const r = document.createRange();
+        r.setStart(n, m.index);
+        r.setEnd(n, m.index + m[0].length);
+        const tops = new Set([...r.getClientRects()].filter(x => x.width > 0)
+          .map(x => Math.round(x.top)));
+        if (tops.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return broken;
+}
+"""
+
+
+def broken_words(page, selector: str) -> list[str]:
+    """Words (runs without spaces) whose text is laid out over more than one line."""
+    return page.evaluate(BROKEN_WORDS_JS, selector)
+
+
 def contrasts(page, selector: str) -> list[float]:
     """WCAG contrast ratio of each element's text against its composited background."""
     return page.evaluate(CONTRAST_JS, selector)

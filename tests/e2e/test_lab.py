@@ -5,7 +5,7 @@ import shutil
 import nbformat
 import pytest
 
-from .lab import browser, contrasts, lab_server, leftovers, set_theme, step
+from .lab import broken_words, browser, contrasts, lab_server, leftovers, set_theme, step
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 EVIL = (
@@ -250,6 +250,11 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     assert panel.locator(".mlxnb-snapshot").count() == 1
     assert not panel.locator(".mlxnb-snapshot").is_visible()
     slug = theme.split()[-1].lower()
+    # Words wrap whole (only a word longer than its column may break): the Compare's
+    # narrow text columns and runs table, the map table, the chat bubbles.
+    for sel in (".mlxnb-compare .txt", ".mlxnb table.grid th", ".mlxnb-chat .md"):
+        assert page.locator(sel).count(), sel
+        assert broken_words(page, sel) == [], (sel, broken_words(page, sel)[:5])
     checks = {
         "generated text": ".mlxnb-compare .txt, .mlxnb .md p",
         "accepted draft token": ".mlxnb-compare .draft",
@@ -306,10 +311,17 @@ def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifa
         page.keyboard.press("Escape")
     shown = page.locator(".jp-Notebook")
     step("outputs rendered", lambda: shown.locator(".jp-OutputArea-output").count() >= 6, 30)
+    top = shown.inner_text()  # Lab renders cells lazily: read the top before scrolling
+    for name, text in texts.items():
+        probe = "".join(c for c in text if c.isprintable() and not c.isspace())[:40]
+        flat = "".join(c for c in top if c.isprintable() and not c.isspace())
+        assert probe and probe in flat, name
+    if trusted:
+        page.screenshot(path=str(artifacts / "saved-reopened.png"), full_page=True)
     snapshot = shown.locator(".mlxnb-snapshot")
     shown.locator(".jp-Cell").last.scroll_into_view_if_needed()  # Lab renders cells lazily
     step("the panel's snapshot shows", lambda: snapshot.count() == 1 and snapshot.is_visible(), 30)
-    body = shown.inner_text()
+    body = top + shown.inner_text()
     assert "Error displaying widget" not in body and "Loading widget" not in body
     assert "generate 1" in snapshot.inner_text()  # its history, as last saved
     live_line = "(live controls: run the cell to use them)"
@@ -323,12 +335,6 @@ def test_saved_notebook_reopens_without_a_kernel(lab, tmp_path, tiny_dir, artifa
     snapshot.scroll_into_view_if_needed()
     name = "saved-panel.png" if trusted else "saved-panel-untrusted.png"
     page.screenshot(path=str(artifacts / name))
-    for name, text in texts.items():
-        probe = "".join(c for c in text if c.isprintable() and not c.isspace())[:40]
-        flat = "".join(c for c in body if c.isprintable() and not c.isspace())
-        assert probe and probe in flat, name
-    if trusted:
-        page.screenshot(path=str(artifacts / "saved-reopened.png"), full_page=True)
 
 
 def test_panel_compare(lab, artifacts):
