@@ -71,11 +71,14 @@ def _send(display_id: str, bundle: dict) -> None:
     update_display(bundle, raw=True, display_id=display_id)
 
 
-# Which of the pair shows, by whether the live widget (class ``mlxnb-live``) rendered
-# in the output just before the snapshot. (`:has` is in every current browser.)
+# Which of the pair shows, by whether the live widget (class ``mlxnb-live``) rendered,
+# connected to its kernel, in the output just before the snapshot. A widget restored
+# from saved widget state, or whose kernel died, is marked disconnected by ipywidgets:
+# then the snapshot shows instead. (`:has` is in every current browser.)
+_LIVE = ".mlxnb-live:not(.jupyter-widgets-disconnected)"
 PAIR_CSS = (
-    "<style>.jp-OutputArea-child:has(.mlxnb-live)+.jp-OutputArea-child .mlxnb-snapshot"
-    "{display:none}.jp-OutputArea-child:not(:has(.mlxnb-live)):has(+.jp-OutputArea-child"
+    f"<style>.jp-OutputArea-child:has({_LIVE})+.jp-OutputArea-child .mlxnb-snapshot"
+    f"{{display:none}}.jp-OutputArea-child:not(:has({_LIVE})):has(+.jp-OutputArea-child"
     " .mlxnb-snapshot){display:none}</style>"
 )
 
