@@ -43,6 +43,13 @@ def nice_ticks(top: float, n: int = 5) -> list[float]:
     return [i * step for i in range(int(math.ceil(top / step - 1e-9)) + 1)]
 
 
+def _anchor(x: float, left: float, right: float, room: float = 40) -> str:
+    """SVG text-anchor for a label centred at ``x`` that must stay inside the plot."""
+    if x > right - room:
+        return "end"
+    return "start" if x < left + room else "middle"
+
+
 def _fmt(v: float) -> str:
     return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
 
@@ -139,7 +146,9 @@ def sweep_chart(
             out.append(
                 f'<circle cx="{cx:.1f}" cy="{y(r["tps"]):.1f}" r="9" fill="none" '
                 f'style="stroke:{GOOD}" stroke-width="2.5"/>'
-                f'<text x="{cx:.1f}" y="{y(r["tps_max"]) - 8:.1f}" text-anchor="middle" '
+                # Anchored inward at the plot's edges, so the label is never cut off.
+                f'<text x="{cx:.1f}" y="{y(r["tps_max"]) - 8:.1f}" '
+                f'text-anchor="{_anchor(cx, pad_l, pad_l + w)}" '
                 f'font-weight="bold">best k = {r["k"]}</text>'
             )
     return _svg(width, height, out, f"{unit} against draft tokens k")

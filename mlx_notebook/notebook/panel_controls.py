@@ -14,6 +14,7 @@ import ipywidgets as widgets
 from .style import STYLE
 
 LABEL = {"description_width": "92px"}  # "temperature", "draft model": whole words
+TOGGLES = {**LABEL, "button_width": "112px"}  # the label and its buttons on one line
 
 # Disabled buttons in JupyterLab's theme differ from enabled ones by opacity only,
 # which reads as enabled on coloured buttons: grey them out too.
@@ -44,8 +45,8 @@ class PanelControls:
         self.model_box = labelled(
             W.Combobox, options=self._model_options(), description="model", ensure_option=False
         )
-        self.draft_kind = labelled(
-            W.ToggleButtons,
+        self.draft_kind = W.ToggleButtons(
+            style=TOGGLES,
             options=[
                 ("none", "none"),
                 ("prompt lookup", "lookup"),
@@ -73,9 +74,9 @@ class PanelControls:
         self.chat_box = W.Checkbox(description="chat template", indent=False)
         self.sweep_range = labelled(W.IntRangeSlider, min=1, max=16, description="sweep k")
         self.repeats_box = labelled(W.BoundedIntText, min=1, max=20, description="repeats")
-        self.metric_box = labelled(
-            W.ToggleButtons, options=[("end to end", "e2e"), ("decode", "decode")],
-            description="measure",
+        self.metric_box = W.ToggleButtons(
+            options=[("end to end", "e2e"), ("decode", "decode")], description="measure",
+            style=TOGGLES,
         )  # fmt: skip
         self.generate_button = W.Button(description="Generate", icon="play", button_style="primary")
         self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
@@ -120,9 +121,7 @@ class PanelControls:
         W = widgets
         self._draft_row = W.HBox([self.k_slider, self.draft_box, self.ngram_slider])
         self._sampling_row = W.HBox([self.temp_slider, self.top_p_slider])
-        self._measure_row = W.VBox(
-            [W.HBox([self.sweep_range, self.repeats_box]), self.metric_box]
-        )
+        self._measure_row = W.VBox([W.HBox([self.sweep_range, self.repeats_box]), self.metric_box])
         return [
             self._css,
             self.prompt_box,

@@ -378,7 +378,7 @@ def test_panel_compare(lab, artifacts):
 
 
 MANNERS = [
-    scripted_cell("slow", "and on and on " * 150, delay=0.05),  # 1: streams for ~30 s
+    scripted_cell("slow", "and on and on " * 500, delay=0.05),  # 1: streams for ~100 s
     "import pandas as pd\ndf = pd.DataFrame({'topic': ['rivers', 'lakes', 'hills'], "
     "'n': [1, 2, 3]}, index=['a', 'b', 'c'])",  # 2
     "%%generate -m {tiny} -n 12 --raw --over df -o res\nAbout {topic}",  # 3
