@@ -383,7 +383,7 @@ MANNERS = [
     "'n': [1, 2, 3]}, index=['a', 'b', 'c'])",  # 2
     "%%generate -m {tiny} -n 12 --raw --over df -o res\nAbout {topic}",  # 3
     "res.to_frame()[['topic', 'n', 'finish_reason']]",  # 4: Run All reads finished rows
-    "%%generate -m slow --raw -f text -o long\ngo",  # 5: streams on
+    "%%generate -m slow -n 3000 --raw -f text -o long\ngo",  # 5: streams on
     "%%generate -m {tiny} -n 12 --raw --over df\nAbout {topc}",  # 6: a typo: Run All stops
     "%%generate -m {tiny} --lookup -k 100\nHello",  # 7
     "%%generate -m nosuchmodel\nHello",  # 8
