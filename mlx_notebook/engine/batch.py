@@ -98,7 +98,7 @@ class Batch:
         out = None
         try:
             setup = prepare(job, main)
-            out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt)
+            out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
             state = self.state_for(main)
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
@@ -264,8 +264,11 @@ class Batch:
             self._end(row, None)
 
     def _sample(self, rows: list[Row], cur: mx.array, logits: mx.array) -> mx.array:
-        if all(r.setup.greedy and not r.setup.processors for r in rows):
+        plain = not any(r.setup.processors or r.setup.constraint for r in rows)
+        if plain and all(r.setup.greedy for r in rows):
             return mx.argmax(logits, axis=-1)
+        if not plain:
+            self._advance_constraints(rows, cur)
         parts = []
         for i, row in enumerate(rows):
             lg = logits[i : i + 1]
@@ -273,6 +276,8 @@ class Batch:
                 row.context = mx.concatenate([row.context, cur[i : i + 1]])
                 for p in row.setup.processors:
                     lg = p(row.context, lg)
+            if row.setup.constraint is not None:  # after the processors, as alone
+                lg = row.setup.constraint.mask(lg)
             if row.setup.greedy:
                 parts.append(mx.argmax(lg, axis=-1))
                 continue
@@ -281,6 +286,19 @@ class Batch:
             lp = lg - mx.logsumexp(lg, keepdims=True)
             parts.append(row.setup.sample(lp, len(row.seq.tokens)))
         return mx.concatenate(parts)
+
+    def _advance_constraints(self, rows: list[Row], cur: mx.array) -> None:
+        """Feed each constrained row's grammar the token this step fed, before its mask.
+
+        The tokens of the last step are otherwise read only after this step is
+        queued; a grammar needs them first. A fresh row's token is its prompt's last.
+        """
+        if not any(r.setup.constraint is not None for r in rows):
+            return
+        values = cur.tolist()
+        for row, v in zip(rows, values):
+            if row.setup.constraint is not None and not row.fresh:
+                row.setup.constraint.consume([v])
 
     # -- the cache's batch axis ----------------------------------------------------------
     def _join(self, joiners: list[Row]) -> None:

@@ -29,6 +29,7 @@ def make_step(
     processors: list[Processor] | None,
     history: list[int],
     greedy: bool = False,
+    constraint=None,
 ) -> Callable[[mx.array], mx.array]:
     """Build ``step(input_ids) -> sampled`` for the last position, as mlx-lm does.
 
@@ -47,6 +48,8 @@ def make_step(
             ctx = mx.concatenate([ctx, ids])
             for p in processors:
                 logits = p(ctx, logits)
+        if constraint is not None:  # after the processors, before sampling
+            logits = constraint.mask(logits)
         if greedy:
             return mx.argmax(logits, axis=-1)
         return sampler(logits - mx.logsumexp(logits, keepdims=True), position - 1)
@@ -64,8 +67,12 @@ def normal_tokens(
     check: CancelCheck,
     stream,
     greedy: bool = False,
+    constraint=None,
 ) -> TokenStream:
     """Yield tokens one at a time, evaluating step n+1 while n is consumed.
+
+    With a ``constraint`` each step's mask depends on the token before it, so
+    steps run one after the other instead.
 
     Args:
         seq: Main model; must hold ``history[:-1]``.
@@ -76,8 +83,12 @@ def normal_tokens(
         check: Cancel point; raises `Cancelled`.
         stream: The MLX stream of the worker thread.
         greedy: The sampler is greedy (argmax); skip normalizing the logits.
+        constraint: The job's grammar (`constraint.Constraint`), or None.
     """
-    step = make_step(seq, sampler, processors, history, greedy)
+    step = make_step(seq, sampler, processors, history, greedy, constraint)
+    if constraint is not None:
+        yield from _constrained(seq, history, step, max_tokens, check, stream, constraint)
+        return
     gov = governor()
     with mx.stream(stream):
         check()
@@ -103,3 +114,21 @@ def normal_tokens(
             if n % 256 == 0:
                 mx.clear_cache()
             y = nxt
+
+
+def _constrained(seq, history, step, max_tokens, check, stream, constraint) -> TokenStream:
+    """Normal decoding, one step at a time: each mask needs the token before it."""
+    gov = governor()
+    with mx.stream(stream):
+        ids = history[-1:]
+        for n in range(max_tokens):
+            check()
+            tok = step(mx.array(ids, dtype=mx.uint32)).item()
+            gov.step()
+            seq.record(ids)
+            constraint.consume([tok])
+            history.append(tok)
+            yield tok, False
+            ids = [tok]
+            if n % 256 == 255:
+                mx.clear_cache()

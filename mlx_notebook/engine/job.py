@@ -29,6 +29,7 @@ class Result:
         token_ids: Every generated token id, in order.
         from_draft: For each token, whether it was an accepted draft token.
         reasoning: A thinking model's reasoning, apart from ``text``.
+        schema: The request's `mlx_notebook.schema.Schema`, if it had one.
     """
 
     text: str
@@ -39,6 +40,14 @@ class Result:
     token_ids: list[int] = field(default_factory=list)
     from_draft: list[bool] = field(default_factory=list)
     reasoning: str = ""
+    schema: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def value(self):
+        """The parsed value of a structured generation (see `schema.value_of`)."""
+        from ..schema import value_of
+
+        return value_of(self.schema, self.text, self.finish_reason)
 
 
 class Job:
@@ -264,6 +273,7 @@ class Job:
                         ids,
                         drafts,
                         ev.reasoning,
+                        self.request.constraint if self.request.schema is not None else None,
                     )
         except KeyboardInterrupt:
             self.cancel()

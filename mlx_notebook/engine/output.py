@@ -34,6 +34,7 @@ class Setup:
         greedy: Whether sampling is argmax.
         sampling: The sampling values in force (`generation.in_force`).
         sample: ``sample(logprobs, position)`` for the main model (`keyed_sampler`).
+        constraint: The job's grammar state (`constraint.Constraint`), or None.
     """
 
     prompt: list[int]
@@ -43,6 +44,7 @@ class Setup:
     greedy: bool
     sampling: dict = field(default_factory=dict)
     sample: object = None
+    constraint: object = None
 
 
 def keyed_sampler(sampler, seed: int | None):
@@ -94,9 +96,18 @@ def prepare(job: Job, main) -> Setup:
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
         processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
+    constraint = None
+    schema = req.constraint
+    if schema is not None:
+        from .constraint import Constraint, grammar_info
+
+        width = main.logits_size or main.vocab_size
+        info = grammar_info(main.tokenizer, width)
+        eos = list(main.tokenizer.eos_token_ids)
+        constraint = Constraint(info, schema.grammar, width, eos)
     return Setup(
         prompt, max_tokens, sampler, processors, req.greedy, sampling,
-        keyed_sampler(sampler, req.seed),
+        keyed_sampler(sampler, req.seed), constraint,
     )  # fmt: skip
 
 
@@ -111,9 +122,17 @@ class Output:
     """
 
     def __init__(
-        self, job: Job, tokenizer, max_tokens: int, t0: float, prompt: Sequence[int] = ()
+        self,
+        job: Job,
+        tokenizer,
+        max_tokens: int,
+        t0: float,
+        prompt: Sequence[int] = (),
+        constraint=None,
     ) -> None:
         self.job = job
+        # A grammar that has ended ends the job (its tokens are consumed before `add`).
+        self.constraint = constraint
         self._split = ReasoningSplitter.for_job(job.request, tokenizer, prompt)
         self._thought: list[str] = []
         self.max_tokens = max_tokens
@@ -148,7 +167,7 @@ class Output:
         text, self._matched = self._stops.feed(self._detok.last_segment)
         text, thought = self._route(text)
         self.job.emit(Token(text, tid, from_draft, i, thought))
-        if self._matched is not None:
+        if self._matched is not None or (self.constraint is not None and self.constraint.stopped):
             self.reason = "stop"
             return True
         return i + 1 >= self.max_tokens

@@ -57,6 +57,10 @@ class Request:
             ``enable_thinking`` or its equivalent): True or False; None keeps the
             template's own default. The reply's reasoning comes apart from its
             answer (`Finished.reasoning`).
+        schema: What the text must be (`mlx_notebook.schema.Schema.of`): a JSON
+            Schema dict, a pydantic model class, a Python type, a list of choices,
+            or a `Schema` (``Schema.regex``, ``Schema.lark``). Enforced token by
+            token; ``Result.value`` parses the finished text.
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -80,6 +84,21 @@ class Request:
     remember: bool = True
     batch: bool = True
     think: bool | None = None
+    schema: Any = None
+
+    @property
+    def constraint(self):
+        """The normalized `Schema`, or None (raises `SchemaError` for a bad one)."""
+        if self.schema is None:
+            return None
+        cached = self.__dict__.get("_constraint")
+        if cached is not None and cached[0] is self.schema:
+            return cached[1]
+        from ..schema import Schema
+
+        normalized = Schema.of(self.schema)  # compiled once per schema object
+        self.__dict__["_constraint"] = (self.schema, normalized)
+        return normalized
 
     @property
     def kind(self) -> str:
@@ -180,6 +199,7 @@ class Request:
             raise bad("think", "must be True, False or None")
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
+        self.constraint  # noqa: B018 - a bad schema raises SchemaError, a ValueError, here
 
     def _validate_prompt(self, bad) -> None:
         prompt = self.prompt

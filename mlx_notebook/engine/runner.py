@@ -59,7 +59,7 @@ def run_job(
         check()
         setup = prepare(job, main)
         prompt = prompt_ids = setup.prompt
-        out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt)
+        out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
         stats = out.stats
         stats.prompt_tokens, stats.sampling = len(prompt), setup.sampling
         if req.seed is not None:
@@ -96,6 +96,7 @@ def run_job(
             check=check,
             stream=stream,
             greedy=setup.greedy,
+            constraint=setup.constraint,
         )
         if source is None:
             tokens = normal_tokens(seq, history, **common)

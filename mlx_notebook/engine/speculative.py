@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import mlx.core as mx
+import numpy as np
 
 from .decode import KeyedSampler, Processor, TokenStream
 from .drafts import DraftSource
@@ -59,6 +60,7 @@ def speculative_tokens(
     counters: DraftCounters,
     draft_progress: Progress = lambda d, t: None,
     greedy: bool = False,
+    constraint=None,
 ) -> TokenStream:
     """Yield ``(token, from_draft)`` using ``source`` for drafts.
 
@@ -82,13 +84,17 @@ def speculative_tokens(
         counters: Updated with proposed/accepted draft counts.
         draft_progress: ``(done, total)`` of the source's prefill.
         greedy: The sampler is greedy (argmax); skip normalizing the logits.
+        constraint: The job's grammar, or None: each verified position gets its
+            mask, and drafts are accepted only as far as the grammar allows.
     """
     n = 0
     gov = governor()
     with mx.stream(stream):
         if source.needs_prefill:
             check()
-            first = _verify(seq, history, [], sampler, processors, greedy)[0]
+            first = _verify(seq, history, [], sampler, processors, greedy, constraint)[0]
+            if constraint is not None:
+                constraint.consume([first])
             history.append(first)
             n += 1
             yield first, False
@@ -100,9 +106,11 @@ def speculative_tokens(
             drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
             if drafts:  # a cache that cannot trim comes back here instead
                 seq.checkpoint()
-            sampled = _verify(seq, history, drafts, sampler, processors, greedy)
+            sampled = _verify(seq, history, drafts, sampler, processors, greedy, constraint)
             accepted = 0
-            while accepted < len(drafts) and sampled[accepted] == drafts[accepted]:
+            # A constrained pass samples only the positions the grammar reached.
+            most = min(len(drafts), len(sampled) - 1)
+            while accepted < most and sampled[accepted] == drafts[accepted]:
                 accepted += 1
             counters.record(len(drafts), accepted)
             gov.step()
@@ -111,6 +119,8 @@ def speculative_tokens(
             # accepted tokens are fed again in front of the next round's pass.
             seq.trim_to(len(history) + accepted)
             for i in range(accepted + 1):
+                if constraint is not None:  # one at a time: the consumer may end here
+                    constraint.consume([sampled[i]])
                 history.append(sampled[i])
                 n += 1
                 yield sampled[i], i < accepted
@@ -123,8 +133,13 @@ def _verify(
     sampler: KeyedSampler,
     processors: list[Processor] | None,
     greedy: bool = False,
+    constraint=None,
 ) -> list[int]:
-    """One main-model pass over the last token and the drafts; sample every row."""
+    """One main-model pass over the last token and the drafts; sample every row.
+
+    With a constraint, only the rows the grammar reaches are sampled (each under
+    its own mask); the list is then shorter, ending where acceptance must end.
+    """
     logits = seq.forward([history[-1], *drafts])[0]
     if processors:
         # Row i is sampled after history + drafts[:i], as sequential decoding would.
@@ -136,6 +151,10 @@ def _verify(
                 row = p(full[: len(history) + i], row)
             rows.append(row)
         logits = mx.concatenate(rows, axis=0)
+    if constraint is not None and not constraint.stopped:
+        masks = constraint.walk(drafts)
+        allow = mx.array(np.stack(masks))
+        logits = mx.where(allow, logits[: len(masks)], mx.array(-float("inf"), logits.dtype))
     if greedy:  # normalizing cannot change an argmax
         return mx.argmax(logits, axis=-1).tolist()
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)

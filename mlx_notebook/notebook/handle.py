@@ -78,6 +78,18 @@ class GenerationHandle:
         return self._final().stats
 
     @property
+    def value(self):
+        """The parsed value of a ``--schema``/``--choice``/``--regex`` generation: waits.
+
+        A pydantic instance when a model class was given. Raises one line if the
+        generation ended before the value was complete (`.text` keeps the part).
+        """
+        from ..schema import value_of
+
+        fin = self._final()
+        return value_of(self.job.request.constraint, fin.text, fin.finish_reason)
+
+    @property
     def error(self) -> str | None:
         """Error text when ``finish_reason == "error"``: waits for the end."""
         return self._final().error

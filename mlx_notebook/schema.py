@@ -1,0 +1,203 @@
+"""What a structured generation must produce: any schema form in, one grammar and a parser out.
+
+Accepted forms (``Request(schema=...)``, ``%%generate --schema NAME``):
+
+* a JSON Schema (a dict);
+* a pydantic model class (values come back as instances of it);
+* a Python type: ``int``, ``float``, ``bool``, ``str``, ``list[str]``,
+  ``Literal["pos", "neg"]``, a ``TypedDict`` or a dataclass (via pydantic's
+  ``TypeAdapter``);
+* a list of choices (``Schema.choice``): the text is exactly one of them;
+* a regular expression (``Schema.regex``) or a Lark grammar (``Schema.lark``).
+
+Every form becomes an llguidance grammar (`grammar`), checked when the request
+is checked, and a `parse` that turns the finished text into the value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SchemaError(ValueError):
+    """A schema that cannot be used (one line naming what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A normalized output constraint.
+
+    Attributes:
+        kind: ``"json"``, ``"choice"``, ``"regex"`` or ``"lark"``.
+        grammar: The llguidance grammar.
+        json_schema: The JSON Schema, for ``"json"``.
+        choices: The choices, for ``"choice"``.
+        source: What the user passed (a pydantic class, a type, a dict, ...).
+    """
+
+    kind: str
+    grammar: str
+    json_schema: dict | None = None
+    choices: tuple[str, ...] = ()
+    source: Any = field(default=None, compare=False, repr=False)
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def of(cls, spec) -> Schema:
+        """Normalize any accepted form (a `Schema` is returned as it is)."""
+        if isinstance(spec, Schema):
+            return spec
+        if isinstance(spec, dict):
+            return cls._json(spec, spec)
+        if isinstance(spec, (list, tuple)):
+            return cls.choice(spec)
+        if isinstance(spec, str):
+            raise SchemaError(
+                "schema: a string is ambiguous; pass Schema.regex(...), Schema.lark(...) or "
+                "a list of choices"
+            )
+        model_schema = getattr(spec, "model_json_schema", None)
+        if isinstance(spec, type) and callable(model_schema):  # a pydantic model class
+            return cls._json(model_schema(), spec)
+        spec = _usable_typeddict(spec)
+        try:
+            from pydantic import TypeAdapter
+
+            return cls._json(TypeAdapter(spec).json_schema(), spec)
+        except SchemaError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pydantic's errors are long
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SchemaError(f"schema: cannot make a JSON Schema of {spec!r}: {first}") from None
+
+    @classmethod
+    def _json(cls, schema: dict, source) -> Schema:
+        from llguidance import LLMatcher
+
+        try:
+            text = json.dumps(schema)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"schema: not JSON-serializable: {exc}") from None
+        grammar = LLMatcher.grammar_from_json_schema(text)
+        _check(grammar, "schema")
+        return cls("json", grammar, json_schema=schema, source=source)
+
+    @classmethod
+    def choice(cls, options) -> Schema:
+        """The text is exactly one of ``options`` (non-empty, distinct strings)."""
+        opts = tuple(options)
+        if not opts:
+            raise SchemaError("choice: give at least one option")
+        if not all(isinstance(o, str) and o for o in opts):
+            raise SchemaError(f"choice: options must be non-empty strings (got {list(opts)!r})")
+        dup = sorted({o for o in opts if opts.count(o) > 1})
+        if dup:
+            raise SchemaError(f"choice: duplicated option(s): {', '.join(map(repr, dup))}")
+        grammar = cls.lark_text("start: " + " | ".join(json.dumps(o) for o in opts))
+        return cls("choice", grammar, choices=opts, source=list(opts))
+
+    @classmethod
+    def regex(cls, pattern: str) -> Schema:
+        """The text matches ``pattern`` as a whole."""
+        from llguidance import LLMatcher
+
+        if not isinstance(pattern, str) or not pattern:
+            raise SchemaError(f"regex: give a non-empty pattern (got {pattern!r})")
+        grammar = LLMatcher.grammar_from_regex(pattern)
+        _check(grammar, "regex")
+        return cls("regex", grammar, source=pattern)
+
+    @classmethod
+    def lark(cls, grammar: str) -> Schema:
+        """The text follows a Lark grammar (llguidance's dialect; ``start`` is the root)."""
+        return cls("lark", cls.lark_text(grammar, "lark"), source=grammar)
+
+    @staticmethod
+    def lark_text(lark: str, name: str = "choice") -> str:
+        from llguidance import LLMatcher
+
+        grammar = LLMatcher.grammar_from_lark(lark)
+        _check(grammar, name)
+        return grammar
+
+    # -- values ---------------------------------------------------------------------
+    def parse(self, text: str):
+        """The value of a finished ``text``: a pydantic instance, a typed value, a dict..."""
+        if self.kind != "json":
+            return text
+        value = json.loads(text)
+        src = self.source
+        if isinstance(src, type) and hasattr(src, "model_validate"):
+            return src.model_validate(value)
+        if src is not None and not isinstance(src, dict):
+            from pydantic import TypeAdapter
+
+            return TypeAdapter(src).validate_python(value)
+        return value
+
+    def fields(self) -> list[str]:
+        """Top-level property names of an object schema, in order (else empty)."""
+        props = (self.json_schema or {}).get("properties")
+        return list(props) if isinstance(props, dict) else []
+
+    def describe(self) -> str:
+        """One short phrase for headers: ``json (name, age)``, ``choice of 3``..."""
+        if self.kind == "choice":
+            return f"choice of {len(self.choices)}"
+        if self.kind == "json":
+            names = self.fields()
+            return f"json ({', '.join(names)})" if names else "json"
+        return self.kind
+
+
+class IncompleteValue(ValueError):
+    """A structured generation that ended before its value was complete."""
+
+
+def value_of(schema: Schema | None, text: str, finish_reason: str):
+    """The value of a finished structured generation.
+
+    Raises:
+        ValueError: The request had no schema.
+        IncompleteValue: It ended (stopped, at max_tokens, in error) before the
+            value was complete; ``.text`` keeps the partial text.
+    """
+    if schema is None:
+        raise ValueError("value: this generation had no schema (pass schema=...)")
+    if finish_reason != "stop":
+        raise IncompleteValue(
+            f"value: the generation ended ({finish_reason}) before its {schema.kind} value "
+            "was complete; .text keeps the partial text"
+        )
+    return schema.parse(text)
+
+
+def _usable_typeddict(spec):
+    # pydantic refuses typing.TypedDict before Python 3.12: rebuild it with
+    # typing_extensions' (same fields, same totality).
+    import sys
+
+    if sys.version_info >= (3, 12) or not hasattr(spec, "__total__"):
+        return spec
+    if not isinstance(getattr(spec, "__annotations__", None), dict):
+        return spec
+    import typing_extensions
+
+    if type(spec) is type(typing_extensions.TypedDict("_T", {})):
+        return spec
+    return typing_extensions.TypedDict(
+        spec.__name__, dict(spec.__annotations__), total=spec.__total__
+    )
+
+
+def _check(grammar: str, name: str) -> None:
+    """Refuse a grammar llguidance cannot compile, in one line."""
+    from llguidance import LLMatcher
+
+    msg = LLMatcher.validate_grammar(grammar)
+    if msg and not msg.startswith("WARNING"):
+        lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+        detail = next((ln for ln in lines if ln.startswith("error:")), lines[0])
+        raise SchemaError(f"{name}: {detail.removeprefix('error: ')}")
