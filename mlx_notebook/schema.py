@@ -116,6 +116,7 @@ class Schema:
 
     @staticmethod
     def lark_text(lark: str, name: str = "choice") -> str:
+        """An llguidance grammar of Lark text, checked (``name`` labels the error)."""
         from llguidance import LLMatcher
 
         grammar = LLMatcher.grammar_from_lark(lark)

@@ -27,7 +27,7 @@ _lock = threading.Lock()
 
 
 def grammar_info(tokenizer, n_vocab: int | None = None):
-    """llguidance's view of ``tokenizer`` (an mlx-lm `TokenizerWrapper`), built once.
+    """The grammar engine's view of ``tokenizer`` (an mlx-lm `TokenizerWrapper`), built once.
 
     Building it walks the whole vocabulary (about a second), so it is kept on
     the tokenizer object.
