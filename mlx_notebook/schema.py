@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 class SchemaError(ValueError):
     """A schema that cannot be used (one line naming what is wrong)."""
 
@@ -80,7 +83,9 @@ class Schema:
             text = json.dumps(schema)
         except (TypeError, ValueError) as exc:
             raise SchemaError(f"schema: not JSON-serializable: {exc}") from None
-        grammar = LLMatcher.grammar_from_json_schema(text)
+        # One line, as json.dumps writes it: free whitespace lets a model spend its
+        # whole budget on newlines. A schema's own "x-guidance" options still win.
+        grammar = LLMatcher.grammar_from_json_schema(text, defaults=JSON_LAYOUT)
         _check(grammar, "schema")
         return cls("json", grammar, json_schema=schema, source=source)
 

@@ -1,0 +1,96 @@
+"""Schema forms in, one grammar and a typed parse out; bad input is one line."""
+
+import dataclasses
+import json
+from typing import Literal, TypedDict
+
+import pytest
+
+from mlx_notebook.engine import Request
+from mlx_notebook.schema import IncompleteValue, Schema, SchemaError, value_of
+
+
+class Person(TypedDict):
+    name: str
+    age: int
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+def test_every_accepted_form_compiles_and_parses_to_its_type():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Review(pydantic.BaseModel):
+        stars: int
+        mood: Literal["pos", "neg"]
+
+    cases = [
+        ({"type": "object", "properties": {"a": {"type": "integer"}}}, '{"a": 3}', {"a": 3}),
+        (Review, '{"stars": 4, "mood": "pos"}', Review(stars=4, mood="pos")),
+        (int, "42", 42),
+        (float, "2.5", 2.5),
+        (bool, "true", True),
+        (str, '"hi"', "hi"),
+        (list[str], '["a", "b"]', ["a", "b"]),
+        (Literal["pos", "neg", "neutral"], '"neg"', "neg"),
+        (Person, '{"name": "Ann", "age": 3}', {"name": "Ann", "age": 3}),
+        (Point, '{"x": 1, "y": 2}', Point(1, 2)),
+    ]
+    for spec, text, want in cases:
+        s = Schema.of(spec)
+        assert s.kind == "json" and s.grammar and s.json_schema, spec
+        got = s.parse(text)
+        assert got == want and type(got) is type(want), spec
+    assert Schema.of(Person).fields() == ["name", "age"]
+    assert (
+        Schema.of(["yes", "no"]).kind == "choice" and Schema.of(["yes", "no"]).parse("no") == "no"
+    )
+    assert Schema.regex(r"\d{3}-\d{4}").kind == "regex"
+    assert Schema.lark('start: "a"+').kind == "lark"
+    assert Schema.of(Schema.regex("x")) == Schema.regex("x")  # a Schema passes through
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Schema.of({"type": "bogus"}), "schema: Invalid type: bogus"),
+        (lambda: Schema.regex("[a-"), "regex: unclosed character class"),
+        (lambda: Schema.choice([]), "choice: give at least one option"),
+        (lambda: Schema.choice(["a", "b", "a"]), "choice: duplicated option(s): 'a'"),
+        (lambda: Schema.choice(["a", ""]), "choice: options must be non-empty strings"),
+        (lambda: Schema.of("a|b"), "schema: a string is ambiguous"),
+        (lambda: Schema.of(object()), "schema: cannot make a JSON Schema of"),
+        (lambda: Schema.lark("start: nothing"), 'lark: at 1(8): unknown name: "nothing"'),
+        (lambda: Schema.of({"default": {1, 2}}), "schema: not JSON-serializable"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_field(make, message):
+    with pytest.raises(SchemaError) as info:
+        make()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_a_request_with_a_bad_schema_is_refused_at_validation():
+    with pytest.raises(SchemaError, match="duplicated"):
+        Request("x", schema=["a", "a"]).validate()
+    req = Request("x", schema=Person)
+    req.validate()
+    assert req.constraint is req.constraint  # compiled once per schema object
+
+
+def test_value_of_a_stopped_generation_is_one_clear_line():
+    s = Schema.of(Person)
+    assert value_of(s, '{"name": "A", "age": 1}', "stop") == {"name": "A", "age": 1}
+    with pytest.raises(IncompleteValue) as info:
+        value_of(s, '{"name": "A", "a', "length")
+    assert str(info.value) == (
+        "value: the generation ended (length) before its json value was complete; "
+        ".text keeps the partial text"
+    )
+    with pytest.raises(ValueError, match="had no schema"):
+        value_of(None, "x", "stop")
+    json.dumps(s.json_schema)  # the JSON Schema is plain data
