@@ -20,7 +20,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 

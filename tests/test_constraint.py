@@ -118,7 +118,7 @@ def test_stopped_mid_object_keeps_the_text_and_value_says_why(engine, tiny_dir):
     r = run(engine, tiny_dir, PROMPTS[0], max_tokens=6)
     assert r.finish_reason == "length" and r.text.startswith('{"')
     with pytest.raises(IncompleteValue, match=r"ended \(length\) before"):
-        r.value
+        _ = r.value
 
 
 def test_python_types_come_back_typed(engine, tiny_dir):
