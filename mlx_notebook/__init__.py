@@ -23,6 +23,7 @@ __all__ = [
     "Panel",
     "Request",
     "Result",
+    "Schema",
     "Token",
     "compare",
     "generate",
@@ -45,6 +46,10 @@ def __getattr__(name: str):
         from .chat import Chat
 
         return Chat
+    if name == "Schema":
+        from .schema import Schema
+
+        return Schema
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -56,12 +56,15 @@ class MapResult:
         elapsed_s: Seconds from submitting the first row to the end of the last.
         source: The DataFrame the rows came from, if any: `to_frame` keeps its
             columns and index.
+        schema: The rows' `mlx_notebook.schema.Schema`, if they had one: then
+            `values` parses them and `to_frame` has typed columns.
     """
 
     rows: list[MapRow]
     elapsed_s: float = 0.0
     source: Any = field(default=None, repr=False)
     run: Any = field(default=None, repr=False, compare=False)  # a `MapRun` still going
+    schema: Any = field(default=None, repr=False, compare=False)
 
     def _settle(self) -> MapResult:
         """Wait for the rows still running; take their final state."""
@@ -77,9 +80,9 @@ class MapResult:
     def snapshot(self) -> MapResult:
         """The rows as they stand now (a row still running has ``"running"``), no waiting."""
         if self.run is None:
-            return MapResult(list(self.rows), self.elapsed_s, self.source)
+            return MapResult(list(self.rows), self.elapsed_s, self.source, schema=self.schema)
         now = self.run.result()
-        return MapResult(now.rows, now.elapsed_s, self.source)
+        return MapResult(now.rows, now.elapsed_s, self.source, schema=self.schema)
 
     @property
     def done(self) -> bool:
@@ -99,6 +102,29 @@ class MapResult:
     def texts(self) -> list[str]:
         """Each row's text, in input order."""
         return [r.text for r in self._settle().rows]
+
+    @property
+    def valid(self) -> list[bool]:
+        """Per row: whether it finished its structured value (``stop``) and it parses."""
+        return [ok for ok, _ in self._parsed()]
+
+    @property
+    def values(self) -> list:
+        """Per row: the parsed value (see `schema.value_of`), None where not `valid`."""
+        return [v for _, v in self._parsed()]
+
+    def _parsed(self) -> list[tuple[bool, Any]]:
+        from .schema import value_of
+
+        if self.schema is None:
+            raise ValueError("values: these rows had no schema (pass schema=...)")
+        out = []
+        for r in self._settle().rows:
+            try:
+                out.append((True, value_of(self.schema, r.text, r.finish_reason)))
+            except ValueError:
+                out.append((False, None))
+        return out
 
     @property
     def completed(self) -> int:
@@ -129,32 +155,44 @@ class MapResult:
             f"{self.elapsed_s:.1f} s · {self.tps:.1f} tok/s aggregate"
         )
 
-    def to_frame(self):
+    def to_frame(self, sep: str | None = None):
         """A pandas DataFrame, one row per prompt (pandas is optional).
 
         From a DataFrame, the result is that DataFrame's columns and index with the
         results beside them (a result column whose name is taken gets ``gen_`` in
         front), so ``df.join`` and ``assign`` line up; otherwise the prompt is a column.
+        With a schema, the parsed values come first, as typed columns (one per field
+        of an object schema, see `schema.typed_columns`; nested objects flattened
+        into ``a.b`` columns with ``sep="."``), then a ``valid`` column.
         """
-        results = [
-            {
-                "text": r.text,
-                "finish_reason": r.finish_reason,
-                "error": r.error,
-                "generation_tokens": r.stats.generation_tokens,
-                "ttft_s": r.stats.ttft_s,
-                "generation_tps": r.stats.generation_tps,
-                "batch_rows": r.stats.batch_rows,
-            }
-            for r in self._settle().rows
-        ]
+        rows = self._settle().rows
+        results = {
+            "text": [r.text for r in rows],
+            "finish_reason": [r.finish_reason for r in rows],
+            "error": [r.error for r in rows],
+            "generation_tokens": [r.stats.generation_tokens for r in rows],
+            "ttft_s": [r.stats.ttft_s for r in rows],
+            "generation_tps": [r.stats.generation_tps for r in rows],
+            "batch_rows": [r.stats.batch_rows for r in rows],
+        }
+        if self.schema is not None:
+            from .schema import typed_columns
+
+            parsed = self._parsed()
+            valid = [ok for ok, _ in parsed]
+            typed = typed_columns(self.schema, [v for _, v in parsed], valid, sep)
+            results = {**typed, "valid": valid, **results}
         src = self.source
         if src is None or type(src).__name__ != "DataFrame":
-            return to_frame([{"prompt": r.prompt, **d} for r, d in zip(self.rows, results)])
-        taken = {str(c) for c in src.columns}
-        out = src.copy()
-        for name in results[0]:
-            out["gen_" + name if name in taken else name] = [d[name] for d in results]
+            out = to_frame([{"prompt": r.prompt} for r in rows])
+            taken = {"prompt"}
+        else:
+            out = src.copy()
+            taken = {str(c) for c in src.columns}
+        for name, column in results.items():
+            if hasattr(column, "dtype"):  # a typed Series: keep its dtype, take the index
+                column = column.set_axis(out.index)
+            out["gen_" + name if name in taken else name] = column
         return out
 
 
@@ -238,7 +276,13 @@ class MapRun:
 
     def __init__(self, backend, prompts: Sequence, **fields) -> None:
         self.prompts = as_prompts(prompts)
-        self.runs = RunSet(backend, [Request(p, **fields) for p in self.prompts], label="row")
+        self.schema = None
+        if fields.get("schema") is not None:  # normalized once, shared by every row
+            from .schema import Schema
+
+            self.schema = fields["schema"] = Schema.of(fields["schema"])
+        requests = [Request(p, **fields) for p in self.prompts]
+        self.runs = RunSet(backend, requests, label="row")
         self.t0: float | None = None
         self.t_end: float | None = None  # set by the last row's Finished
 
@@ -293,7 +337,7 @@ class MapRun:
 
     def future(self, source=None) -> MapResult:
         """A `MapResult` that waits for these rows when a final value is read."""
-        return MapResult(self.result().rows, self.elapsed(), source, run=self)
+        return MapResult(self.result().rows, self.elapsed(), source, run=self, schema=self.schema)
 
     def result(self) -> MapResult:
         """The rows so far (a row still running shows its text so far)."""
@@ -304,7 +348,7 @@ class MapRun:
                 rows.append(MapRow(i, prompt, job.text, "running"))
             else:
                 rows.append(MapRow(i, prompt, fin.text, fin.finish_reason, fin.error, fin.stats))
-        return MapResult(rows, self.elapsed())
+        return MapResult(rows, self.elapsed(), schema=self.schema)
 
     def wait(self, timeout: float | None = None) -> MapResult:
         """Block until every row ended (Ctrl-C stops them all and re-raises)."""

@@ -304,3 +304,32 @@ def test_panel_compare_by_comm_click(kernel, tiny_dir):
     verdicts = ("same", "slower", "faster", "undecided")
     assert any(f"True {v} False" in out for v in verdicts), out
     assert k.value(compare, "disabled") is False  # controls re-enabled
+
+
+def test_over_with_a_schema_ends_in_typed_columns(kernel, tiny_dir):
+    """Structured output in a real kernel: --over with --schema, then a typed to_frame()."""
+    k = kernel
+    setup = (
+        "import pandas as pd\nfrom typing import Literal, TypedDict\n"
+        "class Row(TypedDict):\n    word: str\n    n: int\n    mood: Literal['pos', 'neg']\n"
+        "people = pd.DataFrame({'text': ['a', 'b', 'c', 'd']}, index=list('wxyz'))"
+    )
+    assert k.execute(setup)["status"] == "ok"
+    first = k.execute(
+        f"%%generate -m {tiny_dir} --raw -t 0 -n 60 --over people --schema Row -o rows\n"
+        "Fields of: {text}",
+        wait=False,
+    )
+    second = k.execute(
+        "f = rows.to_frame()\nprint(dict(f.dtypes.astype(str)))\n"
+        "print(list(f.index), f['valid'].tolist(), f['finish_reason'].tolist())",
+        wait=False,
+    )
+    assert [k.reply(m, 120)["status"] for m in (first, second)] == ["ok", "ok"]
+    k.wait_for("the frame", lambda: "valid" in k.texts(second), 60)
+    out = k.texts(second)
+    assert "'n': 'Int64'" in out and "'mood': 'category'" in out and "'word': 'string'" in out
+    assert "['w', 'x', 'y', 'z']" in out
+    # Each row either finished its object (valid) or ran out of tokens (not valid).
+    valid = out.split("] [", 1)[1]
+    assert valid.count("True") == valid.count("'stop'"), out

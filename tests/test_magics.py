@@ -286,3 +286,45 @@ def test_a_handle_is_a_future_and_its_partial_values_say_so(ip, tiny_dir):
     assert h.text.startswith(partial) and h.done  # .text waited for the end
     assert h.finish_reason == "length" and h.stats.generation_tokens == 300
     assert h.partial_text == h.text and h.error is None
+
+
+SHAPE = {
+    "type": "object",
+    "properties": {"word": {"type": "string", "maxLength": 5}, "n": {"type": "integer"}},
+    "required": ["word", "n"],
+    "additionalProperties": False,
+}
+
+
+def test_schema_choice_and_regex_options(ip, tiny_dir):
+    import json
+
+    ip.user_ns["shape"] = SHAPE
+    gen(ip, f"-m {tiny_dir} --raw -t 0 -n 60 --wait --schema shape -o res")
+    res = ip.user_ns["res"]
+    assert res.finish_reason == "stop" and set(json.loads(res.text)) == {"word", "n"}
+    assert res.value == json.loads(res.text)
+    gen(ip, f"-m {tiny_dir} --raw -t 0 --wait --choice 'yes, no ,maybe' -o res")
+    assert ip.user_ns["res"].text in ("yes", "no", "maybe")
+    gen(ip, f"-m {tiny_dir} --raw -t 0 --wait --regex '[a-c][a-c][0-9]' -o res")
+    text = ip.user_ns["res"].text
+    assert len(text) == 3 and text[:2] in {a + b for a in "abc" for b in "abc"}
+    assert text[2].isdigit()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--schema nosuch", "--schema: no variable named 'nosuch'"),
+        ("--schema bogus", "--schema: Invalid type: bogus"),
+        ("--choice a,a", "--choice: duplicated option(s): 'a'"),
+        ("--choice ,", "--choice: options must be non-empty strings"),
+        ("--regex '[a-'", "--regex: unclosed character class"),
+        ("--regex x --choice a,b", "use one of --schema NAME, --choice a,b,c or --regex PATTERN"),
+    ],
+)
+def test_a_bad_schema_option_names_its_flag_and_starts_nothing(ip, magics, line, message):
+    ip.user_ns["bogus"] = {"type": "bogus"}
+    with pytest.raises(UsageError) as info:
+        gen(ip, line)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)

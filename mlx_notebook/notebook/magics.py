@@ -21,6 +21,7 @@ from .options import (
     generation_options,
     in_flags,
     parse,
+    schema_option,
     unescape,
     wants_help,
 )
@@ -128,6 +129,10 @@ class MLXNotebook(Magics):
         Raises:
             UsageError: One clear line for a bad combination.
         """
+        schema = schema_option(args, self.shell.user_ns if self.shell is not None else {})
+        if args.format is None:  # JSON reads as code; a choice or pattern as plain text
+            kind = schema.kind if schema is not None else None
+            args.format = {"json": "code", None: "markdown"}.get(kind, "text")
         if args.format not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
         if sum(map(bool, (args.draft, args.lookup, args.suffix))) > 1:
@@ -150,6 +155,7 @@ class MLXNotebook(Magics):
             else (SUFFIX_CAP if args.suffix else self.num_draft_tokens),
             lookup_ngram=args.ngram,
             think=args.think,
+            schema=schema,
         )
 
     def build_request(self, args, cell: str) -> Request:

@@ -44,6 +44,10 @@ FLAGS = {
     "stop": "--stop",
     "system": "-s/--system",
     "prompt": "the cell body",
+    "schema": "--schema",
+    "choice": "--choice",
+    "regex": "--regex",
+    "lark": "--schema",
 }
 
 
@@ -88,7 +92,10 @@ _OPTIONS = [
     argument("--stop", action="append", default=[], help="stop string (repeatable)"),
     argument("-o", "--out", default=None, help="name to bind the result handle to"),
     argument("--wait", action="store_true", help="block until done"),
-    argument("-f", "--format", default="markdown", help="markdown, text or code"),
+    argument("-f", "--format", default=None, help="markdown, text or code"),
+    argument("--schema", default=None, help="variable holding a schema: the output's shape"),
+    argument("--choice", default=None, help="comma-separated options: the output is one"),
+    argument("--regex", default=None, help="the output matches this regular expression"),
     argument("--think", action="store_true", default=None, help="reasoning models: think first"),
     argument("--no-think", dest="think", action="store_false", help="reasoning models: answer"),
 ]
@@ -115,6 +122,32 @@ EXAMPLES = """Examples:
   What is the capital of France?"""
 
 
+def schema_option(args, user_ns: dict):
+    """The `Schema` that ``--schema``/``--choice``/``--regex`` describe, or None.
+
+    Raises:
+        UsageError: More than one given, an unknown variable, or a bad schema
+            (one line naming the flag).
+    """
+    given = [f for f in ("schema", "choice", "regex") if getattr(args, f, None) is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise UsageError("use one of --schema NAME, --choice a,b,c or --regex PATTERN")
+    from ..schema import Schema, SchemaError
+
+    try:
+        if args.choice is not None:
+            return Schema.choice([o.strip() for o in args.choice.split(",")])
+        if args.regex is not None:
+            return Schema.regex(args.regex)
+        if args.schema not in user_ns:
+            raise UsageError(f"--schema: no variable named {args.schema!r}")
+        return Schema.of(user_ns[args.schema])
+    except SchemaError as exc:
+        raise UsageError(in_flags(str(exc))) from None
+
+
 def unescape(s: str) -> str:
     r"""Turn ``\n``, ``\t`` and ``\\`` typed in a stop string into the characters."""
     return _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], s)
@@ -135,6 +168,11 @@ HELP = """mlx_notebook magics
                             for the end; .partial_text and .snapshot() do not (.cancel())
   --wait                    block until done (interrupt the kernel to stop)
   -f/--format markdown|text|code
+  --schema NAME             structured output: NAME holds a JSON Schema dict, a pydantic
+                            class, a type (int, list[str], Literal[...], a TypedDict...);
+                            enforced token by token; .value is the parsed value
+  --choice a,b,c | --regex PATTERN
+                            the output is exactly one of the options / matches PATTERN
   --think | --no-think      a reasoning model's thinking switch (default: its template's);
                             the reasoning shows folded above the answer, and in .reasoning
   --compare                 normal vs speculative decoding in interleaved pairs, run until
