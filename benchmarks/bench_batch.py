@@ -48,7 +48,13 @@ def sequential(eng, ps, tokens) -> tuple[float, list[float]]:
     t0 = time.perf_counter()
     n, rates = 0, []
     for p in ps:
-        st = eng.submit(Request(p, max_tokens=tokens, batch=False, temperature=0)).result().stats
+        st = (
+            eng.submit(
+                Request(p, max_tokens=tokens, batch=False, temperature=0, repetition_penalty=1)
+            )
+            .result()
+            .stats
+        )
         n += st.generation_tokens
         rates.append(st.generation_tps)
     return n / (time.perf_counter() - t0), rates
@@ -57,7 +63,10 @@ def sequential(eng, ps, tokens) -> tuple[float, list[float]]:
 def admission(eng, tokens=160) -> float:
     """Seconds to the first token of a job submitted while 8 rows decode."""
     eng.max_batch = 9
-    rows = [eng.submit(Request(p, max_tokens=tokens, temperature=0)) for p in prompts(99, 8, 0)]
+    rows = [
+        eng.submit(Request(p, max_tokens=tokens, temperature=0, repetition_penalty=1))
+        for p in prompts(99, 8, 0)
+    ]
     for r in rows:
         next(e for e in r.events(detach=True) if isinstance(e, Token))
     time.sleep(0.5)

@@ -23,7 +23,7 @@ QUESTIONS = [
 
 
 def conversation(engine, cached: bool) -> list[tuple]:
-    c = Chat(backend=engine, max_tokens=24, reuse_cache=cached, temperature=0)
+    c = Chat(backend=engine, max_tokens=24, reuse_cache=cached, temperature=0, repetition_penalty=1)
     out = []
     for q in QUESTIONS:
         s = c.send(q).wait().stats

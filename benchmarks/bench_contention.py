@@ -31,7 +31,8 @@ try:
     tps = []
     for i in range(3):
         p = f"Write a long story about a dragon and a lighthouse, part {i}."
-        r = eng.submit(Request(p, max_tokens=tokens, reuse_cache=False, temperature=0)).result()
+        greedy = dict(temperature=0, repetition_penalty=1)
+        r = eng.submit(Request(p, max_tokens=tokens, reuse_cache=False, **greedy)).result()
         tps.append(r.stats.generation_tps)
     note = [n for n in eng.info().notes if n.startswith("threads")]
     print(json.dumps({"tps": sorted(tps)[1], "note": note[0] if note else ""}))

@@ -40,7 +40,8 @@ from mlx_notebook.engine import Engine, Request
 prompt_text, n, stops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 eng = Engine.default()
 eng.submit(Request("hi", max_tokens=2)).result()
-r = eng.submit(Request(prompt_text, max_tokens=n, reuse_cache=False, temperature=0)).result()
+greedy = dict(temperature=0, repetition_penalty=1)  # as llama.cpp and mlx-lm run it
+r = eng.submit(Request(prompt_text, max_tokens=n, reuse_cache=False, **greedy)).result()
 out = {"decode": r.stats.generation_tps, "ids": r.token_ids}
 tok = eng.registry.peek("default").tokenizer
 long_prompt = tok.decode(tok.encode(open(sys.argv[4]).read())[:1500])

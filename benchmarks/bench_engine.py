@@ -35,7 +35,13 @@ def decode_tps(times):
 def ours(engine, model, prompt, n, chat=False, **kw):
     times = []
     job = engine.submit(
-        Request(prompt, model=model, max_tokens=n, chat=chat, **{"temperature": 0, **kw})
+        Request(
+            prompt,
+            model=model,
+            max_tokens=n,
+            chat=chat,
+            **{"temperature": 0, "repetition_penalty": 1, **kw},
+        )
     )
     job.add_listener(lambda ev: isinstance(ev, Token) and times.append(time.perf_counter()))
     r = job.result()

@@ -28,7 +28,8 @@ tps = []
 for _ in range(int(sys.argv[2])):
     times = []
     prompt = "Write a short story about a lighthouse keeper."
-    job = e.submit(Request(prompt, max_tokens=int(sys.argv[1]), temperature=0))
+    greedy = dict(temperature=0, repetition_penalty=1)
+    job = e.submit(Request(prompt, max_tokens=int(sys.argv[1]), **greedy))
     job.add_listener(lambda ev: isinstance(ev, Token) and times.append(time.perf_counter()))
     job.result()
     tps.append((len(times) - 1) / (times[-1] - times[0]))

@@ -59,7 +59,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     args = ap.parse_args()
     eng = Engine()
-    base = dict(max_tokens=args.tokens, temperature=0, reuse_cache=False, batch=False)
+    base = dict(
+        max_tokens=args.tokens, temperature=0, repetition_penalty=1, reuse_cache=False, batch=False
+    )
     first = eng.submit(Request(PROMPT, schema=SCHEMA, **base)).result()  # load, warm up
     eng.submit(Request(PROMPT, **base)).result()
     print(f"mask per token: {mask_us(eng, first.token_ids):.0f} us (median over "

@@ -42,7 +42,8 @@ def measure(eng, prompt, methods, rounds, tokens):
         order = methods[i % len(methods) :] + methods[: i % len(methods)]
         for name, kind, k in order:
             req = Request(prompt, max_tokens=tokens, draft_kind=kind, num_draft_tokens=k,
-                          temperature=0, reuse_cache=False, remember=False)  # fmt: skip
+                          temperature=0, repetition_penalty=1, reuse_cache=False,
+                          remember=False)  # fmt: skip
             r = eng.submit(req).result()
             ref = ref or r.token_ids
             assert r.token_ids == ref, f"{name}: text differs from normal decoding"
@@ -71,7 +72,9 @@ def main() -> None:
     eng.submit(Request("hi", max_tokens=2)).result()  # load and warm up
 
     eng.forget_history()
-    first = eng.submit(Request(FIVE, max_tokens=160, reuse_cache=False, temperature=0)).result()
+    first = eng.submit(
+        Request(FIVE, max_tokens=160, reuse_cache=False, temperature=0, repetition_penalty=1)
+    ).result()
     n, tokens = args.rounds, args.tokens
     report(f"again: '{SIX}' after '{FIVE}' ({tokens} tokens), decode:",
            measure(eng, SIX, METHODS, n, tokens))  # fmt: skip

@@ -97,7 +97,7 @@ def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
         chat=False,
         max_tokens=30,
         temperature=1.5,
-        seed=1,
+        seed=None,  # unseeded: a seed would make both sides draw the same text
         draft="lookup",
         lookup_ngram=1,
         num_draft_tokens=4,

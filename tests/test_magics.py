@@ -328,3 +328,11 @@ def test_a_bad_schema_option_names_its_flag_and_starts_nothing(ip, magics, line,
     with pytest.raises(UsageError) as info:
         gen(ip, line)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_repetition_penalty_option(magics):
+    args = parse(magics.generate, "--repetition-penalty 1 -t 0")
+    req = magics.build_request(args, "Hello")
+    assert (req.repetition_penalty, req.temperature) == (1.0, 0.0)
+    with pytest.raises(UsageError, match="^--repetition-penalty: must be > 0"):
+        magics.build_request(parse(magics.generate, "--repetition-penalty 0"), "Hello")

@@ -148,7 +148,8 @@ def decode_tps(eng, prompt, methods, rounds, tokens):
     for i in range(rounds):
         for kind, k in methods[i % 2 :] + methods[: i % 2]:
             req = Request(prompt, max_tokens=tokens, draft_kind=kind, num_draft_tokens=k,
-                          reuse_cache=False, remember=False, temperature=0)  # fmt: skip
+                          reuse_cache=False, remember=False, temperature=0,
+                          repetition_penalty=1)  # fmt: skip
             r = eng.submit(req).result(timeout=300)
             ref = ref or r.token_ids
             assert r.token_ids == ref, (kind, k)
@@ -164,7 +165,9 @@ def test_asking_again_with_a_small_change_beats_lookup_and_normal(default_engine
     # this buys are measured by benchmarks/bench_suffix.py.
     eng = default_engine
     eng.forget_history()
-    eng.submit(Request(FIVE, max_tokens=160, reuse_cache=False, temperature=0)).result(timeout=300)
+    eng.submit(
+        Request(FIVE, max_tokens=160, reuse_cache=False, temperature=0, repetition_penalty=1)
+    ).result(timeout=300)
     methods = [("none", 3), ("lookup", 4), ("lookup", 16), ("suffix", 16)]
     runs = decode_tps(eng, SIX, methods, 1, 96)
     passes = {m: v[0].stats.decode_steps for m, v in runs.items()}

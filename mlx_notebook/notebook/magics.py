@@ -147,6 +147,7 @@ class MLXNotebook(Magics):
             temperature=args.temperature if args.temperature is not None else self.temperature,
             top_p=args.top_p,
             seed=args.seed,
+            repetition_penalty=args.repetition_penalty,
             stop=[unescape(x) for x in args.stop],
             draft=args.draft,
             draft_kind="lookup" if args.lookup else "suffix" if args.suffix else "none",

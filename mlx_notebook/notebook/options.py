@@ -41,6 +41,7 @@ FLAGS = {
     "temperature": "-t/--temperature",
     "top_p": "--top-p",
     "seed": "--seed",
+    "repetition_penalty": "--repetition-penalty",
     "stop": "--stop",
     "system": "-s/--system",
     "prompt": "the cell body",
@@ -89,6 +90,7 @@ _OPTIONS = [
     argument("-t", "--temperature", type=float, default=None, help="sampling temperature"),
     argument("--top-p", type=float, default=None, help="nucleus sampling"),
     argument("--seed", type=int, default=None, help="random seed"),
+    argument("--repetition-penalty", type=float, default=None, help="repetition penalty (1: none)"),
     argument("--stop", action="append", default=[], help="stop string (repeatable)"),
     argument("-o", "--out", default=None, help="name to bind the result handle to"),
     argument("--wait", action="store_true", help="block until done"),
@@ -162,6 +164,7 @@ HELP = """mlx_notebook magics
                             drafting from this job and earlier ones (adaptive length)
   -k/--num-draft N          draft tokens per step (1-16; for --suffix the cap, default 16)
   -n/--max-tokens N  -t/--temperature T  --top-p P  --seed S
+  --repetition-penalty R    1 turns the bundled model's mild guard (1.1) off
   -s/--system TEXT          system prompt        --raw   no chat template
   --stop STR                stop string (repeatable)
   -o/--out NAME             bind the result: reading it (.text, .stats, .to_frame()) waits
