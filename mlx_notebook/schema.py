@@ -161,6 +161,10 @@ class IncompleteValue(ValueError):
     """A structured generation that ended before its value was complete."""
 
 
+class InvalidValue(ValueError):
+    """A finished text that does not follow its schema (a server that ignored it)."""
+
+
 def value_of(schema: Schema | None, text: str, finish_reason: str):
     """The value of a finished structured generation.
 
@@ -176,7 +180,39 @@ def value_of(schema: Schema | None, text: str, finish_reason: str):
             f"value: the generation ended ({finish_reason}) before its {schema.kind} value "
             "was complete; .text keeps the partial text"
         )
+    if schema.kind == "json":  # a server may have ignored the schema
+        problem = reply_problem(schema, text)
+        if problem:
+            raise InvalidValue(f"value: the text does not follow the schema: {problem}")
     return schema.parse(text)
+
+
+def response_format(schema: Schema) -> dict:
+    """OpenAI's ``response_format`` for a JSON schema (other kinds have none)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema.json_schema, "strict": True},
+    }
+
+
+def reply_problem(schema: Schema, text: str) -> str | None:
+    """Why a server's finished reply does not follow ``schema``, or None if it does.
+
+    Checked with ``jsonschema`` when it is installed, else as JSON that parses.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON ({exc})"
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    try:
+        jsonschema.validate(value, schema.json_schema)
+    except jsonschema.ValidationError as exc:
+        return exc.message
+    return None
 
 
 def _usable_typeddict(spec):

@@ -1,6 +1,7 @@
 """A real ``mlx_lm.server`` on a free loopback port, always torn down; and a tiny HTTP
 server that misbehaves on purpose (malformed events, silence) for failure tests."""
 
+import json
 import os
 import signal
 import socket
@@ -62,15 +63,30 @@ def stop(proc) -> None:
 
 
 @contextmanager
-def misbehaving_server(mode: str):
-    """``mode``: ``"malformed"`` sends a bad event after some text; ``"silent"`` never answers."""
+def misbehaving_server(mode: str, bodies: list | None = None):
+    """``mode``: ``"malformed"`` sends a bad event after some text; ``"silent"`` never answers;
+    ``"reply:TEXT"`` answers TEXT and stops, whatever was asked (request bodies go to
+    ``bodies``)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
         def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if bodies is not None:
+                bodies.append(json.loads(raw))
+            if mode.startswith("reply:"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                delta = {"choices": [{"index": 0, "delta": {"content": mode[6:]}}]}
+                end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                for chunk in (delta, end):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                return
             if mode == "silent":
                 time.sleep(30)
                 return

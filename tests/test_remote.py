@@ -6,6 +6,7 @@ from server_harness import free_port, misbehaving_server, mlx_lm_server, stop
 from mlx_notebook.engine import Request, Token
 from mlx_notebook.engine.backend import backend_for, remote_spec
 from mlx_notebook.engine.remote import RemoteEngine, body
+from mlx_notebook.schema import Schema
 
 PROMPT = "Hello world. The quick brown fox"
 
@@ -196,3 +197,62 @@ def test_generate_streams_from_the_server_in_a_real_kernel_and_stops(server):
         assert "backend: remote" in out and server in out
     finally:
         k.close()
+
+
+SHAPE = {
+    "type": "object",
+    "properties": {"word": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["word", "n"],
+}
+
+
+def test_a_schema_goes_out_as_response_format():
+    b = body(Request("hi", schema=SHAPE))
+    assert b["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": SHAPE, "strict": True},
+    }
+    assert "response_format" not in body(Request("hi"))
+
+
+@pytest.mark.parametrize(
+    "reply, problem",
+    [
+        ("Sure! Here is the data.", "not JSON"),
+        ('{"word": "hi"}', "'n' is a required property"),
+        ('{"word": "hi", "n": 2}', None),
+    ],
+)
+def test_a_server_that_ignores_the_schema_is_said_so_and_value_refuses(reply, problem):
+    # mlx_lm.server, like many servers, ignores response_format: the reply is checked
+    # on the client and never passed off as valid.
+    from mlx_notebook.engine import Notice
+    from mlx_notebook.schema import InvalidValue
+
+    bodies = []
+    with misbehaving_server(f"reply:{reply}", bodies) as url:
+        eng = RemoteEngine(url)
+        try:
+            job = eng.submit(Request("hi", schema=SHAPE, chat=False))
+            res = job.result(timeout=30)
+        finally:
+            eng.close()
+    assert bodies[0]["response_format"]["json_schema"]["schema"] == SHAPE
+    assert res.finish_reason == "stop" and res.text == reply
+    notes = [e.message for e in job.events() if isinstance(e, Notice)]
+    if problem is None:
+        assert res.value == {"word": "hi", "n": 2} and not notes
+        return
+    assert (
+        len(notes) == 1
+        and notes[0].startswith("the server ignored the schema (response_format): ")
+        and problem in notes[0]
+    )
+    with pytest.raises(InvalidValue, match="^value: the text does not follow the schema"):
+        _ = res.value
+
+
+@pytest.mark.parametrize("schema", [["a", "b"], Schema.regex("[0-9]+")])
+def test_choices_and_patterns_need_a_local_model(remote, schema):
+    with pytest.raises(ValueError, match="^schema: a server takes JSON Schemas only"):
+        remote.submit(Request("hi", schema=schema))

@@ -20,7 +20,7 @@ import time
 from collections import deque
 
 from .errors import describe
-from .events import Finished, Queued, Started, Stats, Token
+from .events import Finished, Notice, Queued, Started, Stats, Token
 from .job import Job
 from .request import Request
 
@@ -76,6 +76,12 @@ class RemoteEngine:
         why = UNSUPPORTED.get(request.mode)
         if why:
             raise ValueError(why)
+        schema = request.constraint
+        if schema is not None and schema.kind != "json":
+            raise ValueError(
+                f"schema: a server takes JSON Schemas only (OpenAI's response_format); "
+                f"a {schema.kind} constraint needs a local model"
+            )
 
     def submit(self, request: Request) -> Job:
         """Validate and queue ``request``; return its job."""
@@ -246,7 +252,9 @@ class RemoteEngine:
                 else:
                     if stream.reason is None:  # neither [DONE] nor a finish reason
                         raise ServerError("the server closed the connection mid-stream")
-            job.emit(stream.finished())
+            fin = stream.finished()
+            _check_schema(job, fin)
+            job.emit(fin)
         except asyncio.CancelledError:
             job.emit(stream.finished("cancelled"))
             raise
@@ -277,6 +285,10 @@ def body(req: Request) -> dict:
         b["seed"] = req.seed
     if req.stop:
         b["stop"] = list(req.stop)
+    if req.schema is not None:
+        from ..schema import response_format
+
+        b["response_format"] = response_format(req.constraint)
     if req.mode == "draft":
         b["draft_model"] = req.draft
         b["num_draft_tokens"] = req.num_draft_tokens
@@ -354,6 +366,17 @@ class _Stream:
         if reason is None:
             reason = "length" if self.reason == "length" else "stop"
         return Finished("".join(self.pieces), reason, None, error, s)
+
+
+def _check_schema(job: Job, fin: Finished) -> None:
+    # The server is trusted with nothing: a reply that ignores the schema is said so.
+    if job.request.schema is None or fin.finish_reason != "stop":
+        return
+    from ..schema import reply_problem
+
+    problem = reply_problem(job.request.constraint, fin.text)
+    if problem:
+        job.emit(Notice(f"the server ignored the schema (response_format): {problem}"))
 
 
 def _one_line(x) -> str:
