@@ -22,6 +22,7 @@ from collections import deque
 from .errors import describe
 from .events import Finished, Notice, Queued, Started, Stats, Token
 from .job import Job
+from .openai_body import body
 from .request import Request
 
 UNSUPPORTED = {
@@ -260,48 +261,6 @@ class RemoteEngine:
             raise
         except Exception as exc:
             job.emit(stream.finished("error", _describe_http(exc, self.base_url)))
-
-
-def body(req: Request) -> dict:
-    """The JSON body of ``req`` for the server."""
-    b: dict = {
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_tokens": req.max_tokens,
-        # Unset sampling fields are sent as greedy, unfiltered: the server's own
-        # defaults are its command line's, not the model's.
-        "temperature": 0.0 if req.greedy else req.temperature,
-        "top_p": 1.0 if req.top_p is None else req.top_p,
-    }
-    if req.model and req.model != "default":
-        b["model"] = req.model
-    if req.top_k:
-        b["top_k"] = req.top_k
-    if req.min_p:
-        b["min_p"] = req.min_p
-    if req.repetition_penalty not in (None, 1, 1.0):
-        b["repetition_penalty"] = req.repetition_penalty
-    if req.seed is not None:
-        b["seed"] = req.seed
-    if req.stop:
-        b["stop"] = list(req.stop)
-    if req.schema is not None:
-        from ..schema import response_format
-
-        b["response_format"] = response_format(req.constraint)
-    if req.mode == "draft":
-        b["draft_model"] = req.draft
-        b["num_draft_tokens"] = req.num_draft_tokens
-    prompt = req.prompt
-    if req.chat:
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        if req.system:
-            msgs = [{"role": "system", "content": req.system}, *msgs]
-        b["messages"] = msgs
-    else:
-        text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
-        b["prompt"] = f"{req.system}\n\n{text}" if req.system else text
-    return b
 
 
 class _Stream:
