@@ -1,0 +1,76 @@
+"""Structured output on the bundled model (issue 24's acceptance): 50 rows, every path."""
+
+import json
+from typing import Literal
+
+import jsonschema
+import pytest
+
+import mlx_notebook
+from mlx_notebook.engine import Request
+
+pytestmark = pytest.mark.slow
+
+NAMES = ["Ann", "Bob", "Cai", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jo"]
+HOBBIES = ["chess", "tennis", "baking", "hiking", "painting"]
+MOODS = ["cheerful", "grumpy", "calm"]
+TEXTS = [
+    f"{NAMES[i % 10]} is {20 + i} years old, feels {MOODS[i % 3]}, and likes "
+    f"{HOBBIES[i % 5]} and {HOBBIES[(i + 2) % 5]}."
+    for i in range(50)
+]
+TEMPLATE = "Extract name, age, mood (pos, neg or neutral) and hobbies as JSON: {text}"
+GREEDY = dict(temperature=0, repetition_penalty=1, max_tokens=80)
+
+
+def person_schema():
+    pydantic = pytest.importorskip("pydantic")
+
+    # Bounded, as one bounds a small model's answers: names and hobbies are short.
+    Short = pydantic.constr(max_length=16)
+
+    class Person(pydantic.BaseModel):
+        name: Short
+        age: pydantic.conint(ge=0, le=120)
+        mood: Literal["pos", "neg", "neutral"]
+        hobbies: pydantic.conlist(Short, max_length=3)
+
+    return Person
+
+
+@pytest.fixture(scope="module")
+def frame():
+    pd = pytest.importorskip("pandas")
+    return pd.DataFrame({"text": TEXTS}, index=[f"r{i}" for i in range(50)])
+
+
+def test_fifty_rows_validate_and_come_back_typed(default_engine, frame):
+    Person = person_schema()
+    res = mlx_notebook.map(frame, TEMPLATE, schema=Person, backend=default_engine, **GREEDY)
+    df = res.to_frame()
+    schema = Person.model_json_schema()
+    finished = [t for t, r in zip(res.texts, res) if r.finish_reason == "stop"]
+    assert len(finished) >= 40, res.summary()  # most rows fit in 80 tokens
+    for text in finished:
+        jsonschema.validate(json.loads(text), schema)
+    assert df["valid"].sum() == len(finished)
+    assert str(df["age"].dtype) == "Int64" and str(df["name"].dtype) == "string"
+    assert str(df["mood"].dtype) == "category" and list(df.index) == list(frame.index)
+    assert set(df["mood"].cat.categories) == {"pos", "neg", "neutral"}
+    assert all(isinstance(v, Person) for v, ok in zip(res.values, res.valid) if ok)
+    assert max(r.stats.batch_rows for r in res) == 8  # rows were batched
+
+
+def test_lookup_suffix_and_solo_give_the_batched_texts(default_engine, frame):
+    # 20 of the rows, each three more times alone (the 50-row run above is batched):
+    # about two minutes here; all 50 would add five to every CI run.
+    Person = person_schema()
+    part = frame.iloc[:20]
+    batched = mlx_notebook.map(part, TEMPLATE, schema=Person, backend=default_engine, **GREEDY)
+    prompts = [TEMPLATE.format(text=t) for t in part["text"]]
+    for i, p in enumerate(prompts):
+        want = batched[i].text
+        for extra in (dict(batch=False), dict(draft_kind="lookup"), dict(draft_kind="suffix")):
+            req = Request(p, schema=Person, remember=False, **GREEDY, **extra)
+            got = default_engine.submit(req).result(timeout=300)
+            assert got.text == want, (i, extra, got.text, want)
