@@ -14,9 +14,7 @@ import argparse
 import statistics
 import time
 
-import mlx.core as mx
-
-from mlx_notebook.engine import Engine, Request
+from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
 from mlx_notebook.engine.constraint import Constraint, grammar_info
 from mlx_notebook.schema import Schema
 
@@ -38,6 +36,8 @@ def mask_us(eng: Engine, ids: list[int]) -> float:
     """Median microseconds for one step's mask over a replay of ``ids``."""
 
     def work():
+        import mlx.core as mx
+
         lm = eng.registry.get("default")
         width = lm.logits_size or lm.vocab_size
         c = Constraint(grammar_info(lm.tokenizer, width), Schema.of(SCHEMA).grammar, width)
