@@ -293,3 +293,12 @@ def test_a_question_to_the_default_model_at_default_settings_ends_on_its_own():
         assert "temperature 0.2 · top_p 0.9 · repetition_penalty 1.1 (model defaults)" in out
     finally:
         k.close()
+
+
+def test_ask_with_a_schema(engine, tiny_dir):
+    c = Chat(model=tiny_dir, backend=engine, max_tokens=20, temperature=0)
+    assert c.ask("Happy?", schema=["yes", "no"]) in ("yes", "no")
+    assert c.messages[-1]["content"] in ("yes", "no")  # the reply joins the conversation
+    turn = c.send("A number?", schema=int, max_tokens=8)
+    text = turn.wait().text
+    assert text.lstrip("-").isdigit() or turn.wait().finish_reason == "length"
