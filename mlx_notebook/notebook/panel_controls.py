@@ -14,7 +14,7 @@ import ipywidgets as widgets
 from .style import STYLE
 
 LABEL = {"description_width": "92px"}  # "temperature", "draft model": whole words
-TOGGLES = {**LABEL, "button_width": "112px"}  # the label and its buttons on one line
+TOGGLES = {"button_width": "120px"}  # "prompt lookup" whole
 
 # Disabled buttons in JupyterLab's theme differ from enabled ones by opacity only,
 # which reads as enabled on coloured buttons: grey them out too.
@@ -53,7 +53,6 @@ class PanelControls:
                 ("suffix", "suffix"),
                 ("draft model", "model"),
             ],
-            description="drafts",
         )
         self.draft_box = labelled(
             W.Combobox, options=self._model_options(), description="draft model",
@@ -75,8 +74,7 @@ class PanelControls:
         self.sweep_range = labelled(W.IntRangeSlider, min=1, max=16, description="sweep k")
         self.repeats_box = labelled(W.BoundedIntText, min=1, max=20, description="repeats")
         self.metric_box = W.ToggleButtons(
-            options=[("end to end", "e2e"), ("decode", "decode")], description="measure",
-            style=TOGGLES,
+            options=[("end to end", "e2e"), ("decode", "decode")], style=TOGGLES,
         )  # fmt: skip
         self.generate_button = W.Button(description="Generate", icon="play", button_style="primary")
         self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
@@ -119,15 +117,27 @@ class PanelControls:
 
     def _layout(self) -> list:
         W = widgets
+
+        def label(text: str):
+            # A ToggleButtons' own description wraps above its buttons: a fixed label
+            # beside them lines up with the other controls' labels.
+            return W.Label(text, layout=W.Layout(width="96px", justify_content="flex-end",
+                                                 padding="0 8px 0 0"))  # fmt: skip
+
         self._draft_row = W.HBox([self.k_slider, self.draft_box, self.ngram_slider])
         self._sampling_row = W.HBox([self.temp_slider, self.top_p_slider])
-        self._measure_row = W.VBox([W.HBox([self.sweep_range, self.repeats_box]), self.metric_box])
+        self._measure_row = W.VBox(
+            [
+                W.HBox([self.sweep_range, self.repeats_box]),
+                W.HBox([label("measure"), self.metric_box]),
+            ]
+        )
         return [
             self._css,
             self.prompt_box,
             self.system_box,
             W.HBox([self.model_box, self.chat_box]),
-            self.draft_kind,
+            W.HBox([label("drafts"), self.draft_kind]),
             self._draft_row,
             W.HBox([self.sampling_box, self.sampling_hint]),
             self._sampling_row,
