@@ -88,7 +88,15 @@ def test_markdown_keeps_every_line_break():
 @pytest.mark.parametrize("final", [False, True])
 def test_code_and_text_paths_are_inert(final):
     assert_inert(code_html(ALL, final=final))
+    assert_inert(code_html(ALL, final=final, language="json"))
     assert_inert(text_html(ALL))
+
+
+def test_json_is_highlighted_as_json_once_final():
+    text = '{"name": "Ann", "age": 3, "ok": true}'
+    live, done = code_html(text, final=False, language="json"), code_html(text, True, "json")
+    assert "tok-" not in live and 'class="tok-nt"' in done  # JSON keys: name.tag
+    assert 'class="tok-m' in done and 'class="tok-kc"' in done  # a number, a constant
 
 
 def test_progressive_markdown_is_inert_at_every_prefix_and_ends_like_the_whole():

@@ -132,7 +132,7 @@ class MLXNotebook(Magics):
         schema = schema_option(args, self.shell.user_ns if self.shell is not None else {})
         if args.format is None:  # JSON reads as code; a choice or pattern as plain text
             kind = schema.kind if schema is not None else None
-            args.format = {"json": "code", None: "markdown"}.get(kind, "text")
+            args.format = {"json": "json", None: "markdown"}.get(kind, "text")
         if args.format not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
         if sum(map(bool, (args.draft, args.lookup, args.suffix))) > 1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from functools import lru_cache
 
-FORMATS = ("markdown", "text", "code")
+FORMATS = ("markdown", "text", "code", "json")
 
 
 def escape(text: str) -> str:
@@ -99,22 +99,23 @@ def text_html(text: str) -> str:
     return f'<pre class="txt">{escape(text)}</pre>'
 
 
-def code_html(text: str, final: bool = True) -> str:
-    """Code in the code font; highlighted once final (language guessed).
+def code_html(text: str, final: bool = True, language: str | None = None) -> str:
+    """Code in the code font; highlighted once final (language guessed unless given).
 
     Args:
         text: The code, optionally inside a Markdown fence.
         final: Highlight now; while streaming the guess would flicker.
+        language: A Pygments lexer name (``"json"``), or None to guess.
     """
     body = _strip_fence(text)
     if not final:
         return f'<pre class="code">{escape(body)}</pre>'
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
-    from pygments.lexers import TextLexer, guess_lexer
+    from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 
     try:
-        lexer = guess_lexer(body)
+        lexer = get_lexer_by_name(language) if language else guess_lexer(body)
     except Exception:
         lexer = TextLexer()
     # Classes, not inline colours: style.py maps them to the theme's editor colours.

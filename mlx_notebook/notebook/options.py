@@ -94,7 +94,7 @@ _OPTIONS = [
     argument("--stop", action="append", default=[], help="stop string (repeatable)"),
     argument("-o", "--out", default=None, help="name to bind the result handle to"),
     argument("--wait", action="store_true", help="block until done"),
-    argument("-f", "--format", default=None, help="markdown, text or code"),
+    argument("-f", "--format", default=None, help="markdown, text, code or json"),
     argument("--schema", default=None, help="variable holding a schema: the output's shape"),
     argument("--choice", default=None, help="comma-separated options: the output is one"),
     argument("--regex", default=None, help="the output matches this regular expression"),
@@ -170,7 +170,7 @@ HELP = """mlx_notebook magics
   -o/--out NAME             bind the result: reading it (.text, .stats, .to_frame()) waits
                             for the end; .partial_text and .snapshot() do not (.cancel())
   --wait                    block until done (interrupt the kernel to stop)
-  -f/--format markdown|text|code
+  -f/--format markdown|text|code|json   (default: markdown; json with --schema)
   --schema NAME             structured output: NAME holds a JSON Schema dict, a pydantic
                             class, a type (int, list[str], Literal[...], a TypedDict...);
                             enforced token by token; .value is the parsed value

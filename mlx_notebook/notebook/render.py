@@ -205,8 +205,9 @@ class ViewState:
         if self.fmt == "markdown":
             body = markdown_html(text) if self.finished else self._md.render(text)
             return f'<div class="md">{body}</div>'
-        if self.fmt == "code":
-            return code_html(text, final=self.finished is not None)
+        if self.fmt in ("code", "json"):  # json: structured output, highlighted as JSON
+            language = "json" if self.fmt == "json" else None
+            return code_html(text, final=self.finished is not None, language=language)
         return text_html(text)
 
     def _draft_marked(self) -> str:

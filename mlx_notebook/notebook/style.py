@@ -86,6 +86,7 @@ color:var(--jp-mirror-editor-keyword-color,#008000)}}
 .mlxnb [class^="tok-c"]{{color:var(--jp-mirror-editor-comment-color,#408080);font-style:italic}}
 .mlxnb [class^="tok-m"]{{color:var(--jp-mirror-editor-number-color,#080)}}
 .mlxnb .tok-nf,.mlxnb .tok-nc{{color:var(--jp-mirror-editor-def-color,#00f)}}
+.mlxnb .tok-nt{{color:var(--jp-mirror-editor-property-color,#05a)}}
 .mlxnb [class^="tok-o"]{{color:var(--jp-mirror-editor-operator-color,#7800c2)}}
 .mlxnb [class^="tok-p"]{{color:var(--jp-mirror-editor-punctuation-color,#05a)}}
 """
