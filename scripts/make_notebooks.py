@@ -39,11 +39,11 @@ def quickstart():
         md(
             "## Stop strings\nGeneration ends before the stop string, which is never shown, even "
             "when it spans several tokens. `--wait` blocks the cell until done (interrupt the "
-            "kernel to stop it)."
+            "kernel to stop it). `-t 0` decodes greedily, so the count is the same every run."
         ),
         code(
-            '%%generate --wait -o counted --stop "5" -f text\nCount from 1 to 10, separated by '
-            "commas."
+            '%%generate --wait -t 0 -o counted --stop "5" -f text\nCount from 1 to 10, '
+            "separated by commas."
         ),
         code("print(repr(counted.text), counted.finish_reason, counted.finished().matched_stop)"),
         md(

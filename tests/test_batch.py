@@ -273,9 +273,12 @@ def test_batched_rows_share_steps_one_token_each(default_engine, n):
     # speed this buys is measured by benchmarks/bench_batch.py, not asserted here.)
     # Essays run to the budget: every row generates 64 tokens.
     essays = [f"Write a detailed essay about {s} ({n} rows)." for s in SUBJECTS[:n]]
-    jobs = default_engine.submit_many([Request(p, max_tokens=64) for p in essays])
+    greedy = dict(temperature=0, repetition_penalty=1)  # the same counts every run
+    jobs = default_engine.submit_many([Request(p, max_tokens=64, **greedy) for p in essays])
     rows = [j.result() for j in jobs]
-    alone = default_engine.submit(Request(essays[0] + " Alone.", max_tokens=64, batch=False))
+    alone = default_engine.submit(
+        Request(essays[0] + " Alone.", max_tokens=64, batch=False, **greedy)
+    )
     alone = alone.result()
     for r in rows:
         st = r.stats
