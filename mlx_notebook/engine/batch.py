@@ -247,9 +247,14 @@ class Batch:
             finally:
                 for t in self._tables:
                     t.pin(None)
-        nxt = self._sample(rows, cur, logits)
+        # A grammar needs this step's fed tokens before its mask: read them first then
+        # (once), else after queueing the next step, so the read overlaps it.
+        constrained = any(r.setup.constraint is not None for r in rows)
+        values = cur.tolist() if constrained else None
+        nxt = self._sample(rows, cur, logits, values)
         mx.async_eval(nxt)
-        values = cur.tolist()
+        if values is None:
+            values = cur.tolist()
         governor().step()
         done = []
         for row, v in zip(rows, values):
@@ -263,12 +268,14 @@ class Batch:
         for row in done:
             self._end(row, None)
 
-    def _sample(self, rows: list[Row], cur: mx.array, logits: mx.array) -> mx.array:
+    def _sample(
+        self, rows: list[Row], cur: mx.array, logits: mx.array, values: list[int] | None = None
+    ) -> mx.array:
         plain = not any(r.setup.processors or r.setup.constraint for r in rows)
         if plain and all(r.setup.greedy for r in rows):
             return mx.argmax(logits, axis=-1)
-        if not plain:
-            self._advance_constraints(rows, cur)
+        if values is not None:
+            self._advance_constraints(rows, values)
         parts = []
         for i, row in enumerate(rows):
             lg = logits[i : i + 1]
@@ -287,15 +294,11 @@ class Batch:
             parts.append(row.setup.sample(lp, len(row.seq.tokens)))
         return mx.concatenate(parts)
 
-    def _advance_constraints(self, rows: list[Row], cur: mx.array) -> None:
+    def _advance_constraints(self, rows: list[Row], values: list[int]) -> None:
         """Feed each constrained row's grammar the token this step fed, before its mask.
 
-        The tokens of the last step are otherwise read only after this step is
-        queued; a grammar needs them first. A fresh row's token is its prompt's last.
+        A fresh row's token is its prompt's last, not output: it is skipped.
         """
-        if not any(r.setup.constraint is not None for r in rows):
-            return
-        values = cur.tolist()
         for row, v in zip(rows, values):
             if row.setup.constraint is not None and not row.fresh:
                 row.setup.constraint.consume([v])

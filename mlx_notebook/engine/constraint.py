@@ -72,7 +72,6 @@ class Constraint:
         self._only_eos[[e for e in eos if 0 <= e < width]] = True
         self._bits = lnp.allocate_token_bitmask(1, info.vocab_size)
         self._shifts = np.arange(32, dtype=np.uint32)
-        self.consumed = 0
 
     @property
     def stopped(self) -> bool:
@@ -105,7 +104,6 @@ class Constraint:
                 return
             if not self.matcher.consume_token(int(t)):
                 raise RuntimeError(f"constraint: token {t} was not allowed here")
-            self.consumed += 1
 
     def walk(self, drafts: list[int]) -> list[np.ndarray]:
         """Masks for a verify pass: one per position, as far as the grammar accepts drafts.

@@ -97,7 +97,7 @@ def prepare(job: Job, main) -> Setup:
     if req.repetition_penalty not in (None, 1, 1.0):
         processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
     constraint = None
-    schema = req.constraint
+    schema = job.request.constraint  # compiled once on the submitted request (cached there)
     if schema is not None:
         from .constraint import Constraint, grammar_info
 
