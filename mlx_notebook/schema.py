@@ -37,6 +37,10 @@ class Schema:
         json_schema: The JSON Schema, for ``"json"``.
         choices: The choices, for ``"choice"``.
         source: What the user passed (a pydantic class, a type, a dict, ...).
+        fast: Take the fast paths: choices decided over their own token
+            sequences, and tokens the grammar allows only one way forced (fed in
+            one pass when decoding alone). False masks every step with the
+            grammar's full set (what `benchmarks/bench_structured.py` compares).
     """
 
     kind: str
@@ -44,6 +48,7 @@ class Schema:
     json_schema: dict | None = None
     choices: tuple[str, ...] = ()
     source: Any = field(default=None, compare=False, repr=False)
+    fast: bool = True
 
     # -- construction ---------------------------------------------------------------
     @classmethod

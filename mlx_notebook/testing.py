@@ -41,7 +41,9 @@ THINKING_CHATML = (
 THINK_SPECIALS = ["<think>", "</think>"]
 
 
-def build_tokenizer(path: Path, vocab_size: int = 384, thinking: bool = False) -> None:
+def build_tokenizer(
+    path: Path, vocab_size: int = 384, thinking: bool = False, all_bytes: bool = True
+) -> None:
     """Train a byte-level BPE tokenizer and write tokenizer files to ``path``.
 
     Args:
@@ -49,6 +51,8 @@ def build_tokenizer(path: Path, vocab_size: int = 384, thinking: bool = False) -
         vocab_size: Tokens in the vocabulary.
         thinking: Add ``<think>``/``</think>`` and a template that opens thinking,
             as reasoning models have.
+        all_bytes: Start from all 256 bytes, so any text can be written. False
+            keeps only the corpus's characters (a vocabulary with gaps).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -58,7 +62,7 @@ def build_tokenizer(path: Path, vocab_size: int = 384, thinking: bool = False) -
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=SPECIALS + (THINK_SPECIALS if thinking else []),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if all_bytes else [],
         show_progress=False,
     )
     tok.train_from_iterator([CORPUS] * 20, trainer)
@@ -101,7 +105,9 @@ def tiny_config(vocab_size: int, **over) -> dict:
     return cfg
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 384, **config) -> Path:
+def build_tiny_model(
+    path: str | Path, seed: int = 0, vocab_size: int = 384, all_bytes: bool = True, **config
+) -> Path:
     """Write a random-weight llama with a real BPE tokenizer to ``path``.
 
     Weights are scaled so logits have clear margins: greedy decoding is then
@@ -115,7 +121,7 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 384, **c
     from mlx_lm.models import llama
 
     path = Path(path)
-    build_tokenizer(path, vocab_size)
+    build_tokenizer(path, vocab_size, all_bytes=all_bytes)
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
     cfg = tiny_config(len(vocab), **config)
     mx.random.seed(seed)

@@ -1,5 +1,6 @@
 """Constrained decoding on every job path: alone, batched, speculative; same greedy text."""
 
+import dataclasses
 import json
 import re
 
@@ -7,6 +8,7 @@ import jsonschema
 import pytest
 
 from mlx_notebook.engine import Request
+from mlx_notebook.engine.constraint import ChoiceConstraint, for_schema
 from mlx_notebook.schema import IncompleteValue, Schema
 from mlx_notebook.testing import build_tiny_model
 
@@ -127,3 +129,114 @@ def test_python_types_come_back_typed(engine, tiny_dir):
         assert isinstance(r.value, list) and all(isinstance(v, int) for v in r.value)
     r = run(engine, tiny_dir, PROMPTS[2], schema=bool)
     assert r.finish_reason == "stop" and r.value in (True, False)
+
+
+# -- fast paths: forced tokens and choices ----------------------------------------------
+
+
+def replay(engine, model, schema, token_ids):
+    """Walk ``token_ids`` through a fresh grammar state; count the forced ones."""
+    lm = engine.registry.get(model)
+    c = for_schema(Schema.of(schema), lm.tokenizer, lm.logits_size or lm.vocab_size)
+    forced = 0
+    for t in token_ids:
+        f = c.take_forced()
+        if f is None:
+            assert c.allowed()[t], t
+            c.consume([t])
+        else:
+            assert f == t  # the job wrote exactly the forced token
+            forced += 1
+    return forced
+
+
+def test_forced_tokens_cost_no_pass_of_their_own(engine, tiny_dir):
+    for p in PROMPTS[:3]:
+        r = run(engine, tiny_dir, p, batch=False)
+        forced = replay(engine, tiny_dir, PERSON, r.token_ids)
+        assert forced >= 8, forced  # the four keys, at least
+        # One pass per sampled token; forced ones ride in front of the next.
+        assert r.stats.decode_steps == len(r.token_ids) - forced
+    plain = dataclasses.replace(Schema.of(PERSON), fast=False)
+    r = run(engine, tiny_dir, PROMPTS[0], batch=False, schema=plain)
+    jsonschema.validate(json.loads(r.text), PERSON)
+    assert r.stats.decode_steps == len(r.token_ids)  # token by token
+
+
+OPTIONS = ["positive", "negative", "neutral", "pos", "mixed feelings"]
+MASKED = dataclasses.replace(Schema.choice(OPTIONS), fast=False)  # token by token
+
+
+def test_choice_trie_allows_each_choice_its_own_way(tiny_tokenizer):
+    tok = tiny_tokenizer
+    width = len(tok.get_vocab())
+    eos = list(tok.eos_token_ids)
+    seqs = {o: tok.encode(o, add_special_tokens=False) for o in OPTIONS}
+    branched = forced = 0
+    for option, ids in seqs.items():
+        c = ChoiceConstraint(tok, OPTIONS, width, eos)
+        assert set(c.allowed().nonzero()[0]) == {s[0] for s in seqs.values()}
+        for t in ids:
+            f = c.take_forced()
+            if f is None:
+                assert c.allowed()[t]
+                c.consume([t])
+                branched += 1
+            else:
+                assert f == t
+                forced += 1
+        longer = any(o != option and s[: len(ids)] == ids for o, s in seqs.items())
+        if longer:  # "pos" goes on as "positive": it ends by end-of-sequence
+            assert not c.stopped and c.allowed()[eos].all()
+            c.consume(eos[:1])
+        assert c.stopped
+    assert branched and forced  # both kinds of position were met
+
+
+def test_choice_walk_stops_at_a_refused_draft_and_rolls_back(tiny_tokenizer):
+    tok = tiny_tokenizer
+    c = ChoiceConstraint(tok, OPTIONS, len(tok.get_vocab()), list(tok.eos_token_ids))
+    ids = tok.encode("negative", add_special_tokens=False)
+    before = c.allowed()
+    masks = c.walk([*ids[:2], tok.encode("x", add_special_tokens=False)[0]])
+    assert len(masks) == 3 and (c.allowed() == before).all()
+
+
+def test_choice_jobs_answer_a_choice_the_same_on_every_path(engine, tiny_dir):
+    for p in PROMPTS:
+        base = run(engine, tiny_dir, p, batch=False, schema=OPTIONS)
+        assert base.finish_reason == "stop" and base.text in OPTIONS
+        forced = replay(engine, tiny_dir, OPTIONS, base.token_ids)
+        assert base.stats.decode_steps == len(base.token_ids) - forced
+        batched = run(engine, tiny_dir, p, schema=OPTIONS)
+        assert batched.token_ids == base.token_ids
+        # A row feeds each token a step after sampling it; its forced ending is free.
+        assert batched.stats.decode_steps == base.stats.decode_steps + 1
+        spec = run(engine, tiny_dir, p, schema=OPTIONS, draft="lookup", lookup_ngram=1)
+        assert spec.token_ids == base.token_ids
+        masked = run(engine, tiny_dir, p, batch=False, schema=MASKED)
+        assert masked.text in OPTIONS
+        assert masked.stats.decode_steps >= base.stats.decode_steps
+
+
+def test_a_single_choice_is_written_without_a_decode_pass(engine, tiny_dir):
+    r = run(engine, tiny_dir, PROMPTS[0], batch=False, schema=["only this"])
+    assert r.text == "only this" and r.stats.decode_steps == 0
+
+
+@pytest.fixture(scope="module")
+def gap_dir(tmp_path_factory):
+    """A model whose vocabulary has no byte fallback: it cannot write every character."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("gap"), all_bytes=False))
+
+
+def test_a_schema_the_tokenizer_cannot_write_is_refused_in_one_line(engine, gap_dir):
+    first = engine.submit(Request("x", model=gap_dir, chat=False, schema=["€", "a"]))
+    fin = first.wait(timeout=120)  # not loaded at submit: refused before generating
+    assert fin.finish_reason == "error" and "cannot write '€'" in fin.error
+    assert fin.stats.generation_tokens == 0
+    for schema in (["€", "a"], Schema.regex("ж+"), {"type": "object", "required": ["é€"],
+                   "properties": {"é€": {"type": "integer"}}}):  # fmt: skip
+        with pytest.raises(ValueError, match="tokenizer cannot write") as err:
+            engine.submit(Request("x", model=gap_dir, chat=False, schema=schema))
+        assert "\n" not in str(err.value)

@@ -31,6 +31,27 @@ def check_request(request: Request, registry: Registry) -> None:
         ids = encode_prompt(request, lm.tokenizer)
         fit_context(len(ids), request.max_tokens, lm.context_length, lm.name)
         check_top_k(request.top_k, lm.logits_size or lm.vocab_size, lm.name)
+        if request.constraint is not None:
+            check_writable(request.constraint, lm.tokenizer, lm.logits_size or lm.vocab_size)
+
+
+_writable: set = set()
+
+
+def check_writable(schema, tokenizer, width: int) -> None:
+    """Refuse a schema whose text the model's tokenizer cannot write (a vocabulary with gaps).
+
+    Builds the grammar state once per schema and tokenizer (`map` checks every row).
+    """
+    from .constraint import for_schema
+
+    key = (tokenizer, schema.kind, schema.grammar, schema.choices, schema.fast, width)
+    if key in _writable:
+        return
+    for_schema(schema, tokenizer, width)
+    if len(_writable) > 16:
+        _writable.clear()
+    _writable.add(key)
 
 
 def check_draft(request: Request, registry: Registry) -> None:

@@ -42,9 +42,12 @@ def make_step(
 
     def step(ids: mx.array) -> mx.array:
         nonlocal ctx, position
+        fed = list(seq.pending)  # forced tokens ride in front of ``ids``
         logits = seq.forward(ids)[:, -1, :]
-        position += 1
+        position += len(fed) + ids.size
         if processors:
+            if fed:
+                ctx = mx.concatenate([ctx, mx.array(fed, dtype=mx.uint32)])
             ctx = mx.concatenate([ctx, ids])
             for p in processors:
                 logits = p(ctx, logits)
@@ -116,19 +119,45 @@ def normal_tokens(
             y = nxt
 
 
+def forced_tokens(seq: CachedSequence, history: list[int], constraint, limit: int) -> TokenStream:
+    """Yield (at most ``limit``) tokens the grammar allows only one way, unsampled.
+
+    Each is appended to ``history`` and deferred on ``seq`` (which keeps holding
+    ``history[:-1]``), so the next pass feeds them all at once instead of one
+    pass each. One at a time: the consumer may end the job at any of them.
+    """
+    for _ in range(limit):
+        tok = constraint.take_forced()
+        if tok is None:
+            return
+        seq.defer(history[-1:])
+        history.append(tok)
+        yield tok, False
+
+
 def _constrained(seq, history, step, max_tokens, check, stream, constraint) -> TokenStream:
-    """Normal decoding, one step at a time: each mask needs the token before it."""
+    """Normal decoding, one step at a time: each mask needs the token before it.
+
+    Forced tokens cost no step of their own: they ride in front of the next one.
+    """
     gov = governor()
+    n = 0
     with mx.stream(stream):
-        ids = history[-1:]
-        for n in range(max_tokens):
+        while True:
+            for item in forced_tokens(seq, history, constraint, max_tokens - n):
+                n += 1
+                yield item
+            if n >= max_tokens:
+                return
             check()
-            tok = step(mx.array(ids, dtype=mx.uint32)).item()
+            tok = step(mx.array(history[-1:], dtype=mx.uint32)).item()
             gov.step()
-            seq.record(ids)
+            seq.record(history[-1:])
             constraint.consume([tok])
             history.append(tok)
+            n += 1
             yield tok, False
-            ids = [tok]
-            if n % 256 == 255:
+            if n >= max_tokens:
+                return
+            if n % 256 == 0:
                 mx.clear_cache()

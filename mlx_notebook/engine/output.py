@@ -99,12 +99,9 @@ def prepare(job: Job, main) -> Setup:
     constraint = None
     schema = job.request.constraint  # compiled once on the submitted request (cached there)
     if schema is not None:
-        from .constraint import Constraint, grammar_info
+        from .constraint import for_schema
 
-        width = main.logits_size or main.vocab_size
-        info = grammar_info(main.tokenizer, width)
-        eos = list(main.tokenizer.eos_token_ids)
-        constraint = Constraint(info, schema.grammar, width, eos)
+        constraint = for_schema(schema, main.tokenizer, main.logits_size or main.vocab_size)
     return Setup(
         prompt, max_tokens, sampler, processors, req.greedy, sampling,
         keyed_sampler(sampler, req.seed), constraint,

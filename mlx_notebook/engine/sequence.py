@@ -36,6 +36,7 @@ class CachedSequence:
         self.pending: list[int] = []  # the last of ``tokens``, not yet fed to the cache
         self.passes = 0  # forward passes run through here: what tests count, not time
         self.replayed = 0  # pending tokens fed again after a restore
+        self._fresh = 0  # pending tokens from `defer`, at the end: never fed, not replays
         self._mark: Snapshot | None = None
         self._plain = always_trimmable(self.cache)
 
@@ -56,8 +57,8 @@ class CachedSequence:
         pend = len(self.pending)
         if pend:
             arr = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), arr.astype(mx.uint32)])
-            self.replayed += pend
-            self.pending = []
+            self.replayed += pend - self._fresh
+            self.pending, self._fresh = [], 0
         logits = self.model(arr[None], cache=self.cache)
         self.passes += 1
         if not isinstance(ids, mx.array):
@@ -81,10 +82,16 @@ class CachedSequence:
         """
         if self._plain:
             return
-        if len(self.pending) > self.MAX_PENDING:
-            mx.eval(self.forward([]))
+        if len(self.pending) > self.MAX_PENDING or (self.pending and self._mark is None):
+            mx.eval(self.forward([]))  # no mark to replay them from: feed them now
         if not self.pending:  # with tokens pending, the cache is still at the mark
             self._mark = Snapshot(self.cache, len(self.tokens))
+
+    def defer(self, ids: Sequence[int]) -> None:
+        """Record ``ids`` now and feed them in front of the next pass (one pass for all)."""
+        self.tokens.extend(ids)
+        self.pending.extend(ids)
+        self._fresh += len(ids)
 
     def record(self, ids: Sequence[int]) -> None:
         """Record token values fed earlier as a lazy array."""
@@ -113,12 +120,13 @@ class CachedSequence:
         else:
             raise RuntimeError(f"cannot rewind this cache from {held} to {n} tokens")
         del self.tokens[n:]
+        self._fresh = min(self._fresh, len(self.pending))
 
     def settle(self) -> None:
         """Forget pending tokens (the cache holds the rest), e.g. before storing it."""
         if self.pending:
             del self.tokens[self.held :]
-            self.pending = []
+            self.pending, self._fresh = [], 0
 
     def snapshot(self) -> CachedSequence:
         """An independent sequence at this point (pending tokens left out)."""

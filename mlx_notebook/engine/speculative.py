@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
-from .decode import KeyedSampler, Processor, TokenStream
+from .decode import KeyedSampler, Processor, TokenStream, forced_tokens
 from .drafts import DraftSource
 from .prefill import CancelCheck, Progress
 from .sequence import CachedSequence
@@ -90,7 +90,10 @@ def speculative_tokens(
     n = 0
     gov = governor()
     with mx.stream(stream):
-        if source.needs_prefill:
+        for item in forced_tokens(seq, history, constraint, max_tokens) if constraint else ():
+            n += 1
+            yield item  # forced by the grammar: fed in front of the next pass
+        if source.needs_prefill and n < max_tokens:
             check()
             first = _verify(seq, history, [], sampler, processors, greedy, constraint)[0]
             if constraint is not None:
@@ -101,6 +104,12 @@ def speculative_tokens(
             if n < max_tokens:
                 source.prefill(history, check, draft_progress)
         while n < max_tokens:
+            if constraint is not None and n:
+                for item in forced_tokens(seq, history, constraint, max_tokens - n):
+                    n += 1
+                    yield item
+                if n >= max_tokens:
+                    return
             check()
             # Leave room for the main model's own token after the drafts.
             drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
