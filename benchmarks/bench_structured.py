@@ -1,19 +1,29 @@
-"""What a schema costs: the grammar's mask per token, and decode speed with and without one.
+"""What a schema costs, and what its fast paths buy, on the default model (greedy).
 
-Usage: python benchmarks/bench_structured.py [--rounds 5] [--tokens 48]
+Usage: python benchmarks/bench_structured.py [--rounds 5] [--tokens 48] [--rows 50]
+       [--only mask,decode,forced,choice]
 
-1. The mask alone: llguidance's allowed-token bitmask for the default model's
-   vocabulary, unpacked and applied to a logits row, timed over a JSON object's
-   generation (median microseconds per token, from a replayed greedy run).
-2. Decode tok/s on the default model, greedy, --tokens tokens: a JSON Schema job
-   against the same prompt unconstrained, in alternating order every round
-   (median and min-max per side, and the median of the per-round ratios).
+1. mask: llguidance's allowed-token bitmask for the default model's vocabulary,
+   unpacked and applied to a logits row, timed over a JSON object's generation
+   (median microseconds per token, from a replayed greedy run).
+2. decode: tok/s of a JSON Schema job against the same prompt unconstrained.
+3. forced: one JSON object (a bounded 4-field schema) alone, forced tokens fed
+   in one pass (``Schema.fast``) against masking every token (``fast=False``):
+   seconds after the first token, and forward passes.
+4. choice: ``map`` over --rows short texts with four labels, the choice path
+   (token sequences compared, forced tails free) against the same choices as a
+   token-by-token mask: wall seconds per row and decode steps per row.
+
+Sides alternate in order every round; each prints median and min-max per side
+and the median of the per-round ratios.
 """
 
 import argparse
+import dataclasses
 import statistics
 import time
 
+import mlx_notebook
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
 from mlx_notebook.engine.constraint import Constraint, grammar_info
 from mlx_notebook.schema import Schema
@@ -29,6 +39,20 @@ SCHEMA = {
     "required": ["name", "age", "mood", "tags"],
     "additionalProperties": False,
 }
+# Bounded, as one bounds a small model's answers: the object ends inside the budget.
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 16},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "mood": {"enum": ["pos", "neg", "neutral"]},
+        "hobbies": {
+            "type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 3
+        },
+    },
+    "required": ["name", "age", "mood", "hobbies"],
+    "additionalProperties": False,
+}  # fmt: skip
 PROMPT = "Describe a person called Alice as JSON with her name, age, mood and tags: she is 31."
 
 
@@ -40,7 +64,8 @@ def mask_us(eng: Engine, ids: list[int]) -> float:
 
         lm = eng.registry.get("default")
         width = lm.logits_size or lm.vocab_size
-        c = Constraint(grammar_info(lm.tokenizer, width), Schema.of(SCHEMA).grammar, width)
+        info = grammar_info(lm.tokenizer, width)
+        c = Constraint(info, Schema.of(SCHEMA).grammar, width, jump=False)  # every mask in full
         logits = mx.zeros((1, width))
         times = []
         for t in ids:
@@ -53,34 +78,93 @@ def mask_us(eng: Engine, ids: list[int]) -> float:
     return eng.call(work).result()
 
 
+NAMES = ["Ann", "Bob", "Cai", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jo"]
+MOODS = ["cheerful", "grumpy", "calm"]
+LABELS = ["cheerful", "grumpy", "calm", "mixed feelings"]
+CHOICE_TEMPLATE = "How does this person feel: cheerful, grumpy, calm or mixed feelings? {text}"
+
+
+def rounds(n: int, sides: dict, run) -> None:
+    """Run ``run(side) -> value`` for each side in alternating order; print the summary."""
+    got = {k: [] for k in sides}
+    ratios = []
+    names = list(sides)
+    for r in range(n):
+        order = names if r % 2 == 0 else names[::-1]
+        this = {}
+        for side in order:
+            this[side] = run(side)
+            got[side].append(this[side])
+        ratios.append(this[names[0]] / this[names[1]])
+        print(f"round {r + 1}: " + ", ".join(f"{k} {this[k]:.3f} {sides[k]}" for k in names))
+    for k, v in got.items():
+        print(f"{k}: median {statistics.median(v):.3f} {sides[k]} ({min(v):.3f}-{max(v):.3f})")
+    print(f"{names[0]} / {names[1]}: median {statistics.median(ratios):.2f}x "
+          f"({min(ratios):.2f}-{max(ratios):.2f}), {n} rounds")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--rows", type=int, default=50)
+    ap.add_argument("--only", default="mask,decode,forced,choice")
     args = ap.parse_args()
+    parts = set(args.only.split(","))
     eng = Engine()
     base = dict(
         max_tokens=args.tokens, temperature=0, repetition_penalty=1, reuse_cache=False, batch=False
     )
     first = eng.submit(Request(PROMPT, schema=SCHEMA, **base)).result()  # load, warm up
     eng.submit(Request(PROMPT, **base)).result()
-    print(f"mask per token: {mask_us(eng, first.token_ids):.0f} us (median over "
-          f"{len(first.token_ids)} tokens of a JSON object)")  # fmt: skip
-    sides = {"schema": [], "free": []}
-    ratios = []
-    for r in range(args.rounds):
-        order = ["schema", "free"] if r % 2 == 0 else ["free", "schema"]
-        got = {}
-        for side in order:
+    if "mask" in parts:
+        print(f"mask per token: {mask_us(eng, first.token_ids):.0f} us (median over "
+              f"{len(first.token_ids)} tokens of a JSON object)")  # fmt: skip
+    if "decode" in parts:
+        print("-- decode tok/s, schema vs free")
+
+        def decode(side):
             req = Request(PROMPT, schema=SCHEMA if side == "schema" else None, **base)
-            got[side] = eng.submit(req).result().stats.generation_tps
-            sides[side].append(got[side])
-        ratios.append(got["schema"] / got["free"])
-        print(f"round {r + 1}: schema {got['schema']:.1f} tok/s, free {got['free']:.1f} tok/s")
-    for side, v in sides.items():
-        print(f"{side}: median {statistics.median(v):.1f} tok/s ({min(v):.1f}-{max(v):.1f})")
-    print(f"schema / free: median {statistics.median(ratios):.2f}x "
-          f"({min(ratios):.2f}-{max(ratios):.2f}), {args.rounds} rounds")  # fmt: skip
+            return eng.submit(req).result().stats.generation_tps
+
+        rounds(args.rounds, {"schema": "tok/s", "free": "tok/s"}, decode)
+    if "forced" in parts:
+        print("-- one JSON object alone: forced tokens in one pass vs every token masked")
+        fast = Schema.of(BOUNDED)
+        schemas = {"forced": fast, "masked": dataclasses.replace(fast, fast=False)}
+        full = dict(base, max_tokens=200)
+
+        def forced(side):
+            r = eng.submit(Request(PROMPT, schema=schemas[side], **full)).result()
+            st = r.stats
+            print(f"  {side}: {len(r.token_ids)} tokens, {st.decode_steps} passes, "
+                  f"{r.finish_reason}")  # fmt: skip
+            return st.total_s - st.ttft_s
+
+        rounds(args.rounds, {"forced": "s", "masked": "s"}, forced)
+    if "choice" in parts:
+        import pandas as pd
+
+        print(f"-- {args.rows} rows classified: choice path vs token-by-token mask")
+        texts = [
+            f"{NAMES[i % 10]} is {20 + i} years old and feels {MOODS[i % 3]} today."
+            for i in range(args.rows)
+        ]
+        df = pd.DataFrame({"text": texts})
+        fast = Schema.choice(LABELS)
+        schemas = {"choice": fast, "masked": dataclasses.replace(fast, fast=False)}
+        kw = dict(max_tokens=8, temperature=0, repetition_penalty=1, reuse_cache=False)
+
+        def choice(side):
+            t0 = time.perf_counter()
+            res = mlx_notebook.map(df, CHOICE_TEMPLATE, schema=schemas[side], backend=eng, **kw)
+            wall = time.perf_counter() - t0
+            steps = sum(r.stats.decode_steps for r in res) / len(res)
+            bad = sum(t not in LABELS for t in res.texts)
+            print(f"  {side}: {steps:.2f} decode steps per row, {bad} answers off the list")
+            return wall / args.rows
+
+        rounds(args.rounds, {"choice": "s/row", "masked": "s/row"}, choice)
     eng.close()
 
 

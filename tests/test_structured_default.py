@@ -1,5 +1,6 @@
 """Structured output on the bundled model (issue 24's acceptance): 50 rows, every path."""
 
+import dataclasses
 import json
 from typing import Literal
 
@@ -8,6 +9,7 @@ import pytest
 
 import mlx_notebook
 from mlx_notebook.engine import Request
+from mlx_notebook.schema import Schema
 
 pytestmark = pytest.mark.slow
 
@@ -62,10 +64,10 @@ def test_fifty_rows_validate_and_come_back_typed(default_engine, frame):
 
 
 def test_lookup_suffix_and_solo_give_the_batched_texts(default_engine, frame):
-    # 20 of the rows, each three more times alone (the 50-row run above is batched):
-    # about two minutes here; all 50 would add five to every CI run.
+    # All 50 rows, each three more times alone (forced tokens ride in one pass, so
+    # a row alone costs about half its tokens in steps).
     Person = person_schema()
-    part = frame.iloc[:20]
+    part = frame
     batched = mlx_notebook.map(part, TEMPLATE, schema=Person, backend=default_engine, **GREEDY)
     prompts = [TEMPLATE.format(text=t) for t in part["text"]]
     for i, p in enumerate(prompts):
@@ -74,3 +76,23 @@ def test_lookup_suffix_and_solo_give_the_batched_texts(default_engine, frame):
             req = Request(p, schema=Person, remember=False, **GREEDY, **extra)
             got = default_engine.submit(req).result(timeout=300)
             assert got.text == want, (i, extra, got.text, want)
+
+
+MOOD_LABELS = ["cheerful", "grumpy", "calm", "mixed feelings"]
+
+
+def test_fifty_rows_classified_with_choices(default_engine, frame):
+    # --choice over 50 rows: every answer is one of the choices, the column is a
+    # categorical of them, and the choice path takes fewer steps than the mask.
+    template = "How does this person feel: cheerful, grumpy, calm or mixed feelings? {text}"
+    res = mlx_notebook.map(frame, template, schema=MOOD_LABELS, backend=default_engine, **GREEDY)
+    assert all(r.finish_reason == "stop" for r in res), res.summary()
+    assert set(res.texts) <= set(MOOD_LABELS)
+    col = res.to_frame()["value"]
+    assert list(col.cat.categories) == MOOD_LABELS and col.notna().all()
+    masked = dataclasses.replace(Schema.choice(MOOD_LABELS), fast=False)
+    part = frame.iloc[:10]
+    slow = mlx_notebook.map(part, template, schema=masked, backend=default_engine, **GREEDY)
+    assert set(slow.texts) <= set(MOOD_LABELS)
+    fast_steps = sum(r.stats.decode_steps for r in list(res)[:10])
+    assert fast_steps < sum(r.stats.decode_steps for r in slow)
