@@ -16,6 +16,7 @@ from ..engine.events import Event
 from ..mapping import MapResult, MapRun, fill_rows, rows_of
 from ..template import cell_body, visible
 from .markup import escape
+from .over_fields import fields_table
 from .render import STYLE, ViewState, stats_line
 from .view import LiveView
 
@@ -129,7 +130,9 @@ class MapRenderer:
             f'<div class="prog"><span class="bar"><div style="width:{pct:.1f}%"></div></span>'
             f"{escape(figures)}</div>"
         )
-        if done < total:
+        if self.run.schema is not None:  # the schema's fields, filling in row by row
+            parts.append(fields_table(self.run.schema, self.states, live=done < total))
+        elif done < total:
             live = [i for i, s in enumerate(self.states) if s.finished is None and s.tokens]
             for i in live[:PREVIEW_ROWS]:
                 tail = self.states[i].text[-PREVIEW_CHARS:]

@@ -77,6 +77,7 @@ color:{_UI};cursor:pointer}}
 .mlxnb table.grid td{{overflow-wrap:break-word;vertical-align:top}}
 .mlxnb table.grid.auto{{table-layout:auto;width:auto}}
 .mlxnb table.grid.auto td,.mlxnb table.grid.auto th{{white-space:nowrap}}
+.mlxnb table.grid.fields{{table-layout:auto}}
 .mlxnb table.grid th,.mlxnb table.grid td{{padding:2px 8px;text-align:left;
 border-bottom:1px solid var(--jp-border-color2,rgba(127,127,127,.3))}}
 .mlxnb svg{{color:{_UI};max-width:100%}}

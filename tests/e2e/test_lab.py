@@ -457,3 +457,50 @@ def test_server_and_kernels_are_torn_down(tmp_path, tiny_dir, chromium):
         )
     assert leftovers(state) == []
     shutil.rmtree(root, ignore_errors=True)
+
+
+STRUCTURED = [
+    "import pandas as pd, pydantic\nfrom typing import Literal\n"  # 1
+    "Short = pydantic.constr(max_length=16)\n"
+    "class Person(pydantic.BaseModel):\n    name: Short\n"
+    "    age: pydantic.conint(ge=0, le=120)\n    mood: Literal['pos', 'neg', 'neutral']\n"
+    "    hobbies: pydantic.conlist(Short, max_length=3)\n"
+    "df = pd.DataFrame({'text': [f'{n} is {a} years old, feels {m} and likes {h}.' "
+    "for n, a, m, h in [('Ann', 31, 'cheerful', 'chess'), ('Bob', 45, 'grumpy', 'golf'), "
+    "('Cai', 27, 'calm', 'tea'), ('Dee', 60, 'cheerful', 'hiking')]]})",
+    "%%generate --over df --schema Person -t 0 -n 80 -o res\n"  # 2: the default model
+    "Extract name, age, mood (pos, neg or neutral) and hobbies as JSON: {text}",
+    "res.to_frame()[['name', 'age', 'mood', 'valid']]",  # 3
+    "%%generate --choice positive,negative,neutral -t 0\n"  # 4
+    "Is this review positive, negative or neutral? 'Great food, slow service.'",
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_structured_output(lab, artifacts, theme):
+    page = lab(STRUCTURED)
+    set_theme(page, theme)
+    slug = theme.split()[-1].lower()
+    cells = page.locator(".jp-Notebook .jp-Cell")
+
+    def out(i):  # Lab renders cells lazily: bring it on screen first
+        cells.nth(i).scroll_into_view_if_needed()
+        return cells.nth(i).locator(".jp-OutputArea")
+
+    run_done(page, 1, 120)
+    run_cell(page, 2)
+    table = out(2).locator("table.fields")
+    step("the field columns show", lambda: table.count() == 1, 180)
+    heads = table.first.locator("th").all_inner_texts()
+    assert heads == ["#", "name", "age", "mood", "hobbies", "valid"], heads
+    step("every row valid", lambda: out(2).locator("table.fields .ok").count() == 4, 300)
+    out(2).screenshot(path=str(artifacts / f"structured-{slug}-over.png"))
+    run_done(page, 3, 60)
+    frame = out(3).inner_text()
+    assert "Ann" in frame and "31" in frame and "True" in frame, frame
+    run_done(page, 4, 120)
+    step("a choice", lambda: "done" in state_word(out(4)), 60)
+    answer = out(4).locator(".mlxnb").first.inner_text()
+    assert any(w in answer for w in ("positive", "negative", "neutral")), answer
+    out(4).screenshot(path=str(artifacts / f"structured-{slug}-choice.png"))
+    assert broken_words(page, ".mlxnb table.fields td") == []
