@@ -69,14 +69,17 @@ class Harness:
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg["content"]
 
-    def output(self, code, timeout=30):
-        """Run ``code``; return (reply content, the text it produced)."""
+    def output(self, code, timeout=30, quiet=False):
+        """Run ``code``; return (reply content, the text it produced).
+
+        Unless ``quiet`` (the code prints nothing), wait up to ``timeout`` for text.
+        """
         msg_id = self.execute(code, wait=False)
         reply = self.reply(msg_id, timeout)
         self.idle(msg_id, timeout)
         # ipykernel 7 flushes stdout from its IOPub thread: a stream message can come
-        # a moment after the idle status. Give late output a short grace period.
-        deadline = time.monotonic() + 2.0
+        # after the idle status, seconds after on a busy machine.
+        deadline = time.monotonic() + (0 if quiet else timeout)
         while not self.texts(msg_id) and time.monotonic() < deadline:
             time.sleep(0.02)
         return reply, self.texts(msg_id)
@@ -160,6 +163,16 @@ class Harness:
                 return result
             time.sleep(0.02)
         raise TimeoutError(f"timed out after {timeout} s waiting for: {what}")
+
+    def new_view(self, before, timeout=30):
+        """The ``(html, stop_button)`` comm ids of a view opened since ``before`` (both arrived)."""
+
+        def found():
+            htmls = [c for c in self.widgets("HTMLModel") if c not in before]
+            stops = [c for c in self.widgets("ButtonModel", description="Stop") if c not in before]
+            return (htmls[0], stops[0]) if htmls and stops else None
+
+        return self.wait_for("a view and its Stop button", found, timeout)
 
     def click(self, cid):
         """What a browser sends when the button is clicked."""

@@ -213,11 +213,7 @@ def test_chat_cells_in_a_real_kernel(tiny_dir, tmp_path):
             return mid, before
 
         def view(before):
-            html = k.wait_for(
-                "the view", lambda: [c for c in k.widgets("HTMLModel") if c not in before], 30
-            )[0]
-            (button,) = [c for c in k.widgets("ButtonModel", description="Stop") if c not in before]
-            return html, button
+            return k.new_view(before)
 
         m1, b1 = cell("Hello there", "-n 8")
         k.wait_for("turn 1 done", lambda: k.final_output(m1), 30)

@@ -8,12 +8,29 @@ from kernel_harness import Harness
 pytestmark = pytest.mark.kernel
 
 
+# A model that never ends by itself: the tiny random model's greedy text can reach
+# end-of-sequence when prefill chunks (sized by time) differ on a busy machine.
+ENDLESS = """
+import mlx_notebook
+from pathlib import Path
+from mlx_lm.utils import load_tokenizer
+from mlx_notebook.testing import ScriptedModel
+tok = load_tokenizer(Path({tiny!r}))
+words = tok.encode(" and on", add_special_tokens=False)
+eng = mlx_notebook.Engine.default()
+eng.call(lambda: eng.registry.register("endless", ScriptedModel(
+    len(tok.get_vocab()), lambda p, t: words[p % len(words)], delay_s=0.01
+), tok)).result()
+"""
+
+
 @pytest.fixture(scope="module")
 def kernel(tiny_dir):
     h = Harness()
     try:
         r = h.execute("%load_ext mlx_notebook")
         assert r["status"] == "ok"
+        assert h.execute(ENDLESS.format(tiny=tiny_dir))["status"] == "ok"
         yield h
     finally:
         h.close()
@@ -46,7 +63,7 @@ def view_of(k, before, n=1):
 
 def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
     k = kernel
-    msg_id, before = start(k, f"-m {tiny_dir} -n 100000 --raw")
+    msg_id, before = start(k, "-m endless -n 100000 --raw")
     reply = k.reply(msg_id, 30)
     assert reply["status"] == "ok"  # the cell returned at once
     (html,), (button,) = view_of(k, before)
@@ -83,11 +100,11 @@ def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
 
 def test_two_cells_stream_concurrently_and_stop_one(kernel, tiny_dir):
     k = kernel
-    m1, b1 = start(k, f"-m {tiny_dir} -n 100000 --raw")
+    m1, b1 = start(k, "-m endless -n 100000 --raw")
     k.reply(m1)
     (h1,), (s1,) = view_of(k, b1)
     k.wait_for("first generating", lambda: "generating" in (k.value(h1, "value") or ""))
-    m2, b2 = start(k, f"-m {tiny_dir} -n 100000 --raw", prompt="Rivers flow")
+    m2, b2 = start(k, "-m endless -n 100000 --raw", prompt="Rivers flow")
     k.reply(m2)
     (h2,), (s2,) = view_of(k, b2)
     # The second streams while the first is still generating: no queue between them.
@@ -151,7 +168,7 @@ def test_queueing_two_cells(kernel, tiny_dir):
 
 
 def _queueing_two_cells(k, tiny_dir):
-    m1, b1 = start(k, f"-m {tiny_dir} -n 100000 --raw")
+    m1, b1 = start(k, "-m endless -n 100000 --raw")
     k.reply(m1)
     (h1,), (s1,) = view_of(k, b1)
     k.wait_for("first generating", lambda: "generating" in (k.value(h1, "value") or ""))
@@ -174,7 +191,7 @@ def _queueing_two_cells(k, tiny_dir):
 
 def test_wait_then_kernel_interrupt(kernel, tiny_dir):
     k = kernel
-    msg_id, before = start(k, f"-m {tiny_dir} -n 100000 --raw --wait -o waited")
+    msg_id, before = start(k, "-m endless -n 100000 --raw --wait -o waited")
     (html,), (button,) = view_of(k, before)
     k.wait_for(
         "streaming while the cell blocks", lambda: "generating" in (k.value(html, "value") or "")
@@ -196,7 +213,7 @@ def test_wait_then_kernel_interrupt(kernel, tiny_dir):
 
 def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
     k = kernel
-    m, before = start(k, f"-m {tiny_dir} -n 100000 --raw -o bg")
+    m, before = start(k, "-m endless -n 100000 --raw -o bg")
     k.reply(m)
     view_of(k, before)
     mid = k.execute("bg.wait()", wait=False)
@@ -213,7 +230,7 @@ def test_interrupt_on_an_idle_kernel_stops_streaming_generations(kernel, tiny_di
     k = kernel
     views = []
     for name in ("idle1", "idle2"):
-        m, before = start(k, f"-m {tiny_dir} -n 100000 --raw -o {name}")
+        m, before = start(k, f"-m endless -n 100000 --raw -o {name}")
         assert k.reply(m)["status"] == "ok"  # the cell is done; its view streams on
         views.append(view_of(k, before)[0][0])
     k.wait_for("both streaming", lambda: all(
@@ -239,14 +256,14 @@ def test_unloading_restores_the_idle_interrupt_handler(kernel, tiny_dir):
     )
     _, out = k.output(probe)
     assert "True" in out
-    k.output("%unload_ext mlx_notebook")
+    k.output("%unload_ext mlx_notebook", quiet=True)
     _, out = k.output(probe)
     assert "False" in out
     _, out = k.output(
         "import signal\nprint(get_ipython().kernel.saved_sigint_handler is signal.SIG_IGN)"
     )
     assert "True" in out  # ipykernel's own idle handler is back
-    k.output("%load_ext mlx_notebook")
+    k.output("%load_ext mlx_notebook", quiet=True)
     _, out = k.output(probe)
     assert "True" in out
 
@@ -254,10 +271,11 @@ def test_unloading_restores_the_idle_interrupt_handler(kernel, tiny_dir):
 def test_run_all_reads_finished_results_in_the_next_cells(kernel, tiny_dir):
     """Cells sent back to back, as Run All sends them: reads wait for the generations."""
     k = kernel
-    k.output("import pandas as pd\ndf = pd.DataFrame({'topic': ['rivers', 'lakes', 'seas']})")
-    first = k.execute(f"%%generate -m {tiny_dir} --raw -n 40 --over df -o res\nAbout {{topic}}",
+    frame = "import pandas as pd\ndf = pd.DataFrame({'topic': ['rivers', 'lakes', 'seas']})"
+    k.output(frame, quiet=True)
+    first = k.execute("%%generate -m endless --raw -n 40 --over df -o res\nAbout {topic}",
                       wait=False)  # fmt: skip
-    second = k.execute(f"%%generate -m {tiny_dir} --raw -n 60 -o h\nHello", wait=False)
+    second = k.execute("%%generate -m endless --raw -n 60 -o h\nHello", wait=False)
     third = k.execute(
         "f = res.to_frame()\nprint(f['finish_reason'].tolist(), f['generation_tokens'].tolist())\n"
         "print(h.finish_reason, h.stats.generation_tokens, len(h.text) == len(h.partial_text))",

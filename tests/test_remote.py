@@ -182,10 +182,7 @@ def test_generate_streams_from_the_server_in_a_real_kernel_and_stops(server):
         before = set(k.state)
         mid = k.execute(f"%%generate -m {server} -n 3000 --raw -f text -o r\n{PROMPT}", wait=False)
         assert k.reply(mid, 30)["status"] == "ok"  # returns at once
-        html = k.wait_for(
-            "a view", lambda: [c for c in k.widgets("HTMLModel") if c not in before], 30
-        )[0]
-        (button,) = [c for c in k.widgets("ButtonModel", description="Stop") if c not in before]
+        html, button = k.new_view(before)
         k.wait_for("streaming", lambda: "generating" in (k.value(html, "value") or ""), 30)
         assert server in k.value(html, "value")  # the header names the server's model
         k.click(button)

@@ -392,18 +392,25 @@ MANNERS = [
 ]
 
 
+def themed(lab, cells, theme):
+    """Open ``cells`` in ``theme``: the page, the theme's slug, and ``out(i)``."""
+    page = lab(cells)
+    set_theme(page, theme)
+    located = page.locator(".jp-Notebook .jp-Cell")
+
+    def out(i):  # Lab renders cells lazily: bring it on screen first
+        located.nth(i).scroll_into_view_if_needed()
+        return located.nth(i).locator(".jp-OutputArea")
+
+    return page, theme.split()[-1].lower(), out
+
+
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
 def test_notebook_manners(lab, artifacts, theme):
     import time
 
-    page = lab(MANNERS)
-    set_theme(page, theme)
-    slug = theme.split()[-1].lower()
+    page, slug, out = themed(lab, MANNERS, theme)
     cells = page.locator(".jp-Notebook .jp-Cell")
-
-    def out(i):  # Lab renders cells lazily: bring it on screen first
-        cells.nth(i).scroll_into_view_if_needed()
-        return cells.nth(i).locator(".jp-OutputArea")
 
     def count(i):
         cells.nth(i).scroll_into_view_if_needed()
@@ -478,15 +485,7 @@ STRUCTURED = [
 
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
 def test_structured_output(lab, artifacts, theme):
-    page = lab(STRUCTURED)
-    set_theme(page, theme)
-    slug = theme.split()[-1].lower()
-    cells = page.locator(".jp-Notebook .jp-Cell")
-
-    def out(i):  # Lab renders cells lazily: bring it on screen first
-        cells.nth(i).scroll_into_view_if_needed()
-        return cells.nth(i).locator(".jp-OutputArea")
-
+    page, slug, out = themed(lab, STRUCTURED, theme)
     run_done(page, 1, 120)
     run_cell(page, 2)
     table = out(2).locator("table.fields")
