@@ -30,6 +30,7 @@ __all__ = [
     "last",
     "load_ipython_extension",
     "map",
+    "score",
     "sweep",
     "unload_ipython_extension",
 ]
@@ -67,6 +68,31 @@ def generate(prompt, **fields) -> Result:
 
     route = backend_for(fields.pop("model", "default"))
     return route.backend.submit(Request(prompt, model=route.model, **fields)).result()
+
+
+def score(text, prompt=None, *, model: str = "default", **kw):
+    """Per-token log-probabilities of ``text`` (or a conversation's last reply), no generation.
+
+    Args:
+        text: A string, token ids, or chat messages ending with the assistant reply.
+        prompt: Score ``text`` as the reply to this prompt.
+        model: A local model spec.
+        **kw: ``chat``, ``system``, ``top_k`` (alternatives per token, 0..20; 5).
+
+    Returns:
+        A `TokenTable`: records with ``.to_frame()``, ``.perplexity``, ``.mean_logprob``.
+
+    Raises:
+        ValueError: A server model (scoring needs the model's logits here), or
+            nothing to score.
+    """
+    from .engine.backend import backend_for
+
+    route = backend_for(model)
+    scorer = getattr(route.backend, "score", None)
+    if scorer is None:
+        raise ValueError(f"score: needs a local model ({model!r} is a server)")
+    return scorer(text, prompt, model=route.model, **kw)
 
 
 def compare(prompt, **kw):

@@ -22,12 +22,19 @@ def encode_prompt(request: Request, tokenizer) -> list[int]:
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
         if request.system:
             text = f"{request.system}\n\n{text}"
-    # The same rule as mlx_lm.stream_generate, so results match it token for token.
-    bos = getattr(tokenizer, "bos_token", None)
-    ids = tokenizer.encode(text, add_special_tokens=bos is None or not text.startswith(bos))
+    ids = encode_text(tokenizer, text)
     if not ids:
         raise ValueError("prompt: encodes to no tokens")
-    return list(ids)
+    return ids
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Ids of ``text``, with BOS unless the text (a rendered template) starts with it.
+
+    The same rule as mlx_lm.stream_generate, so results match it token for token.
+    """
+    bos = getattr(tokenizer, "bos_token", None)
+    return list(tokenizer.encode(text, add_special_tokens=bos is None or not text.startswith(bos)))
 
 
 def fit_context(n_prompt: int, max_tokens: int, context: int | None, model: str) -> int:

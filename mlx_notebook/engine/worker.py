@@ -164,6 +164,37 @@ class Engine(Scheduling):
         """Blocking convenience: ``submit(Request(prompt, **fields)).result()``."""
         return self.submit(Request(prompt, **fields)).result()
 
+    def score(
+        self,
+        text,
+        prompt=None,
+        *,
+        model: str = "default",
+        chat: bool | None = None,
+        system: str | None = None,
+        top_k: int = 5,
+    ):
+        """Per-token log-probabilities of ``text`` under ``model``, without generating.
+
+        One prefill over the context and the text, on the worker (see
+        `scoring.split_tokens` for what is scored: a text, a reply to ``prompt``,
+        or the last assistant message of a conversation).
+
+        Returns:
+            A `TokenTable` (``.to_frame()``, ``.perplexity``, ``.mean_logprob``).
+
+        Raises:
+            ValueError: Nothing to score, or ``top_k`` out of 0..20.
+        """
+        from .scoring import score_tokens, split_tokens
+
+        def work():
+            lm = self.registry.get(model)
+            ctx, scored = split_tokens(lm.tokenizer, text, prompt, chat, system)
+            return score_tokens(lm.model, lm.tokenizer, ctx, scored, top_k)
+
+        return self.call(work).result()
+
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` on the worker thread at its next safe point; return its Future.
 
