@@ -228,7 +228,7 @@ def stats_line(f: Finished) -> str:
         bits += [f"TTFT {s.ttft_s:.2f} s", f"prompt {s.prompt_tps:.0f} tok/s"]
     if s.generation_tokens > 1:
         bits.append(f"decode {s.generation_tps:.1f} tok/s")
-    bits.append(f"{s.generation_tokens} tokens")
+    bits.append(f"{s.generation_tokens} token{'' if s.generation_tokens == 1 else 's'}")
     if s.acceptance_rate is not None:
         bits.append(f"accepted {s.acceptance_rate:.0%} of {s.draft_tokens_proposed} drafts")
     if s.cached_tokens:

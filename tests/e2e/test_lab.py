@@ -486,6 +486,7 @@ STRUCTURED = [
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
 def test_structured_output(lab, artifacts, theme):
     page, slug, out = themed(lab, STRUCTURED, theme)
+    run_done(page, 0)
     run_done(page, 1, 120)
     run_cell(page, 2)
     table = out(2).locator("table.fields")
@@ -496,7 +497,7 @@ def test_structured_output(lab, artifacts, theme):
     out(2).screenshot(path=str(artifacts / f"structured-{slug}-over.png"))
     run_done(page, 3, 60)
     frame = out(3).inner_text()
-    assert "Ann" in frame and "31" in frame and "True" in frame, frame
+    assert "Bob" in frame and "45" in frame and "True" in frame, frame  # typed, valid
     run_done(page, 4, 120)
     step("a choice", lambda: "done" in state_word(out(4)), 60)
     answer = out(4).locator(".mlxnb").first.inner_text()
