@@ -46,7 +46,16 @@ class TokenRecord:
 
 
 class TokenTable(list):
-    """A list of `TokenRecord` with summaries and a DataFrame view."""
+    """A list of `TokenRecord` with summaries and a DataFrame view.
+
+    In a notebook with the extension loaded it displays as the token inspector.
+    """
+
+    def __repr__(self) -> str:
+        return (
+            f"<TokenTable: {len(self)} tokens, mean logprob {self.mean_logprob:.3f}, "
+            f"perplexity {self.perplexity:.2f}; .to_frame() for every token>"
+        )
 
     @property
     def mean_logprob(self) -> float:

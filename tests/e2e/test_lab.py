@@ -504,3 +504,42 @@ def test_structured_output(lab, artifacts, theme):
     assert any(w in answer for w in ("positive", "negative", "neutral")), answer
     out(4).screenshot(path=str(artifacts / f"structured-{slug}-choice.png"))
     assert broken_words(page, ".mlxnb table.fields td") == []
+
+
+INSPECTOR = [
+    "import mlx_notebook\n"  # 1: the default model rates an answer
+    "t = mlx_notebook.score('The capital of France is Paris. It is known for the Eiffel "
+    "Tower and for cheese.', prompt='Tell me about France.')\nt",
+    f"mlx_notebook.score({EVIL!r}, model=TINY)",  # 2: hostile text, inspected
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_token_inspector(lab, artifacts, theme):
+    page, slug, out = themed(lab, INSPECTOR, theme)
+    run_done(page, 0)
+    run_done(page, 1, 180)
+    view = out(1).locator(".mlxnb .insp")
+    step("shaded tokens", lambda: view.locator(".tk").count() > 10, 30)
+    assert "perplexity" in out(1).inner_text()
+    assert out(1).locator(".legend-row .tk").count() == 5
+    worst = min(contrasts(page, ".mlxnb .insp > .tk"))
+    assert worst >= 4.5, worst  # the strongest tint still reads
+    # The least likely token: hover it, and its card lists the alternatives.
+    least = (
+        view.locator(".tk.b4").first
+        if view.locator(".tk.b4").count()
+        else view.locator(".tk.b3").first
+    )
+    least.hover()
+    card = least.locator(".card")
+    step("a hover card", lambda: card.is_visible(), 10)
+    assert card.locator("tr").count() >= 5 and "rank" in card.inner_text()
+    box = out(1).bounding_box()  # with room below for the card, which overflows it
+    clip = {**box, "height": box["height"] + 150}
+    page.screenshot(path=str(artifacts / f"inspector-{slug}.png"), clip=clip)
+    run_done(page, 2, 60)
+    shown = out(2).locator(".insp").inner_text()
+    assert "img src=x onerror=" in shown and "<script>" in shown  # shown as text
+    assert page.evaluate("() => window.__pwned") is None
+    assert out(2).locator(".insp img, .insp script").count() == 0

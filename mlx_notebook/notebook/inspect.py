@@ -1,0 +1,107 @@
+"""The token inspector: text shaded by each token's probability, a card per token on hover.
+
+Static HTML and CSS, no script, so it is saved with the notebook and shows the
+same when reopened without a kernel. Shading is one hue (orange) at five
+strengths: the less likely a token was, the stronger its tint. A single hue
+reads the same to colour-blind eyes, and the tints are translucent over the
+theme's background, under the theme's own text colour, in light and dark
+themes alike. Accepted draft tokens are underlined, one line style per source.
+Every piece of model text is escaped: hostile output stays inert.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .markup import escape
+from .style import STYLE
+
+# Lower bounds of the probability bands, most likely first: band i tints i.
+BANDS = (0.9, 0.5, 0.2, 0.05, 0.0)
+BAND_LABELS = ("≥ 0.9", "0.5–0.9", "0.2–0.5", "0.05–0.2", "< 0.05")
+_TINT = "230,97,0"  # orange: tell apart from blue without hue (colour-blind safe)
+_ALPHA = (0.0, 0.14, 0.28, 0.42, 0.56)
+SOURCES = {"prompt-lookup": "solid", "suffix": "dashed", "draft-model": "dotted"}
+
+CSS = (
+    "<style>"
+    # A card may reach past the output's box: JupyterLab's output areas scroll
+    # (overflow auto) and would clip it, so outputs holding an inspection don't.
+    ".jp-OutputArea-output:has(.mlxnb .insp),.jp-OutputArea-child:has(.mlxnb .insp),"
+    ".jp-OutputArea:has(.mlxnb .insp),.jp-Cell-outputWrapper:has(.mlxnb .insp)"
+    "{overflow:visible}"
+    ".jp-Cell:has(.mlxnb .insp:hover){z-index:5}"
+    ".mlxnb .insp{white-space:pre-wrap;font-family:var(--jp-code-font-family,monospace);"
+    "line-height:1.9;overflow-wrap:break-word}"
+    ".mlxnb .tk{position:relative;border-radius:2px;padding:1px 0}"
+    + "".join(f".mlxnb .b{i}{{background:rgba({_TINT},{a})}}" for i, a in enumerate(_ALPHA))
+    + "".join(
+        f".mlxnb .s-{name}{{border-bottom:2px {style} currentColor}}"
+        for name, style in SOURCES.items()
+    )
+    + ".mlxnb .tk>.card{display:none;position:absolute;left:0;top:1.6em;z-index:10;"
+    "min-width:14em;white-space:normal;padding:4px 8px;font-size:12px;line-height:1.4;"
+    "font-family:var(--jp-ui-font-family,sans-serif);"
+    "background:var(--jp-layout-color1,#fff);color:var(--jp-ui-font-color1,#000);"
+    "border:1px solid var(--jp-border-color1,#999);border-radius:3px;"
+    "box-shadow:0 2px 6px rgba(0,0,0,.3)}"
+    ".mlxnb .tk:hover>.card{display:block}"
+    ".mlxnb .card table{border-collapse:collapse}"
+    ".mlxnb .card table tr:nth-child(n),.mlxnb .card table td{background:transparent}"
+    ".mlxnb .card td{padding:0 6px 0 0;white-space:pre;text-align:left;border:none;"
+    "font-family:var(--jp-code-font-family,monospace)}"
+    ".mlxnb .card .me td{font-weight:700}"
+    ".mlxnb .legend-row{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;"
+    "margin:4px 0}"
+    ".mlxnb .legend-row .tk{padding:1px 6px;margin-right:4px;"
+    "border:1px solid var(--jp-border-color2,rgba(127,127,127,.4))}"
+    "</style>"
+)
+
+
+def band(prob: float) -> int:
+    """The shading band of a probability: 0 (≥ 0.9) to 4 (< 0.05)."""
+    return next(i for i, lo in enumerate(BANDS) if prob >= lo)
+
+
+def _visible(text: str) -> str:
+    """A token's text for the card: whitespace shown, not collapsed."""
+    return repr(text)[1:-1] if text.strip() == "" or "\n" in text else text
+
+
+def _card(r) -> str:
+    rows = [
+        f'<tr class="{"me" if tid == r.token_id else ""}"><td>{escape(_visible(t))}</td>'
+        f"<td>{math.exp(lp):.3f}</td></tr>"
+        for t, tid, lp in r.top
+    ]
+    if r.token_id not in {tid for _, tid, _ in r.top}:
+        rows.append(f'<tr class="me"><td>{escape(_visible(r.text))}</td><td>{r.prob:.3f}</td></tr>')
+    head = (
+        f"<b>{escape(_visible(r.text))}</b> · p {r.prob:.3f} · rank {r.rank} · "
+        f"entropy {r.entropy:.2f}" + (f" · {escape(r.source)}" if r.source != "text" else "")
+    )
+    return f'<span class="card">{head}<table>{"".join(rows)}</table></span>'
+
+
+def inspect_html(records, title: str = "") -> str:
+    """The inspection of ``records`` (`TokenRecord`): a legend, then the shaded text."""
+    out = []
+    for r in records:
+        classes = f"tk b{band(r.prob)}"
+        if r.source in SOURCES:
+            classes += f" s-{r.source}"
+        out.append(f'<span class="{classes}">{escape(r.text)}{_card(r)}</span>')
+    legend = "".join(
+        f'<span class="tk b{i}">{escape(label)}</span>' for i, label in enumerate(BAND_LABELS)
+    )
+    drafts = " · underlined: " + ", ".join(
+        f'<span class="s-{n}">{escape(n)}</span>' for n in SOURCES
+    )
+    used = {r.source for r in records}
+    head = f'<div class="hdr">{escape(title)}</div>' if title else ""
+    return (
+        f'{STYLE}{CSS}<div class="mlxnb">{head}<div class="legend-row">probability: {legend}'
+        f"{drafts if used & set(SOURCES) else ''} · hover a token for its alternatives</div>"
+        f'<div class="insp">{"".join(out)}</div></div>'
+    )

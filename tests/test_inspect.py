@@ -1,0 +1,69 @@
+"""The token inspector: shaded tokens, a hover card each, static and inert."""
+
+import math
+import re
+import time
+
+from mlx_notebook.engine.token_records import TokenRecord, TokenTable
+from mlx_notebook.notebook.inspect import band, inspect_html
+
+EVIL = '<img src=x onerror="alert(1)">'
+
+
+def rec(i, text, p, source="text", top=None):
+    top = top if top is not None else ((text, i, math.log(p)), ("other", 999, math.log(0.01)))
+    return TokenRecord(i, i, text, math.log(p), 1, 0.5, tuple(top), source)
+
+
+def test_bands_split_probabilities_from_certain_to_surprising():
+    assert [band(p) for p in (1.0, 0.9, 0.89, 0.5, 0.2, 0.05, 0.049, 0.0)] == [
+        0,
+        0,
+        1,
+        1,
+        2,
+        3,
+        4,
+        4,
+    ]
+
+
+def test_tokens_are_shaded_carded_underlined_and_escaped():
+    records = [
+        rec(0, "Hello", 0.95),
+        rec(1, " " + EVIL, 0.3, top=[("<b>x</b>", 7, math.log(0.6)), ("y", 8, math.log(0.1))]),
+        rec(2, "\n", 0.01, source="prompt-lookup"),
+    ]
+    html = inspect_html(records, title="t")
+    assert "<img" not in html and "&lt;img src=x onerror=" in html and "<b>x</b>" not in html
+    spans = re.findall(r'<span class="(tk b\d[^"]*)">', html)
+    assert spans[-3:] == ["tk b0", "tk b2", "tk b4 s-prompt-lookup"]
+    assert "underlined:" in html and "<script" not in html.lower()
+    # The card lists the alternatives, most likely first, and the token itself.
+    card = html.split('<span class="card">')[2].split("</span>")[0]
+    assert card.index("&lt;b&gt;x&lt;/b&gt;") < card.index("<td>y</td>")
+    assert "0.600" in card and "0.300" in card and "rank 1" in card
+    assert "\\n" in html.split('<span class="card">')[3]  # whitespace shown in its card
+
+
+def test_two_thousand_tokens_render_quickly():
+    records = [rec(i, f" w{i}", (i % 100 + 1) / 101) for i in range(2000)]
+    t0 = time.perf_counter()
+    html = inspect_html(records)
+    elapsed = time.perf_counter() - t0
+    assert html.count('class="card"') == 2000
+    assert elapsed < 1.0, elapsed  # 10x headroom over the 100 ms asked for
+
+
+def test_a_scored_table_displays_as_the_inspector(ipshell, engine, tiny_dir, monkeypatch):
+    # A kernel formats HTML; the terminal test shell has it off.
+    monkeypatch.setattr(ipshell.display_formatter.formatters["text/html"], "enabled", True)
+    ipshell.run_line_magic("load_ext", "mlx_notebook")
+    table = engine.score("the quick brown fox", model=tiny_dir)
+    data, _ = ipshell.display_formatter.format(table)
+    assert 'class="insp"' in data["text/html"] and "perplexity" in data["text/html"]
+    assert data["text/plain"].startswith("<TokenTable: ")
+    assert isinstance(table, TokenTable)
+    ipshell.run_line_magic("unload_ext", "mlx_notebook")
+    data, _ = ipshell.display_formatter.format(table)
+    assert "text/html" not in data
