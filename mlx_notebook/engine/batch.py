@@ -262,7 +262,7 @@ class Batch:
             if row.fresh:
                 row.fresh = False
                 continue
-            if row.out.add(v) or self._forced_end(row):
+            if row.out.add(v) or row.forced_end():
                 done.append(row)
         self._pending = nxt
         for row in done:
@@ -293,22 +293,6 @@ class Batch:
             lp = lg - mx.logsumexp(lg, keepdims=True)
             parts.append(row.setup.sample(lp, len(row.seq.tokens)))
         return mx.concatenate(parts)
-
-    @staticmethod
-    def _forced_end(row: Row) -> bool:
-        """Write a grammar's forced ending at once (a choice's last tokens, ``"]}``).
-
-        Returns whether the row ended: its forced tokens then cost no steps.
-        """
-        c = row.setup.constraint
-        if c is None or c.stopped:
-            return False
-        out = row.out
-        for t in c.forced_ending(out.max_tokens - len(out.generated)):
-            c.consume([t])  # one at a time: the output reads the grammar's state
-            if out.add(t):
-                return True
-        return False
 
     def _advance_constraints(self, rows: list[Row], values: list[int]) -> None:
         """Feed each constrained row's grammar the token this step fed, before its mask.

@@ -47,3 +47,18 @@ class Row:
         self.phase = "ready"
         if self.job.request.reuse_cache:
             self.state.cache.keep_prompt(self.seq)
+
+    def forced_end(self) -> bool:
+        """Write a grammar's forced ending at once (a choice's last tokens, ``"]}``).
+
+        Returns whether the row ended: its forced tokens then cost no steps.
+        """
+        c = self.setup.constraint
+        if c is None or c.stopped:
+            return False
+        out = self.out
+        for t in c.forced_ending(out.max_tokens - len(out.generated)):
+            c.consume([t])  # one at a time: the output reads the grammar's state
+            if out.add(t):
+                return True
+        return False
