@@ -37,6 +37,8 @@ def cells(tiny_dir):
             "chat=False, max_tokens=12, temperature=0)\npanel"
         ),
         "panel.generate()\nprint(panel.wait(60).finish_reason)\nprint(panel.last_result.text)",
+        # 10: a scored text, shown as the token inspector
+        f"mlx_notebook.score('Hello world. The quick brown fox.', model={tiny_dir!r})",
     ]
 
 

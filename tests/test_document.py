@@ -77,3 +77,14 @@ def test_nbconvert_html_shows_every_text(saved, tmp_path):
     page = html.unescape(page)  # nbconvert re-serializes entities its own way
     for name, text in texts.items():
         assert text in page, name
+
+
+def test_a_scored_text_is_saved_as_the_inspector(saved):
+    _, nb, _ = saved
+    (out,) = [o for o in nb.cells[10].outputs if o.output_type == "execute_result"]
+    assert set(out.data) == {"text/html", "text/plain"}
+    page = out.data["text/html"]
+    assert 'class="insp"' in page and "<script" not in page
+    tokens = page.count('class="tk b') - 5  # less the legend's five bands
+    assert tokens > 5 and page.count('class="card" style="display:none"') == tokens
+    assert out.data["text/plain"].startswith("<TokenTable: ")

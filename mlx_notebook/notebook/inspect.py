@@ -45,7 +45,7 @@ CSS = (
     "background:var(--jp-layout-color1,#fff);color:var(--jp-ui-font-color1,#000);"
     "border:1px solid var(--jp-border-color1,#999);border-radius:3px;"
     "box-shadow:0 2px 6px rgba(0,0,0,.3)}"
-    ".mlxnb .tk:hover>.card{display:block}"
+    ".mlxnb .tk:hover>.card{display:block!important}"
     ".mlxnb .card table{border-collapse:collapse}"
     ".mlxnb .card table tr:nth-child(n),.mlxnb .card table td{background:transparent}"
     ".mlxnb .card td{padding:0 6px 0 0;white-space:pre;text-align:left;border:none;"
@@ -70,8 +70,9 @@ def _visible(text: str) -> str:
 
 
 def _card(r) -> str:
+    me = ' class="me"'
     rows = [
-        f'<tr class="{"me" if tid == r.token_id else ""}"><td>{escape(_visible(t))}</td>'
+        f"<tr{me if tid == r.token_id else ''}><td>{escape(_visible(t))}</td>"
         f"<td>{math.exp(lp):.3f}</td></tr>"
         for t, tid, lp in r.top
     ]
@@ -81,7 +82,9 @@ def _card(r) -> str:
         f"<b>{escape(_visible(r.text))}</b> · p {r.prob:.3f} · rank {r.rank} · "
         f"entropy {r.entropy:.2f}" + (f" · {escape(r.source)}" if r.source != "text" else "")
     )
-    return f'<span class="card">{head}<table>{"".join(rows)}</table></span>'
+    # Hidden inline too: where a sanitizer strips the stylesheet (an untrusted
+    # notebook) the cards stay hidden and the text reads plainly.
+    return f'<span class="card" style="display:none">{head}<table>{"".join(rows)}</table></span>'
 
 
 def inspect_html(records, title: str = "") -> str:

@@ -345,6 +345,14 @@ def test_saved_notebook_reopens_without_a_kernel(
         )  # a restored, disconnected Panel is hidden
     else:  # unstyled: the widget's one plain line, then the snapshot
         assert shown.inner_text().count(live_line) <= 1
+    # The token inspector: its text reads; its cards stay hidden (styled or not).
+    insp = shown.locator(".insp").last
+    insp.scroll_into_view_if_needed()
+    assert "The quick brown fox." in insp.inner_text()
+    assert "rank" not in insp.inner_text() and not insp.locator(".card").first.is_visible()
+    if trusted:  # and a card shows on hover, as before saving
+        insp.locator(".tk").nth(3).hover()
+        step("a card on hover", lambda: insp.locator(".card").nth(3).is_visible(), 10)
     page.set_viewport_size({"width": 1400, "height": 1600})
     snapshot.scroll_into_view_if_needed()
     name = f"saved-panel-{'trusted' if trusted else 'untrusted'}-{widget_state}.png"
