@@ -147,6 +147,22 @@ class Schema:
             return TypeAdapter(src).validate_python(value)
         return value
 
+    def choice_texts(self) -> tuple[str, ...]:
+        """The exact texts a choice allows: the choices, or a JSON enum's values as JSON.
+
+        ``Literal["pos", "neg"]`` (``{"enum": [...], "type": "string"}``) gives
+        ``('"pos"', '"neg"')``. Empty for every other schema.
+        """
+        if self.kind == "choice":
+            return self.choices
+        js = self.json_schema or {}
+        enum = js.get("enum")
+        plain = set(js) <= {"enum", "type", "title", "description"}
+        if self.kind != "json" or not plain or not isinstance(enum, list) or not enum:
+            return ()
+        texts = tuple(json.dumps(v, ensure_ascii=False) for v in enum)
+        return texts if len(set(texts)) == len(texts) else ()
+
     def fields(self) -> list[str]:
         """Top-level property names of an object schema, in order (else empty)."""
         props = (self.json_schema or {}).get("properties")

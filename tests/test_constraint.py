@@ -240,3 +240,19 @@ def test_a_schema_the_tokenizer_cannot_write_is_refused_in_one_line(engine, gap_
         with pytest.raises(ValueError, match="tokenizer cannot write") as err:
             engine.submit(Request("x", model=gap_dir, chat=False, schema=schema))
         assert "\n" not in str(err.value)
+
+
+def test_a_literal_schema_is_decided_over_its_values_token_sequences(engine, tiny_dir):
+    from typing import Literal
+
+    mood = Literal["positive", "negative", "neutral"]
+    for p in PROMPTS[:3]:
+        r = run(engine, tiny_dir, p, batch=False, schema=mood)
+        assert r.finish_reason == "stop" and r.value in ("positive", "negative", "neutral")
+        assert r.text == f'"{r.value}"'
+        lm = engine.registry.get(tiny_dir)
+        c = for_schema(Schema.of(mood), lm.tokenizer, lm.logits_size or lm.vocab_size)
+        assert isinstance(c, ChoiceConstraint)
+        assert r.stats.decode_steps == len(r.token_ids) - replay(engine, tiny_dir, mood,
+                                                                r.token_ids)  # fmt: skip
+        assert run(engine, tiny_dir, p, schema=mood).token_ids == r.token_ids  # batched

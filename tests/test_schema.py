@@ -94,3 +94,12 @@ def test_value_of_a_stopped_generation_is_one_clear_line():
     with pytest.raises(ValueError, match="had no schema"):
         value_of(None, "x", "stop")
     json.dumps(s.json_schema)  # the JSON Schema is plain data
+
+
+def test_a_lone_enum_is_a_choice_between_its_json_texts():
+    assert Schema.of(Literal["pos", "neg"]).choice_texts() == ('"pos"', '"neg"')
+    assert Schema.of({"enum": [1, "é", None]}).choice_texts() == ("1", '"é"', "null")
+    assert Schema.choice(["a", "b"]).choice_texts() == ("a", "b")
+    for other in (int, {"type": "object", "properties": {"m": {"enum": ["x"]}}},
+                  {"enum": ["a"], "maxLength": 3}):  # fmt: skip
+        assert Schema.of(other).choice_texts() == ()

@@ -18,9 +18,10 @@ Two fast paths (``Schema.fast``, on by default):
   (``{"name": "`` and the like), the mask allows just that token (llguidance's
   fast-forward tokens), so every path writes the same tokens; a job decoding
   alone appends them without sampling and feeds them in one pass;
-* **choices** (`ChoiceConstraint`): the choices' own token sequences form a
-  trie; a position where they part takes one forward pass, and a position
-  where only one choice remains is forced.
+* **choices** (`ChoiceConstraint`; also a schema that is one enum, such as
+  ``Literal["pos", "neg"]``): the choices' own token sequences form a trie; a
+  position where they part takes one forward pass, and a position where only one
+  choice remains is forced.
 
 Once the grammar is complete only the end-of-sequence token is allowed, so a
 constrained job ends by itself, with finish reason ``stop``.
@@ -64,8 +65,9 @@ def for_schema(schema, tokenizer, width: int):
         ValueError: The model's tokenizer cannot write what the schema needs.
     """
     eos = list(tokenizer.eos_token_ids)
-    if schema.kind == "choice" and schema.fast:
-        return ChoiceConstraint(tokenizer, schema.choices, width, eos)
+    texts = schema.choice_texts()  # choices, or a top-level enum's JSON texts
+    if texts and schema.fast:
+        return ChoiceConstraint(tokenizer, texts, width, eos)
     info = grammar_info(tokenizer, width)
     return Constraint(info, schema.grammar, width, eos, jump=schema.fast)
 
