@@ -31,6 +31,7 @@ class MapRow:
         finish_reason: ``"stop"``, ``"length"``, ``"cancelled"`` or ``"error"``.
         error: One-line error text, for ``"error"``.
         stats: Its timing and size figures.
+        records: Its per-token records, when the rows asked for ``logprobs``.
     """
 
     index: int
@@ -39,6 +40,7 @@ class MapRow:
     finish_reason: str
     error: str | None = None
     stats: Stats = field(default_factory=Stats)
+    records: list = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -102,6 +104,19 @@ class MapResult:
     def texts(self) -> list[str]:
         """Each row's text, in input order."""
         return [r.text for r in self._settle().rows]
+
+    def tokens(self, i: int):
+        """Row ``i``'s per-token records, a `TokenTable` (rows run with ``logprobs``).
+
+        Raises:
+            ValueError: The rows did not ask for ``logprobs``.
+        """
+        from .engine.token_records import TokenTable
+
+        row = self._settle().rows[i]
+        if not row.records and row.text:
+            raise ValueError("tokens: ask for them with logprobs=K (0..20) or --logprobs K")
+        return TokenTable(row.records)
 
     @property
     def valid(self) -> list[bool]:
@@ -347,7 +362,11 @@ class MapRun:
             if fin is None:
                 rows.append(MapRow(i, prompt, job.text, "running"))
             else:
-                rows.append(MapRow(i, prompt, fin.text, fin.finish_reason, fin.error, fin.stats))
+                asked = job.request.logprobs is not None
+                records = job.result(raise_on_error=False).records if asked else []
+                rows.append(
+                    MapRow(i, prompt, fin.text, fin.finish_reason, fin.error, fin.stats, records)
+                )
         return MapResult(rows, self.elapsed(), schema=self.schema)
 
     def wait(self, timeout: float | None = None) -> MapResult:

@@ -21,6 +21,12 @@ def other_vocab_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def draft_dir(tmp_path_factory):
+    """A one-layer tiny model with ``tiny_dir``'s vocabulary: a draft model."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("cdraft"), seed=1, num_hidden_layers=1))
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_dir):
     from pathlib import Path
 

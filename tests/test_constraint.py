@@ -27,11 +27,6 @@ PERSON = {
 PROMPTS = [f"Person number {i}, described:" for i in range(6)]
 
 
-@pytest.fixture(scope="module")
-def draft_dir(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("cdraft"), seed=1, num_hidden_layers=1))
-
-
 def run(engine, model, prompt, **kw):
     kw.setdefault("schema", PERSON)
     kw.setdefault("temperature", 0)

@@ -67,3 +67,17 @@ def test_a_scored_table_displays_as_the_inspector(ipshell, engine, tiny_dir, mon
     ipshell.run_line_magic("unload_ext", "mlx_notebook")
     data, _ = ipshell.display_formatter.format(table)
     assert "text/html" not in data
+
+
+def test_an_inspecting_view_tints_while_streaming_and_cards_at_the_end():
+    from mlx_notebook.engine.events import Finished, Stats, Token
+    from mlx_notebook.notebook.render import ViewState
+
+    s = ViewState(fmt="text", inspect=True)
+    for i, (text, p) in enumerate([("Hi", 0.9), (" <b>", 0.01)]):
+        s.apply(Token(text, i, False, i, info=rec(i, text, p)))
+    live = s.html()
+    assert 'class="insp"' in live and 'class="card"' not in live and "<b>" not in live
+    s.apply(Finished("Hi <b>", "length", stats=Stats()))
+    done = s.html()
+    assert done.count('class="card"') == 2 and "&lt;b&gt;" in done

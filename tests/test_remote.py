@@ -89,6 +89,8 @@ def test_jobs_queue_fifo_and_a_queued_one_can_be_dropped(remote):
 def test_lookup_needs_a_local_model(remote):
     with pytest.raises(ValueError, match="--lookup .* needs a local model"):
         remote.submit(Request(PROMPT, draft="lookup"))
+    with pytest.raises(ValueError, match="logprobs: per-token records need a local model"):
+        remote.submit(Request(PROMPT, logprobs=2))
 
 
 def test_status_lists_the_server_and_its_models(remote, tiny_dir):

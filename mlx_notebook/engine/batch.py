@@ -262,7 +262,8 @@ class Batch:
             if row.fresh:
                 row.fresh = False
                 continue
-            if row.out.add(v) or row.forced_end():
+            rec = row.setup.recorder
+            if row.out.add(v, False, rec.record(v) if rec else None) or row.forced_end():
                 done.append(row)
         self._pending = nxt
         for row in done:
@@ -271,20 +272,26 @@ class Batch:
     def _sample(
         self, rows: list[Row], cur: mx.array, logits: mx.array, values: list[int] | None = None
     ) -> mx.array:
-        plain = not any(r.setup.processors or r.setup.constraint for r in rows)
+        plain = not any(r.setup.processors or r.setup.constraint or r.setup.recorder for r in rows)
         if plain and all(r.setup.greedy for r in rows):
             return mx.argmax(logits, axis=-1)
         if values is not None:
             self._advance_constraints(rows, values)
         parts = []
         for i, row in enumerate(rows):
-            lg = logits[i : i + 1]
+            lg = raw = logits[i : i + 1]
+            if row.setup.recorder is not None and row.setup.processors:
+                raw = lg + 0  # mlx-lm's processors assign into their input
             if row.setup.processors:
                 row.context = mx.concatenate([row.context, cur[i : i + 1]])
                 for p in row.setup.processors:
                     lg = p(row.context, lg)
             if row.setup.constraint is not None:  # after the processors, as alone
                 lg = row.setup.constraint.mask(lg)
+            if row.setup.recorder is not None:
+                c = row.setup.constraint
+                forced = c is not None and c.last_forced
+                row.setup.recorder.stash(lg, None if lg is raw else raw, forced)
             if row.setup.greedy:
                 parts.append(mx.argmax(lg, axis=-1))
                 continue

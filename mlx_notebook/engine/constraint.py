@@ -81,6 +81,7 @@ class _Grammar:
 
     def __init__(self, width: int, eos) -> None:
         self.width = width
+        self.last_forced = False  # whether the last `mask` allowed just one token
         self._only_eos = np.zeros(width, dtype=bool)
         self._only_eos[[e for e in eos if 0 <= e < width]] = True
 
@@ -100,8 +101,9 @@ class _Grammar:
         An ended grammar allows only end-of-sequence (the job ends before it
         samples, except a batch row, whose extra sample is dropped).
         """
-        allow = mx.array(self._only_eos if self.stopped else self.allowed())
-        return mx.where(allow, logits, mx.array(-float("inf"), dtype=logits.dtype))
+        allow = self._only_eos if self.stopped else self.allowed()
+        self.last_forced = not self.stopped and int(allow.sum()) == 1
+        return mx.where(mx.array(allow), logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     def consume(self, tokens: list[int]) -> None:
         """Advance past generated ``tokens`` (each must be allowed)."""

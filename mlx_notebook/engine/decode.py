@@ -30,12 +30,14 @@ def make_step(
     history: list[int],
     greedy: bool = False,
     constraint=None,
+    recorder=None,
 ) -> Callable[[mx.array], mx.array]:
     """Build ``step(input_ids) -> sampled`` for the last position, as mlx-lm does.
 
     Logits processors see the full token context, prompt included. Greedy
     sampling takes the argmax of the raw logits: normalizing them first (a
-    log-sum-exp over the whole vocabulary) cannot change it.
+    log-sum-exp over the whole vocabulary) cannot change it. A ``recorder``
+    is handed the logits each token is drawn from.
     """
     ctx = mx.array(history[:-1], dtype=mx.uint32) if processors else None
     position = len(history) - 1  # of the first token fed: the prompt's last
@@ -43,7 +45,9 @@ def make_step(
     def step(ids: mx.array) -> mx.array:
         nonlocal ctx, position
         fed = list(seq.pending)  # forced tokens ride in front of ``ids``
-        logits = seq.forward(ids)[:, -1, :]
+        logits = raw = seq.forward(ids)[:, -1, :]
+        if recorder is not None and processors:
+            raw = logits + 0  # mlx-lm's processors assign into their input
         position += len(fed) + ids.size
         if processors:
             if fed:
@@ -53,9 +57,16 @@ def make_step(
                 logits = p(ctx, logits)
         if constraint is not None:  # after the processors, before sampling
             logits = constraint.mask(logits)
+        if recorder is not None:
+            forced = constraint is not None and constraint.last_forced
+            recorder.stash(logits, None if logits is raw else raw, forced)
         if greedy:
-            return mx.argmax(logits, axis=-1)
-        return sampler(logits - mx.logsumexp(logits, keepdims=True), position - 1)
+            y = mx.argmax(logits, axis=-1)
+        else:
+            y = sampler(logits - mx.logsumexp(logits, keepdims=True), position - 1)
+        if recorder is not None:
+            recorder.bind(y)  # its statistics evaluate with it: no extra wait
+        return y
 
     return step
 
@@ -71,6 +82,7 @@ def normal_tokens(
     stream,
     greedy: bool = False,
     constraint=None,
+    recorder=None,
 ) -> TokenStream:
     """Yield tokens one at a time, evaluating step n+1 while n is consumed.
 
@@ -87,10 +99,12 @@ def normal_tokens(
         stream: The MLX stream of the worker thread.
         greedy: The sampler is greedy (argmax); skip normalizing the logits.
         constraint: The job's grammar (`constraint.Constraint`), or None.
+        recorder: Per-token records (`recorder.Recorder`), or None: each
+            token's record is queued on it just before the token is yielded.
     """
-    step = make_step(seq, sampler, processors, history, greedy, constraint)
+    step = make_step(seq, sampler, processors, history, greedy, constraint, recorder)
     if constraint is not None:
-        yield from _constrained(seq, history, step, max_tokens, check, stream, constraint)
+        yield from _constrained(seq, history, step, max_tokens, check, stream, constraint, recorder)
         return
     gov = governor()
     with mx.stream(stream):
@@ -110,6 +124,8 @@ def normal_tokens(
             if nxt is not None:
                 seq.record([tok])
             history.append(tok)
+            if recorder is not None:
+                recorder.emit(recorder.record(tok))
             yield tok, False
             n += 1
             if nxt is None:
@@ -119,7 +135,9 @@ def normal_tokens(
             y = nxt
 
 
-def forced_tokens(seq: CachedSequence, history: list[int], constraint, limit: int) -> TokenStream:
+def forced_tokens(
+    seq: CachedSequence, history: list[int], constraint, limit: int, recorder=None
+) -> TokenStream:
     """Yield (at most ``limit``) tokens the grammar allows only one way, unsampled.
 
     Each is appended to ``history`` and deferred on ``seq`` (which keeps holding
@@ -132,10 +150,14 @@ def forced_tokens(seq: CachedSequence, history: list[int], constraint, limit: in
             return
         seq.defer(history[-1:])
         history.append(tok)
+        if recorder is not None:
+            recorder.emit(recorder.forced(tok))
         yield tok, False
 
 
-def _constrained(seq, history, step, max_tokens, check, stream, constraint) -> TokenStream:
+def _constrained(
+    seq, history, step, max_tokens, check, stream, constraint, recorder
+) -> TokenStream:
     """Normal decoding, one step at a time: each mask needs the token before it.
 
     Forced tokens cost no step of their own: they ride in front of the next one.
@@ -144,7 +166,7 @@ def _constrained(seq, history, step, max_tokens, check, stream, constraint) -> T
     n = 0
     with mx.stream(stream):
         while True:
-            for item in forced_tokens(seq, history, constraint, max_tokens - n):
+            for item in forced_tokens(seq, history, constraint, max_tokens - n, recorder):
                 n += 1
                 yield item
             if n >= max_tokens:
@@ -153,6 +175,8 @@ def _constrained(seq, history, step, max_tokens, check, stream, constraint) -> T
             tok = step(mx.array(history[-1:], dtype=mx.uint32)).item()
             gov.step()
             seq.record(history[-1:])
+            if recorder is not None:  # before consuming: the mask it was drawn under
+                recorder.emit(recorder.record(tok))
             constraint.consume([tok])
             history.append(tok)
             n += 1

@@ -25,6 +25,9 @@ class DraftSource(Protocol):
     needs_prefill: bool
     """Whether `prefill` does real work (it is then run after the first token)."""
 
+    label: str
+    """An accepted draft token's source in token records (``prompt-lookup``...)."""
+
     def prefill(self, prompt: Sequence[int], check: CancelCheck, progress: Progress) -> None:
         """Prepare for ``prompt`` (a draft model fills its cache with all but its last token)."""
 
@@ -42,6 +45,7 @@ class PromptLookup:
     """
 
     needs_prefill = False
+    label = "prompt-lookup"  # an accepted draft's source, in token records
 
     def __init__(self, ngram: int = 3) -> None:
         self.n = ngram
@@ -82,6 +86,7 @@ class DraftModel:
     """
 
     needs_prefill = True
+    label = "draft-model"
 
     def __init__(self, seq: CachedSequence, sampler: Sampler, sizer: ChunkSizer) -> None:
         self.seq = seq

@@ -75,6 +75,7 @@ class Token:
         index: 0-based position among the generated tokens.
         reasoning: Reasoning text released by this token (a thinking model's
             reply before its answer); ``text`` is then the answer's part only.
+        info: Its `TokenRecord` when the request asked for ``logprobs``.
     """
 
     text: str
@@ -82,6 +83,7 @@ class Token:
     from_draft: bool
     index: int
     reasoning: str = ""
+    info: object = None
 
 
 @dataclass

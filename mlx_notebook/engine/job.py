@@ -30,6 +30,7 @@ class Result:
         from_draft: For each token, whether it was an accepted draft token.
         reasoning: A thinking model's reasoning, apart from ``text``.
         schema: The request's `mlx_notebook.schema.Schema`, if it had one.
+        records: Per-token records, when the request asked for ``logprobs``.
     """
 
     text: str
@@ -41,6 +42,25 @@ class Result:
     from_draft: list[bool] = field(default_factory=list)
     reasoning: str = ""
     schema: object = field(default=None, repr=False, compare=False)
+    records: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def tokens(self):
+        """A `TokenTable` of every generated token (``Request(logprobs=k)``).
+
+        Raises:
+            ValueError: The request did not ask for ``logprobs``.
+        """
+        from .token_records import TokenTable
+
+        if not self.records and self.token_ids:
+            raise ValueError("tokens: ask for them with logprobs=K (0..20) or --logprobs K")
+        return TokenTable(self.records)
+
+    @property
+    def perplexity(self) -> float:
+        """Perplexity of the generated text (``exp`` of minus its mean logprob)."""
+        return self.tokens.perplexity
 
     @property
     def value(self):
@@ -256,11 +276,14 @@ class Job:
         """
         ids: list[int] = []
         drafts: list[bool] = []
+        records: list = []
         try:
             for ev in self.events(timeout):
                 if isinstance(ev, Token):
                     ids.append(ev.token_id)
                     drafts.append(ev.from_draft)
+                    if ev.info is not None:
+                        records.append(ev.info)
                 elif isinstance(ev, Finished):
                     if raise_on_error and ev.finish_reason == "error":
                         raise GenerationError(ev.error or "error", ev.text, ev)
@@ -274,6 +297,7 @@ class Job:
                         drafts,
                         ev.reasoning,
                         self.request.constraint if self.request.schema is not None else None,
+                        records,
                     )
         except KeyboardInterrupt:
             self.cancel()

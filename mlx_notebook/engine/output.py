@@ -35,6 +35,7 @@ class Setup:
         sampling: The sampling values in force (`generation.in_force`).
         sample: ``sample(logprobs, position)`` for the main model (`keyed_sampler`).
         constraint: The job's grammar state (`constraint.Constraint`), or None.
+        recorder: Per-token records (`recorder.Recorder`) when ``logprobs`` is asked.
     """
 
     prompt: list[int]
@@ -45,6 +46,7 @@ class Setup:
     sampling: dict = field(default_factory=dict)
     sample: object = None
     constraint: object = None
+    recorder: object = None
 
 
 def keyed_sampler(sampler, seed: int | None):
@@ -102,9 +104,14 @@ def prepare(job: Job, main) -> Setup:
         from .constraint import for_schema
 
         constraint = for_schema(schema, main.tokenizer, main.logits_size or main.vocab_size)
+    recorder = None
+    if req.logprobs is not None:
+        from .recorder import Recorder
+
+        recorder = Recorder(req.logprobs, main.tokenizer)
     return Setup(
         prompt, max_tokens, sampler, processors, req.greedy, sampling,
-        keyed_sampler(sampler, req.seed), constraint,
+        keyed_sampler(sampler, req.seed), constraint, recorder,
     )  # fmt: skip
 
 
@@ -145,8 +152,11 @@ class Output:
         self._t0 = t0
         self._first = self._last = None
 
-    def add(self, tid: int, from_draft: bool = False) -> bool:
-        """Take one generated token; return True when generation must end here."""
+    def add(self, tid: int, from_draft: bool = False, info=None) -> bool:
+        """Take one generated token; return True when generation must end here.
+
+        ``info`` is its `TokenRecord` when the request asked for ``logprobs``.
+        """
         i = len(self.generated)
         self.generated.append(tid)
         self._last = time.perf_counter()
@@ -155,7 +165,7 @@ class Output:
         self.stats.generation_tokens = i + 1
         if tid in self._eos:
             self.reason = "stop"
-            self.job.emit(Token("", tid, from_draft, i))
+            self.job.emit(Token("", tid, from_draft, i, info=info))
             return True
         self._detok.add_token(tid)
         if i + 1 == self.max_tokens:
@@ -163,7 +173,7 @@ class Output:
             self._finalized = True
         text, self._matched = self._stops.feed(self._detok.last_segment)
         text, thought = self._route(text)
-        self.job.emit(Token(text, tid, from_draft, i, thought))
+        self.job.emit(Token(text, tid, from_draft, i, thought, info))
         if self._matched is not None or (self.constraint is not None and self.constraint.stopped):
             self.reason = "stop"
             return True

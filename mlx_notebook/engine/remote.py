@@ -83,6 +83,10 @@ class RemoteEngine:
                 f"schema: a server takes JSON Schemas only (OpenAI's response_format); "
                 f"a {schema.kind} constraint needs a local model"
             )
+        if request.logprobs is not None:
+            raise ValueError(
+                "logprobs: per-token records need a local model (a server's are not read yet)"
+            )
 
     def submit(self, request: Request) -> Job:
         """Validate and queue ``request``; return its job."""

@@ -61,6 +61,9 @@ class Request:
             Schema dict, a pydantic model class, a Python type, a list of choices,
             or a `Schema` (``Schema.regex``, ``Schema.lark``). Enforced token by
             token; ``Result.value`` parses the finished text.
+        logprobs: Record each token's log-probability, rank, entropy, source
+            and this many top alternatives (0..20); ``Result.tokens``. None
+            (the default) computes nothing.
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -85,6 +88,7 @@ class Request:
     batch: bool = True
     think: bool | None = None
     schema: Any = None
+    logprobs: int | None = None
 
     @property
     def constraint(self):
@@ -160,6 +164,10 @@ class Request:
             raise bad("top_p", "must be in (0, 1]")
         if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
             raise bad("top_k", "must be an integer >= 0")
+        if self.logprobs is not None and (
+            not _is_int(self.logprobs) or not 0 <= self.logprobs <= 20
+        ):
+            raise bad("logprobs", f"must be in 0..20 (got {self.logprobs!r})")
         if self.min_p is not None and (not _is_num(self.min_p) or not 0 <= self.min_p < 1):
             raise bad("min_p", "must be in [0, 1)")
         if self.repetition_penalty is not None and (

@@ -57,8 +57,9 @@ class Row:
         if c is None or c.stopped:
             return False
         out = self.out
+        rec = self.setup.recorder
         for t in c.forced_ending(out.max_tokens - len(out.generated)):
             c.consume([t])  # one at a time: the output reads the grammar's state
-            if out.add(t):
+            if out.add(t, False, rec.forced(t) if rec else None):
                 return True
         return False

@@ -97,6 +97,7 @@ def run_job(
             stream=stream,
             greedy=setup.greedy,
             constraint=setup.constraint,
+            recorder=setup.recorder,
         )
         if source is None:
             tokens = normal_tokens(seq, history, **common)
@@ -111,8 +112,9 @@ def run_job(
                 **common,
             )
         try:
+            rec = setup.recorder
             for tid, from_draft in tokens:
-                if out.add(tid, from_draft):
+                if out.add(tid, from_draft, rec.take() if rec is not None else None):
                     break
         finally:
             tokens.close()  # runs the generator's cleanup on this thread

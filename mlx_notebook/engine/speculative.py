@@ -61,6 +61,7 @@ def speculative_tokens(
     draft_progress: Progress = lambda d, t: None,
     greedy: bool = False,
     constraint=None,
+    recorder=None,
 ) -> TokenStream:
     """Yield ``(token, from_draft)`` using ``source`` for drafts.
 
@@ -86,16 +87,21 @@ def speculative_tokens(
         greedy: The sampler is greedy (argmax); skip normalizing the logits.
         constraint: The job's grammar, or None: each verified position gets its
             mask, and drafts are accepted only as far as the grammar allows.
+        recorder: Per-token records, or None: an accepted draft's record names
+            its source (``source.label``).
     """
     n = 0
     gov = governor()
     with mx.stream(stream):
-        for item in forced_tokens(seq, history, constraint, max_tokens) if constraint else ():
+        forced = forced_tokens(seq, history, constraint, max_tokens, recorder) if constraint else ()
+        for item in forced:
             n += 1
             yield item  # forced by the grammar: fed in front of the next pass
         if source.needs_prefill and n < max_tokens:
             check()
-            first = _verify(seq, history, [], sampler, processors, greedy, constraint)[0]
+            first = _verify(seq, history, [], sampler, processors, greedy, constraint, recorder)[0]
+            if recorder is not None:
+                recorder.emit(recorder.record(first))
             if constraint is not None:
                 constraint.consume([first])
             history.append(first)
@@ -105,7 +111,7 @@ def speculative_tokens(
                 source.prefill(history, check, draft_progress)
         while n < max_tokens:
             if constraint is not None and n:
-                for item in forced_tokens(seq, history, constraint, max_tokens - n):
+                for item in forced_tokens(seq, history, constraint, max_tokens - n, recorder):
                     n += 1
                     yield item
                 if n >= max_tokens:
@@ -115,7 +121,9 @@ def speculative_tokens(
             drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
             if drafts:  # a cache that cannot trim comes back here instead
                 seq.checkpoint()
-            sampled = _verify(seq, history, drafts, sampler, processors, greedy, constraint)
+            sampled = _verify(
+                seq, history, drafts, sampler, processors, greedy, constraint, recorder
+            )
             accepted = 0
             # A constrained pass samples only the positions the grammar reached.
             most = min(len(drafts), len(sampled) - 1)
@@ -128,11 +136,16 @@ def speculative_tokens(
             # accepted tokens are fed again in front of the next round's pass.
             seq.trim_to(len(history) + accepted)
             for i in range(accepted + 1):
+                if recorder is not None:
+                    kind = source.label if i < accepted else "model"
+                    recorder.emit(recorder.record(sampled[i], kind))
                 if constraint is not None:  # one at a time: the consumer may end here
                     constraint.consume([sampled[i]])
                 history.append(sampled[i])
                 n += 1
                 yield sampled[i], i < accepted
+            if recorder is not None:
+                recorder.clear()  # the rows past the accepted ones
 
 
 def _verify(
@@ -143,13 +156,14 @@ def _verify(
     processors: list[Processor] | None,
     greedy: bool = False,
     constraint=None,
+    recorder=None,
 ) -> list[int]:
     """One main-model pass over the last token and the drafts; sample every row.
 
     With a constraint, only the rows the grammar reaches are sampled (each under
     its own mask); the list is then shorter, ending where acceptance must end.
     """
-    logits = seq.forward([history[-1], *drafts])[0]
+    logits = raw = seq.forward([history[-1], *drafts])[0]
     if processors:
         # Row i is sampled after history + drafts[:i], as sequential decoding would.
         full = mx.array([*history, *drafts], dtype=mx.uint32)
@@ -160,10 +174,16 @@ def _verify(
                 row = p(full[: len(history) + i], row)
             rows.append(row)
         logits = mx.concatenate(rows, axis=0)
+    masks = None
     if constraint is not None and not constraint.stopped:
         masks = constraint.walk(drafts)
         allow = mx.array(np.stack(masks))
         logits = mx.where(allow, logits[: len(masks)], mx.array(-float("inf"), logits.dtype))
+    if recorder is not None:
+        recorder.clear()
+        for i in range(logits.shape[0]):
+            forced = masks is not None and int(masks[i].sum()) == 1
+            recorder.stash(logits[i : i + 1], None if logits is raw else raw[i : i + 1], forced)
     if greedy:  # normalizing cannot change an argmax
         return mx.argmax(logits, axis=-1).tolist()
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)

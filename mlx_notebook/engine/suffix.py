@@ -188,6 +188,7 @@ class SuffixDraft:
     """
 
     needs_prefill = False
+    label = "suffix"
 
     def __init__(self, session: SuffixIndex | None, options: SuffixOptions | None = None):
         self.session = session

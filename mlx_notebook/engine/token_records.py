@@ -27,7 +27,10 @@ class TokenRecord:
         entropy: Entropy of the distribution at this position, in nats.
         top: The most likely tokens there, ``(text, id, logprob)``, most likely first.
         source: Where the token came from: ``text`` (scored), ``model``,
-            ``prompt-lookup``, ``suffix`` or ``draft-model``.
+            ``prompt-lookup``, ``suffix`` or ``draft-model`` (an accepted draft),
+            or ``grammar`` (the only token a schema allowed there).
+        raw_logprob: Under the raw model distribution, before logits processors
+            and a schema's mask (generated tokens; None where no pass ran).
     """
 
     index: int
@@ -38,6 +41,7 @@ class TokenRecord:
     entropy: float
     top: tuple[tuple[str, int, float], ...] = ()
     source: str = "text"
+    raw_logprob: float | None = None
 
     @property
     def prob(self) -> float:
@@ -94,19 +98,35 @@ def position_stats(logits: mx.array, targets: mx.array, top_k: int):
     Returns:
         Lists ``(logprob, rank, entropy, top_ids, top_logprobs)``, one item per row.
     """
+    return listed_stats(stats_arrays(logits, targets, top_k), logits.shape[0], top_k)
+
+
+def stats_arrays(logits: mx.array, targets: mx.array, top_k: int) -> list[mx.array]:
+    """`position_stats` as lazy arrays: evaluate them with the step that samples ``targets``."""
     logits = logits.astype(mx.float32)
     lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     chosen = mx.take_along_axis(lp, targets[:, None], axis=-1)
     rank = mx.sum(lp > chosen, axis=-1) + 1
-    entropy = -mx.sum(mx.exp(lp) * lp, axis=-1)
+    # A masked token (-inf) adds nothing: 0 * -inf would be nan.
+    entropy = -mx.sum(mx.where(lp > -mx.inf, mx.exp(lp) * lp, 0.0), axis=-1)
     out = [chosen[:, 0], rank, entropy]
     if top_k:
         ids = mx.argpartition(-lp, top_k - 1, axis=-1)[:, :top_k]
         vals = mx.take_along_axis(lp, ids, axis=-1)
         order = mx.argsort(-vals, axis=-1)
         out += [mx.take_along_axis(ids, order, axis=-1), mx.take_along_axis(vals, order, axis=-1)]
+    return out
+
+
+def listed_stats(out: list[mx.array], rows: int, top_k: int):
+    """`stats_arrays` evaluated, as lists (alternatives a schema ruled out dropped)."""
     mx.eval(out)
     listed = [a.tolist() for a in out]
     if not top_k:
-        listed += [[[] for _ in range(logits.shape[0])]] * 2
+        listed += [[[] for _ in range(rows)]] * 2
+    else:  # alternatives a schema ruled out are none
+        for k in range(len(listed[3])):
+            keep = [j for j, v in enumerate(listed[4][k]) if v != -math.inf]
+            listed[3][k] = [listed[3][k][j] for j in keep]
+            listed[4][k] = [listed[4][k][j] for j in keep]
     return tuple(listed)

@@ -90,6 +90,16 @@ class GenerationHandle:
         return value_of(self.job.request.constraint, fin.text, fin.finish_reason)
 
     @property
+    def tokens(self):
+        """Per-token records (``--logprobs K`` or ``--inspect``), a `TokenTable`: waits."""
+        return self.job.result(raise_on_error=False).tokens
+
+    @property
+    def perplexity(self) -> float:
+        """Perplexity of the generated text (``--logprobs``): waits."""
+        return self.tokens.perplexity
+
+    @property
     def error(self) -> str | None:
         """Error text when ``finish_reason == "error"``: waits for the end."""
         return self._final().error

@@ -89,12 +89,23 @@ def _card(r) -> str:
 
 def inspect_html(records, title: str = "") -> str:
     """The inspection of ``records`` (`TokenRecord`): a legend, then the shaded text."""
+    head = f'<div class="hdr">{escape(title)}</div>' if title else ""
+    return f'{STYLE}<div class="mlxnb">{head}{inspect_body(records)}</div>'
+
+
+def inspect_body(records, cards: bool = True) -> str:
+    """The legend and the shaded tokens, inside a view (its stylesheet included).
+
+    Without ``cards`` (a view refreshing while it streams) only the tints are
+    drawn, a quarter of the work; the final document has them.
+    """
     out = []
     for r in records:
         classes = f"tk b{band(r.prob)}"
         if r.source in SOURCES:
             classes += f" s-{r.source}"
-        out.append(f'<span class="{classes}">{escape(r.text)}{_card(r)}</span>')
+        card = _card(r) if cards else ""
+        out.append(f'<span class="{classes}">{escape(r.text)}{card}</span>')
     legend = "".join(
         f'<span class="tk b{i}">{escape(label)}</span>' for i, label in enumerate(BAND_LABELS)
     )
@@ -102,9 +113,8 @@ def inspect_html(records, title: str = "") -> str:
         f'<span class="s-{n}">{escape(n)}</span>' for n in SOURCES
     )
     used = {r.source for r in records}
-    head = f'<div class="hdr">{escape(title)}</div>' if title else ""
     return (
-        f'{STYLE}{CSS}<div class="mlxnb">{head}<div class="legend-row">probability: {legend}'
+        f'{CSS}<div class="legend-row">probability: {legend}'
         f"{drafts if used & set(SOURCES) else ''} · hover a token for its alternatives</div>"
-        f'<div class="insp">{"".join(out)}</div></div>'
+        f'<div class="insp">{"".join(out)}</div>'
     )

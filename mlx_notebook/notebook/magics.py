@@ -135,6 +135,8 @@ class MLXNotebook(Magics):
             args.format = {"json": "json", None: "markdown"}.get(kind, "text")
         if args.format not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
+        if getattr(args, "inspect", False):
+            args.format = "inspect"  # the view shows the token inspector
         if sum(map(bool, (args.draft, args.lookup, args.suffix))) > 1:
             raise UsageError("use one of --draft MODEL, --lookup or --suffix")
         if args.out is not None:
@@ -157,6 +159,9 @@ class MLXNotebook(Magics):
             lookup_ngram=args.ngram,
             think=args.think,
             schema=schema,
+            logprobs=args.logprobs
+            if args.logprobs is not None
+            else (5 if getattr(args, "inspect", False) else None),
         )
 
     def build_request(self, args, cell: str) -> Request:
@@ -230,8 +235,9 @@ class MLXNotebook(Magics):
         """
         r = job.request
         state = ViewState(
-            model=label, mode=r.mode, k=r.num_draft_tokens, fmt=fmt, notices=list(notices or [])
-        )
+            model=label, mode=r.mode, k=r.num_draft_tokens, fmt="text" if fmt == "inspect" else fmt,
+            notices=list(notices or []), inspect=fmt == "inspect",
+        )  # fmt: skip
         view = generation_view(state, refresh_hz=self.refresh_hz).display()
         view.attach(job)
         if bind:

@@ -49,6 +49,7 @@ FLAGS = {
     "choice": "--choice",
     "regex": "--regex",
     "lark": "--schema",
+    "logprobs": "--logprobs",
 }
 
 
@@ -98,6 +99,8 @@ _OPTIONS = [
     argument("--schema", default=None, help="variable holding a schema: the output's shape"),
     argument("--choice", default=None, help="comma-separated options: the output is one"),
     argument("--regex", default=None, help="the output matches this regular expression"),
+    argument("--logprobs", type=int, default=None, help="record K alternatives per token"),
+    argument("--inspect", action="store_true", help="tint each token by its probability"),
     argument("--think", action="store_true", default=None, help="reasoning models: think first"),
     argument("--no-think", dest="think", action="store_false", help="reasoning models: answer"),
 ]
@@ -176,6 +179,10 @@ HELP = """mlx_notebook magics
                             enforced token by token; .value is the parsed value
   --choice a,b,c | --regex PATTERN
                             the output is exactly one of the options / matches PATTERN
+  --logprobs K              record each token's probability, rank, entropy, source and K
+                            alternatives (0-20): .tokens (.to_frame()), .perplexity
+  --inspect                 show the text tinted by each token's probability, with its
+                            alternatives on hover (implies --logprobs 5)
   --think | --no-think      a reasoning model's thinking switch (default: its template's);
                             the reasoning shows folded above the answer, and in .reasoning
   --compare                 normal vs speculative decoding in interleaved pairs, run until

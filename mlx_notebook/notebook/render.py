@@ -40,6 +40,8 @@ class ViewState:
         clock: Monotonic clock, injectable for tests.
         highlight_drafts: Mark accepted draft tokens (text is shown as plain text).
         notices: Lines to show above the text (e.g. unknown ``{names}``).
+        inspect: Show the text as the token inspector (each token tinted by its
+            probability, a card on hover) once tokens carry records.
     """
 
     model: str = "default"
@@ -49,6 +51,8 @@ class ViewState:
     clock: object = time.monotonic
     highlight_drafts: bool = False
     notices: list[str] = field(default_factory=list)
+    inspect: bool = False
+    records: list = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     thought: list[str] = field(default_factory=list)
     drafts: list[bool] = field(default_factory=list)
@@ -73,6 +77,8 @@ class ViewState:
             self.drafts.append(ev.from_draft)
             if ev.reasoning:
                 self.thought.append(ev.reasoning)
+            if ev.info is not None:
+                self.records.append(ev.info)
         elif isinstance(ev, PrefillProgress):
             if ev.model == "main":
                 self.prefill = (ev.done, ev.total)
@@ -199,6 +205,10 @@ class ViewState:
         )
 
     def _body_html(self) -> str:
+        if self.inspect and self.records:
+            from .inspect import inspect_body
+
+            return inspect_body(self.records, cards=self.finished is not None)
         text = self.text
         if self.highlight_drafts or (self.fmt == "text" and any(self.drafts)):
             return f'<pre class="txt">{self._draft_marked()}</pre>'
