@@ -519,6 +519,7 @@ INSPECTOR = [
     "t = mlx_notebook.score('The capital of France is Paris. It is known for the Eiffel "
     "Tower and for cheese.', prompt='Tell me about France.')\nt",
     f"mlx_notebook.score({EVIL!r}, model=TINY)",  # 2: hostile text, inspected
+    "%%generate -m {tiny} --raw -t 0 -n 24 --inspect -o h\nOnce upon a time",  # 3
 ]
 
 
@@ -551,3 +552,15 @@ def test_token_inspector(lab, artifacts, theme):
     assert "img src=x onerror=" in shown and "<script>" in shown  # shown as text
     assert page.evaluate("() => window.__pwned") is None
     assert out(2).locator(".insp img, .insp script").count() == 0
+    # A generation with --inspect: tinted tokens, then a card per token once done.
+    run_cell(page, 3)
+    step("an inspected generation", lambda: "done" in state_word(out(3)), 60)
+    gen = out(3).locator(".insp")
+    step("its cards", lambda: gen.locator(".card").count() == 24, 20)
+    gen.locator(".tk").nth(5).hover()
+    step("a card on hover", lambda: gen.locator(".card").nth(5).is_visible(), 10)
+    box = out(3).bounding_box()
+    page.screenshot(
+        path=str(artifacts / f"inspect-generate-{slug}.png"),
+        clip={**box, "height": box["height"] + 150},
+    )
