@@ -2,7 +2,6 @@
 
 import math
 import re
-import time
 
 from mlx_notebook.engine.token_records import TokenRecord, TokenTable
 from mlx_notebook.notebook.inspect import band, inspect_html
@@ -46,13 +45,11 @@ def test_tokens_are_shaded_carded_underlined_and_escaped():
     assert "\\n" in html.split('<span class="card" style="display:none">')[3]  # shown
 
 
-def test_two_thousand_tokens_render_quickly():
+def test_two_thousand_tokens_render_one_span_and_card_each():
+    # Its speed is measured by benchmarks/bench_inspect.py, not asserted here.
     records = [rec(i, f" w{i}", (i % 100 + 1) / 101) for i in range(2000)]
-    t0 = time.perf_counter()
     html = inspect_html(records)
-    elapsed = time.perf_counter() - t0
-    assert html.count('class="card"') == 2000
-    assert elapsed < 1.0, elapsed  # 10x headroom over the 100 ms asked for
+    assert html.count('class="card"') == 2000 and html.count('<span class="tk b') == 2005
 
 
 def test_a_scored_table_displays_as_the_inspector(ipshell, engine, tiny_dir, monkeypatch):
