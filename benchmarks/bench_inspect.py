@@ -20,8 +20,7 @@ def main() -> None:
     args = ap.parse_args()
     top = tuple((f" a{j}", j, math.log(0.1)) for j in range(5))
     records = [
-        TokenRecord(i, i, f" w{i}", math.log((i % 100 + 1) / 101), 1, 0.5, top)
-        for i in range(2000)
+        TokenRecord(i, i, f" w{i}", math.log((i % 100 + 1) / 101), 1, 0.5, top) for i in range(2000)
     ]
     times = []
     for _ in range(args.runs):
