@@ -94,7 +94,9 @@ def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
     path = dirs[family]
     alone = [solo(eng, path, p) for p in PROMPTS[:5]]
     # Three rows from the start (one shared prefill).
-    jobs = [eng.submit(Request(p, model=path, chat=False, max_tokens=N)) for p in PROMPTS[:3]]
+    jobs = eng.submit_many(
+        [Request(p, model=path, chat=False, max_tokens=N, prefill_target_s=30) for p in PROMPTS[:3]]
+    )
     res = [j.result(timeout=120) for j in jobs]
     assert max(r.stats.batch_rows for r in res) == 3
     assert [r.token_ids for r in res] == alone[:3]

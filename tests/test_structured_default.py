@@ -60,7 +60,9 @@ def test_fifty_rows_validate_and_come_back_typed(default_engine, frame):
     assert str(df["mood"].dtype) == "category" and list(df.index) == list(frame.index)
     assert set(df["mood"].cat.categories) == {"pos", "neg", "neutral"}
     assert all(isinstance(v, Person) for v, ok in zip(res.values, res.valid) if ok)
-    assert max(r.stats.batch_rows for r in res) == 8  # rows were batched
+    # Rows shared steps (how many at once depends on the machine's load: prefill
+    # chunks are time-sized, and rows end while others prefill).
+    assert max(r.stats.batch_rows for r in res) >= 2
 
 
 def test_lookup_suffix_and_solo_give_the_batched_texts(default_engine, frame):
