@@ -98,6 +98,15 @@ def prepare(job: Job, main) -> Setup:
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
         processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
+    point = req.branch_from
+    chosen = point is not None and point.token is not None
+    if point is not None and (chosen or point.avoid is not None):
+        from .branching import first_token_processor, token_id
+
+        vocab = main.logits_size or main.vocab_size
+        token = token_id(point.token, main.tokenizer, vocab) if chosen else None
+        first = first_token_processor(len(prompt), token, point.avoid)
+        processors = [*(processors or []), first]
     constraint = None
     schema = job.request.constraint  # compiled once on the submitted request (cached there)
     if schema is not None:
@@ -108,7 +117,7 @@ def prepare(job: Job, main) -> Setup:
     if req.logprobs is not None:
         from .recorder import Recorder
 
-        recorder = Recorder(req.logprobs, main.tokenizer)
+        recorder = Recorder(req.logprobs, main.tokenizer, chosen_first=chosen)
     return Setup(
         prompt, max_tokens, sampler, processors, req.greedy, sampling,
         keyed_sampler(sampler, req.seed), constraint, recorder,

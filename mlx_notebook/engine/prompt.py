@@ -25,6 +25,8 @@ def encode_prompt(request: Request, tokenizer) -> list[int]:
     ids = encode_text(tokenizer, text)
     if not ids:
         raise ValueError("prompt: encodes to no tokens")
+    if request.branch_from is not None:  # the start of the reply being continued
+        ids.extend(request.branch_from.prefix)
     return ids
 
 

@@ -26,11 +26,14 @@ class Recorder:
     Args:
         top_k: Alternatives per token (0..20).
         tokenizer: Decodes each token's text.
+        chosen_first: The first token was chosen by the user (a branch): its
+            record holds the model's own distribution there, source ``chosen``.
     """
 
-    def __init__(self, top_k: int, tokenizer) -> None:
+    def __init__(self, top_k: int, tokenizer, chosen_first: bool = False) -> None:
         self.top_k = top_k
         self.tokenizer = tokenizer
+        self.chosen_first = chosen_first
         self._stash: deque = deque()
         self.ready: deque = deque()
         self.index = 0
@@ -74,6 +77,10 @@ class Recorder:
     def record(self, token: int, source: str = "model") -> TokenRecord:
         """The record of ``token``, drawn from the oldest stashed logits."""
         logits, raw, forced, arrays = self._stash.popleft()
+        if self.chosen_first and self.index == 0:  # its pass kept only the chosen token
+            tgt = mx.array([token], dtype=mx.uint32)
+            lp, rank, ent, ids, lps = (c[0] for c in position_stats(raw, tgt, self.top_k))
+            return self._make(token, lp, rank, ent, ids, lps, "chosen", lp)
         if forced:  # the same record as where no pass ran for it
             return self.forced(token)
         if arrays is not None:  # bound to the sampled token, evaluated with it

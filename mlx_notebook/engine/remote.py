@@ -87,6 +87,8 @@ class RemoteEngine:
             raise ValueError(
                 "logprobs: per-token records need a local model (a server's are not read yet)"
             )
+        if request.branch_from is not None:
+            raise ValueError("branch_from: branching feeds token ids, which needs a local model")
 
     def submit(self, request: Request) -> Job:
         """Validate and queue ``request``; return its job."""

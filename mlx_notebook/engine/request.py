@@ -64,6 +64,8 @@ class Request:
         logprobs: Record each token's log-probability, rank, entropy, source
             and this many top alternatives (0..20); ``Result.tokens``. None
             (the default) computes nothing.
+        branch_from: Continue another generation from one of its tokens
+            (`branching.BranchPoint`; built by `branching.branch_request`).
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -89,6 +91,7 @@ class Request:
     think: bool | None = None
     schema: Any = None
     logprobs: int | None = None
+    branch_from: Any = None
 
     @property
     def constraint(self):
@@ -207,6 +210,14 @@ class Request:
             raise bad("think", "must be True, False or None")
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
+        if self.branch_from is not None:
+            from .branching import BranchPoint
+
+            if not isinstance(self.branch_from, BranchPoint):
+                raise bad("branch_from", "must be a BranchPoint (see branch_request)")
+            self.branch_from.check()
+            if self.schema is not None:
+                raise bad("branch_from", "does not go with a schema")
         self.constraint  # noqa: B018 - a bad schema raises SchemaError, a ValueError, here
 
     def _validate_prompt(self, bad) -> None:
