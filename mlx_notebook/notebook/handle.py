@@ -19,11 +19,15 @@ class GenerationHandle:
     Args:
         job: The engine job.
         model: Model name for the repr.
+        backend: Where it runs (`branch` submits there); None: it cannot branch.
+        parent: ``(handle, i)`` when this is a branch of ``handle`` at token ``i``.
     """
 
-    def __init__(self, job: Job, model: str) -> None:
+    def __init__(self, job: Job, model: str, backend=None, parent=None) -> None:
         self.job = job
         self.model = model
+        self.backend = backend
+        self.parent = parent
 
     def _so_far(self, part: str) -> str:
         fin = self.job.finished
@@ -98,6 +102,56 @@ class GenerationHandle:
     def perplexity(self) -> float:
         """Perplexity of the generated text (``--logprobs``): waits."""
         return self.tokens.perplexity
+
+    def pieces(self) -> list[tuple[str, object]]:
+        """``(text, record or None)`` of each generated token so far."""
+        return [(e.text, e.info) for e in list(self.job._log) if isinstance(e, Token)]
+
+    def branch(self, i: int, token: int | str | None = None, **fields) -> GenerationHandle:
+        """Continue this generation from its ``i``-th token with another token.
+
+        The prompt cache this generation left serves the prompt and its first
+        ``i`` tokens: only the tokens from the branch point on are computed.
+        Waits for this generation to end; the branch runs like any job.
+
+        Args:
+            i: Where to branch, in ``0..len(tokens)``.
+            token: The branch's first token: an id, or the text of one token
+                (``.tokens`` lists the alternatives there). None draws it again
+                without this generation's token.
+            **fields: `Request` fields to change (``temperature``, ``max_tokens``,
+                ``logprobs``...); ``max_tokens`` defaults to what was left at ``i``.
+
+        Returns:
+            The branch's handle; ``side_by_side()`` shows both continuations.
+        """
+        from ..engine.branching import branch_request
+
+        if self.backend is None:
+            raise RuntimeError("branch: this handle has no engine (it was not made by a cell)")
+        res = self.job.result(raise_on_error=False)
+        request = branch_request(self.job.request, res.token_ids, i, token, **fields)
+        job = self.backend.submit(request)
+        return GenerationHandle(job, self.model, self.backend, parent=(self, i))
+
+    def side_by_side(self):
+        """A branch and its parent from the branch point on, side by side: waits."""
+        from .branch_view import Fork, Side
+
+        if self.parent is None:
+            raise ValueError("side_by_side: this generation is not a branch (see .branch)")
+        parent, i = self.parent
+        self._final()
+        parent._final()
+        mine, theirs = self.pieces(), parent.pieces()
+        shared = "".join(t for t, _ in theirs[:i])
+        state = {"stop": "done", "length": "done"}
+        return Fork(
+            f"{self.model}: branched at token {i}",
+            shared,
+            Side("original", theirs[i:], state.get(parent.finish_reason, parent.finish_reason)),
+            Side("branch", mine, state.get(self.finish_reason, self.finish_reason)),
+        )
 
     @property
     def error(self) -> str | None:

@@ -99,13 +99,6 @@ def inspect_body(records, cards: bool = True) -> str:
     Without ``cards`` (a view refreshing while it streams) only the tints are
     drawn, a quarter of the work; the final document has them.
     """
-    out = []
-    for r in records:
-        classes = f"tk b{band(r.prob)}"
-        if r.source in SOURCES:
-            classes += f" s-{r.source}"
-        card = _card(r) if cards else ""
-        out.append(f'<span class="{classes}">{escape(r.text)}{card}</span>')
     legend = "".join(
         f'<span class="tk b{i}">{escape(label)}</span>' for i, label in enumerate(BAND_LABELS)
     )
@@ -116,5 +109,19 @@ def inspect_body(records, cards: bool = True) -> str:
     return (
         f'{CSS}<div class="legend-row">probability: {legend}'
         f"{drafts if used & set(SOURCES) else ''} · hover a token for its alternatives</div>"
-        f'<div class="insp">{"".join(out)}</div>'
+        f'<div class="insp">{inspect_tokens(records, cards)}</div>'
     )
+
+
+def inspect_tokens(records, cards: bool = True, first_class: str = "") -> str:
+    """Each token as a tinted span (with its hover card); ``first_class`` marks the first."""
+    out = []
+    for i, r in enumerate(records):
+        classes = f"tk b{band(r.prob)}"
+        if r.source in SOURCES:
+            classes += f" s-{r.source}"
+        if i == 0 and first_class:
+            classes += f" {first_class}"
+        card = _card(r) if cards else ""
+        out.append(f'<span class="{classes}">{escape(r.text)}{card}</span>')
+    return "".join(out)

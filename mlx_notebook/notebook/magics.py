@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Float, Int, Unicode, observe
 
@@ -103,17 +103,28 @@ class MLXNotebook(Magics):
     @argument("--max-pairs", type=int, default=20, help="most pairs for --compare")
     @argument("--metric", default="e2e", help="e2e or decode: what --compare's verdict uses")
     @argument("--over", default=None, help="a list, Series or DataFrame: one row per item")
-    @cell_magic
-    def generate(self, line: str, cell: str):
-        """Generate from the cell body; see ``%mlx help``."""
+    @argument("--from", dest="branch", default=None, help="NAME:I: branch handle NAME at token I")
+    @line_cell_magic
+    def generate(self, line: str, cell: str | None = None):
+        """Generate from the cell body; see ``%mlx help``.
+
+        As a line magic (``%generate``) only the forms without a prompt work:
+        ``--help`` and ``--from NAME:I`` (IPython refuses an empty cell body).
+        """
         if wants_help(line):
             print(HELP)
             return None
         args = parse(self.generate, line)
+        if cell is None and args.branch is None:
+            raise UsageError("%generate needs a prompt: use %%generate with the prompt below it")
         if args.over is not None:
             from .over import over_cell
 
             return over_cell(self, args, cell)
+        if args.branch is not None:
+            from .branch_view import branch_cell
+
+            return branch_cell(self, args, cell)
         request = self.build_request(args, cell)
         if args.compare:
             from .compare import compare_cell
@@ -223,7 +234,7 @@ class MLXNotebook(Magics):
             job = route.backend.submit(request)
         except ValueError as exc:
             raise UsageError(in_flags(str(exc))) from None
-        handle = GenerationHandle(job, request.model)
+        handle = GenerationHandle(job, request.model, route.backend)
         remember(handle)
         self.show(job, route.label, fmt, notices, out and (out, handle), wait)
 

@@ -183,6 +183,9 @@ HELP = """mlx_notebook magics
                             alternatives (0-20): .tokens (.to_frame()), .perplexity
   --inspect                 show the text tinted by each token's probability, with its
                             alternatives on hover (implies --logprobs 5)
+  --from NAME:I              branch handle NAME at its token I: the cell body is the new
+                            token there (%generate --from NAME:I with no body: draw it
+                            again); -o b then b.side_by_side() shows both
   --think | --no-think      a reasoning model's thinking switch (default: its template's);
                             the reasoning shows folded above the answer, and in .reasoning
   --compare                 normal vs speculative decoding in interleaved pairs, run until

@@ -1,0 +1,148 @@
+"""A generation and its branch side by side, parting at the branch point.
+
+The text both share is shown once; below it the two continuations stand in two
+columns, each starting with its own token at the branch point, marked, with its
+probability where records were kept. Static HTML and CSS, every piece of model
+text escaped, like every other view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .inspect import CSS as INSPECT_CSS
+from .inspect import inspect_tokens
+from .markup import escape
+from .style import STYLE
+
+CSS = (
+    "<style>"
+    ".mlxnb .forks{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin-top:6px}"
+    ".mlxnb .forks>div{min-width:0;border-top:2px solid var(--jp-border-color1,#999);"
+    "padding-top:4px}"
+    ".mlxnb .shared{white-space:pre-wrap;overflow-wrap:break-word;"
+    "color:var(--jp-ui-font-color2,#555)}"
+    ".mlxnb .fork{outline:2px solid var(--jp-brand-color1,#1976d2);outline-offset:1px;"
+    "border-radius:2px}"
+    "</style>"
+)
+
+
+@dataclass
+class Side:
+    """One continuation from the branch point.
+
+    Attributes:
+        label: What it is (``"original"``, ``"branch"``).
+        pieces: ``(text, record or None)`` per token from the branch point on.
+        state: ``"done"``, ``"stopped"``, ``"running"``...
+    """
+
+    label: str
+    pieces: list[tuple[str, object]]
+    state: str = "done"
+
+    def head(self) -> str:
+        """Its first token and, when recorded, that token's probability."""
+        if not self.pieces:
+            return "(no tokens)"
+        text, rec = self.pieces[0]
+        p = f" · p {rec.prob:.3f} (rank {rec.rank})" if rec is not None else ""
+        return f"{text!r}{p}"
+
+
+@dataclass
+class Fork:
+    """A generation and its branch, displayed side by side (``handle.side_by_side()``)."""
+
+    title: str
+    shared: str
+    left: Side
+    right: Side
+
+    def _repr_html_(self) -> str:
+        return branch_html(self.title, self.shared, self.left, self.right)
+
+    def __repr__(self) -> str:
+        return branch_text(self.title, self.shared, self.left, self.right)
+
+
+def branch_html(title: str, shared: str, left: Side, right: Side) -> str:
+    """Both continuations side by side under the text they share."""
+    cols = "".join(_column(s) for s in (left, right))
+    return (
+        f'{STYLE}{INSPECT_CSS}{CSS}<div class="mlxnb"><div class="hdr">{escape(title)}</div>'
+        f'<div class="shared">{escape(shared)}</div><div class="forks">{cols}</div></div>'
+    )
+
+
+def _column(side: Side) -> str:
+    head = f"{side.label}: {side.head()}" + ("" if side.state == "done" else f" ({side.state})")
+    records = [r for _, r in side.pieces]
+    if side.pieces and all(r is not None for r in records):
+        body = inspect_tokens(records, first_class="fork")
+    else:
+        body = "".join(
+            f'<span class="fork">{escape(t)}</span>' if i == 0 else escape(t)
+            for i, (t, _) in enumerate(side.pieces)
+        )
+    return f'<div><div class="hdr">{escape(head)}</div><div class="insp">{body}</div></div>'
+
+
+def branch_text(title: str, shared: str, left: Side, right: Side) -> str:
+    """The plain-text form (the saved fallback, and ``repr``)."""
+    cut = shared[-60:]
+    lines = [title, f"…{cut}" if len(shared) > 60 else cut]
+    for s in (left, right):
+        lines.append(f"[{s.label}: {s.head()}] " + "".join(t for t, _ in s.pieces))
+    return "\n".join(lines)
+
+
+def branch_cell(magics, args, cell: str) -> None:
+    """``%%generate --from NAME:I``: branch handle NAME at token I; the body is its token.
+
+    ``%generate --from NAME:I`` (no body) draws the token again without the
+    original's. The options given
+    (``-n``, ``-t``, ``--seed``, ``--logprobs``, ``--inspect``, ``--lookup``...)
+    change the branch; the rest is the original's.
+
+    Raises:
+        UsageError: A bad ``--from``, a name that is not a handle, a bad position
+            or token.
+    """
+    from IPython.core.error import UsageError
+
+    from .handle import GenerationHandle, remember
+    from .options import check_out_name
+
+    name, _, pos = args.branch.rpartition(":")
+    if not name or not pos.strip().isdigit():
+        raise UsageError(f"--from needs NAME:I, a handle and a token position ({args.branch!r})")
+    handle = magics.shell.user_ns.get(name)
+    if not isinstance(handle, GenerationHandle):
+        raise UsageError(f"--from: {name!r} is not a %%generate handle (bind one with -o {name})")
+    if args.out is not None:
+        check_out_name(args.out, magics.shell)
+    fields = {}
+    for opt, field in (("max_tokens", "max_tokens"), ("temperature", "temperature"),
+                       ("top_p", "top_p"), ("seed", "seed"),
+                       ("repetition_penalty", "repetition_penalty")):  # fmt: skip
+        if getattr(args, opt) is not None:
+            fields[field] = getattr(args, opt)
+    if args.logprobs is not None or args.inspect:
+        fields["logprobs"] = args.logprobs if args.logprobs is not None else 5
+    if args.lookup or args.suffix:
+        fields["draft_kind"] = "lookup" if args.lookup else "suffix"
+    token = (cell or "").strip("\n") or None
+    i = int(pos)
+    try:
+        child = handle.branch(i, token, **fields)
+    except (IndexError, ValueError) as exc:
+        raise UsageError(f"--from {args.branch}: {exc}") from None
+    remember(child)
+    was = handle.pieces()[i][0] if i < len(handle.pieces()) else "the end"
+    what = repr(token) if token is not None else "a fresh draw"
+    notice = f"branch of {name} at token {i}: {what} in place of {was!r}"
+    fmt = "inspect" if args.inspect else (args.format or "markdown")
+    bind = (args.out, child) if args.out else None
+    magics.show(child.job, handle.model, fmt, [notice], bind, args.wait)
