@@ -1,11 +1,14 @@
 """Compare: interleaved pairs, verdicts, divergence, the view and the magic."""
 
+import math
+
 import pytest
 
 import mlx_notebook
 from mlx_notebook.engine import Request
 from mlx_notebook.engine.events import Stats
 from mlx_notebook.engine.job import Result
+from mlx_notebook.engine.prompt import encode_prompt
 from mlx_notebook.measure.compare import CompareResult, Comparison
 from mlx_notebook.notebook.compare import CompareRun
 
@@ -90,7 +93,7 @@ def test_both_figures_are_reported():
     assert "end to end: normal 1.00 s, speculative 0.50 s" in fig
 
 
-def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
+def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir, tiny_tokenizer):
     req = Request(
         COPY,
         model=tiny_dir,
@@ -108,6 +111,16 @@ def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir):
     assert res.margin is not None and res.margin >= 0
     html = run.widget.children[0].value
     assert "differs at token" in html and "top-2 logit margin" in html
+    # Each run's token where they part, with its probability under the model there.
+    (la, ta, pa, ra), (lb, tb, pb, rb) = res.fork
+    assert la != lb and ta != tb and 0 < pa <= 1 and 0 < pb <= 1 and min(ra, rb) >= 1
+    assert html.count("where they part") == 1 and html.count('class="tk b') >= 2
+    ids = dict(res._ids())
+    i = res.diverged_at
+    ctx = encode_prompt(req, tiny_tokenizer) + ids[la][: i + 1]
+    scored = engine.score(ctx, model=tiny_dir, top_k=0)[-1]
+    assert scored.token_id == ids[la][i] and abs(math.exp(scored.logprob) - pa) < 1e-4
+    assert f"{ta!r} p {pa:.3f} vs {tb!r} p {pb:.3f}" in res.verdict_line()
 
 
 def test_greedy_runs_are_all_checked_for_identical_text(engine, tiny_dir):

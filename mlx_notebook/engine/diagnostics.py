@@ -26,6 +26,29 @@ def top2_margin(lm: LoadedModel, request: Request, generated: Sequence[int]) -> 
     return top[1] - top[0]
 
 
+def fork_point(
+    lm: LoadedModel, request: Request, generated: Sequence[int], tokens: Sequence[int]
+) -> tuple[float, list[tuple[str, int, float, int]]]:
+    """Where two decodings part: the top-2 logit margin, and each token's standing there.
+
+    Returns:
+        ``(margin, [(text, id, probability, rank), ...])`` for ``tokens``, under
+        the model's own distribution after the prompt and ``generated``.
+    """
+    import mlx.core as mx
+
+    ids = encode_prompt(request, lm.tokenizer) + list(generated)
+    logits = lm.model(mx.array([ids]))[0, -1].astype(mx.float32)
+    logprobs = logits - mx.logsumexp(logits)
+    top = mx.sort(logits)[-2:].tolist()
+    standing = []
+    for t in tokens:
+        rank = int(mx.sum(logits > logits[t]).item()) + 1
+        prob = float(mx.exp(logprobs[t]).item())
+        standing.append((lm.tokenizer.decode([t]), int(t), prob, rank))
+    return top[1] - top[0], standing
+
+
 def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str]:
     """Lines for ``%mlx status``: BLAS, the fast path, each model's caches and index.
 

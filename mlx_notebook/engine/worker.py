@@ -15,7 +15,7 @@ from typing import Any
 
 from ..models.registry import Registry
 from .checks import check_request
-from .diagnostics import model_infos, status_notes, top2_margin
+from .diagnostics import fork_point, model_infos, status_notes, top2_margin
 from .errors import EngineClosed
 from .events import Queued
 from .info import EngineInfo, Unloaded
@@ -304,6 +304,16 @@ class Engine(Scheduling):
         """Top-2 logit gap of ``request.model`` after the prompt and ``generated`` tokens."""
         return self.run_on_worker(
             lambda: top2_margin(self.registry.get(request.model), request, generated), timeout
+        )
+
+    def fork_point(self, request: Request, generated: list[int], tokens: list[int], timeout=60):
+        """Where two decodings part: the logit margin and each of ``tokens``' probability.
+
+        See `diagnostics.fork_point`; runs on the worker.
+        """
+        return self.run_on_worker(
+            lambda: fork_point(self.registry.get(request.model), request, generated, tokens),
+            timeout,
         )
 
     def info(self) -> EngineInfo:

@@ -78,6 +78,7 @@ class Comparison:
         self.runs = PacedRuns(backend, first, self._next_pair)
         self.decision: Decision | None = None
         self.margin: float | None = None
+        self.fork: list | None = None
         self._t0: float | None = None
 
     def _pair(self, p: int) -> list[Request]:
@@ -127,6 +128,7 @@ class Comparison:
             self.metric,
             self.request.num_draft_tokens,
             self.margin,
+            self.fork,
             self.rule,
             self.decision,
         )
@@ -135,14 +137,25 @@ class Comparison:
         """After the last run: find the logit margin where texts part, if they do."""
         res = self.result()
         at = res.divergence
+        if at is None or not res.runs:
+            return res
+        ids = dict(res._ids())
+        ref_label = next(iter(ids))
+        ref, other, i = ids[ref_label], ids[at[0]], at[1]
+        if isinstance(ref, str):  # a server's text: no token ids to look at
+            return res
+        fork_of = getattr(self.backend, "fork_point", None)
         margin_of = getattr(self.backend, "logit_margin", None)
-        if at is not None and margin_of is not None and res.runs:
-            ref = next(r for _, _, r in res.runs if r.finish_reason in OK)
-            try:
-                self.margin = margin_of(self.request, ref.token_ids[: at[1]])
-            except Exception:
-                self.margin = None  # a diagnostic; the comparison stands without it
-            res.margin = self.margin
+        try:
+            if fork_of is not None and i < len(ref) and i < len(other):
+                self.margin, standing = fork_of(self.request, ref[:i], [ref[i], other[i]])
+                self.fork = [(lab, text, prob, rank) for lab, (text, _, prob, rank) in
+                             zip((ref_label, at[0]), standing)]  # fmt: skip
+            elif margin_of is not None:
+                self.margin = margin_of(self.request, ref[:i])
+        except Exception:
+            self.margin = self.fork = None  # a diagnostic; the comparison stands without it
+        res.margin, res.fork = self.margin, self.fork
         return res
 
     def cancel(self) -> None:

@@ -37,6 +37,8 @@ class CompareResult:
         metric: ``"e2e"`` (prefill included, the default) or ``"decode"``.
         k: Draft tokens per round (the cap, for adaptive sources).
         margin: Top-2 logit margin at the first differing token, if any.
+        fork: Where the runs part: ``(run label, text, probability, rank)`` of
+            each run's token there, under the model's distribution, if known.
         rule: When measuring stops (band, budget), and the interval's level.
         decision: Why measuring ended (None while it runs, or for fixed pairs).
     """
@@ -47,6 +49,7 @@ class CompareResult:
     metric: str = "e2e"
     k: int = 0
     margin: float | None = None
+    fork: list | None = None
     rule: Rule | None = None
     decision: Decision | None = None
 
@@ -252,7 +255,14 @@ class CompareResult:
             label, at = self.divergence
             margin = "" if self.margin is None else f", top-2 logit margin there {self.margin:.3g}"
             unit = "token" if min(self.runs[0][2].token_ids, default=0) >= 0 else "character"
-            parts.append(f"{label} differs at {unit} {at}{margin}")
+            tokens = ""
+            if self.fork:
+                tokens = (
+                    " ("
+                    + " vs ".join(f"{text!r} p {prob:.3f}" for _, text, prob, _ in self.fork)
+                    + ")"
+                )
+            parts.append(f"{label} differs at {unit} {at}{tokens}{margin}")
         return " · ".join(parts)
 
     def _head(self, r: Ratio, metric: str, n: int) -> str:

@@ -83,8 +83,8 @@ class CompareRenderer:
                 extra += f'<div class="col">{position_chart(res.acceptance_by_position)}</div>'
             extra += "</div>"
         return (
-            f'{STYLE}<div class="mlxnb mlxnb-compare">{self._verdict(res)}{legend}'
-            f'<div class="cols">{cols}</div>{extra}</div>'
+            f'{STYLE}<div class="mlxnb mlxnb-compare">{self._verdict(res)}{fork_line(res)}'
+            f'{legend}<div class="cols">{cols}</div>{extra}</div>'
         )
 
     def plain(self) -> str:
@@ -126,6 +126,21 @@ class CompareRenderer:
         line = escape(res.verdict_line())
         figures = f'<div class="legend">{escape(res.figures_line())}</div>'
         return f'<div class="verdict"><span class="{cls}"></span>{line}{progress}</div>{figures}'
+
+
+def fork_line(res: CompareResult) -> str:
+    """Where the runs part: each one's token there, tinted by its probability (inspector)."""
+    if not res.fork:
+        return ""
+    from .inspect import CSS, band
+
+    sides = " vs ".join(
+        f'{escape(label)}: <span class="tk b{band(prob)}">{escape(text)}</span> '
+        f"p {prob:.3f}, rank {rank}"
+        for label, text, prob, rank in res.fork
+    )
+    margin = "" if res.margin is None else f" · top-2 logit margin {res.margin:.3g}"
+    return f'{CSS}<div class="legend fork-row">where they part: {sides}{margin}</div>'
 
 
 def compare_cell(magics, args, request: Request) -> None:
