@@ -239,3 +239,16 @@ def test_a_submit_failure_after_start_resets_the_panel(panel, monkeypatch):
 
 def test_seed_box_refuses_negative_seeds(panel):
     assert panel.seed_box.min == 0
+
+
+def test_inspect_box_records_tokens_and_tints_the_view(panel):
+    panel.draft_source = "none"
+    panel.inspect_box.value = True
+    assert panel.inspect and panel.request().logprobs == 5
+    panel.generate_button.click()
+    res = panel.wait(60)
+    assert len(res.tokens) == 40 and len(res.tokens[0].top) == 5
+    html = panel.output.children[0].children[0].value
+    assert html.count('class="tk b') >= 40 and 'class="card"' in html
+    panel.inspect = False
+    assert panel.request().logprobs is None

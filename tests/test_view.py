@@ -49,7 +49,7 @@ def test_stop_button_cancels_and_marks_stopped():
     view.finish()
     assert "stopped" in view.html.value and "partial" in view.html.value
     # The button keeps its room, hidden: the text does not re-wrap when it goes.
-    assert view.widget.children == (view.html, view.stop_button)
+    assert view.widget.children == (view.html, view.inspect_button, view.stop_button)
     assert view.stop_button.layout.visibility == "hidden"
 
 
@@ -60,3 +60,29 @@ def test_no_update_when_nothing_changed():
     view.refresh()
     n = view.updates
     assert not view.refresh() and view.updates == n
+
+
+def test_inspect_toggle_shows_once_tokens_carry_records_and_switches_the_text():
+    from mlx_notebook.engine.token_records import TokenRecord
+
+    job = Job(Request("x"), 1)
+    view = generation_view(ViewState(fmt="text"), start_thread=False).attach(job)
+    job.emit(Started())
+    job.emit(Token("plain ", 5, False, 0))
+    view.refresh()
+    assert view.inspect_button.layout.display == "none"  # nothing recorded: no toggle
+    rec = TokenRecord(1, 6, "<b>odd</b>", -3.0, 4, 2.0, (("x", 7, -0.1),), "model", -3.0)
+    job.emit(Token("<b>odd</b>", 6, False, 1, info=rec))
+    view.refresh()
+    assert view.inspect_button.layout.display is None and not view.inspect_button.value
+    assert 'class="tk b' not in view.html.value
+    view.inspect_button.value = True  # a click: the text comes back tinted
+    assert 'class="tk b4"' in view.html.value and "&lt;b&gt;odd" in view.html.value
+    view.inspect_button.value = False
+    assert 'class="tk b' not in view.html.value
+    job.emit(Finished("plain <b>odd</b>", "stop"))
+    view.finish()
+    # The document keeps the inspection one click away (a <details>, no script).
+    assert view.html.value.count('<details class="insp-fold">') == 1
+    assert "inspect 1 token</summary>" in view.html.value and "<b>odd" not in view.html.value
+    assert view.inspect_button.layout.visibility == "hidden"

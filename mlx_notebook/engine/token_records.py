@@ -28,7 +28,9 @@ class TokenRecord:
         top: The most likely tokens there, ``(text, id, logprob)``, most likely first.
         source: Where the token came from: ``text`` (scored), ``model``,
             ``prompt-lookup``, ``suffix`` or ``draft-model`` (an accepted draft),
-            or ``grammar`` (the only token a schema allowed there).
+            ``grammar`` (the only token a schema allowed there) or ``chosen``
+            (a branch's first token, picked by the user: its record holds the
+            model's own distribution there).
         raw_logprob: Under the raw model distribution, before logits processors
             and a schema's mask (generated tokens; None where no pass ran).
     """

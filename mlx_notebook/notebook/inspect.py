@@ -5,7 +5,8 @@ same when reopened without a kernel. Shading is one hue (orange) at five
 strengths: the less likely a token was, the stronger its tint. A single hue
 reads the same to colour-blind eyes, and the tints are translucent over the
 theme's background, under the theme's own text colour, in light and dark
-themes alike. Accepted draft tokens are underlined, one line style per source.
+themes alike. Accepted draft tokens are underlined, one line style per source
+(a branch's chosen token: a double line).
 Every piece of model text is escaped: hostile output stays inert.
 """
 
@@ -21,7 +22,9 @@ BANDS = (0.9, 0.5, 0.2, 0.05, 0.0)
 BAND_LABELS = ("≥ 0.9", "0.5–0.9", "0.2–0.5", "0.05–0.2", "< 0.05")
 _TINT = "230,97,0"  # orange: tell apart from blue without hue (colour-blind safe)
 _ALPHA = (0.0, 0.14, 0.28, 0.42, 0.56)
-SOURCES = {"prompt-lookup": "solid", "suffix": "dashed", "draft-model": "dotted"}
+SOURCES = {
+    "prompt-lookup": "solid", "suffix": "dashed", "draft-model": "dotted", "chosen": "double",
+}  # fmt: skip
 
 CSS = (
     "<style>"
@@ -102,13 +105,14 @@ def inspect_body(records, cards: bool = True) -> str:
     legend = "".join(
         f'<span class="tk b{i}">{escape(label)}</span>' for i, label in enumerate(BAND_LABELS)
     )
-    drafts = " · underlined: " + ", ".join(
-        f'<span class="s-{n}">{escape(n)}</span>' for n in SOURCES
-    )
     used = {r.source for r in records}
+    marked = [n for n in SOURCES if n in used]  # the underlines this text has
+    drafts = " · underlined: " + ", ".join(
+        f'<span class="s-{n}">{escape(n)}</span>' for n in marked
+    )
     return (
         f'{CSS}<div class="legend-row">probability: {legend}'
-        f"{drafts if used & set(SOURCES) else ''} · hover a token for its alternatives</div>"
+        f"{drafts if marked else ''} · hover a token for its alternatives</div>"
         f'<div class="insp">{inspect_tokens(records, cards)}</div>'
     )
 

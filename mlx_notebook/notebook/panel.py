@@ -57,6 +57,7 @@ class Panel(PanelControls, widgets.VBox):
     seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).")
     stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).")
     chat = Bool(True, help="Apply the chat template.")
+    inspect = Bool(False, help="Record each token's probability and show the text tinted by it.")
     sweep_from = Int(1, help="First k of a sweep.")
     sweep_to = Int(8, help="Last k of a sweep.")
     repeats = Int(3, min=1, help="Runs per k in Sweep (Compare runs until its answer is clear).")
@@ -193,6 +194,7 @@ class Panel(PanelControls, widgets.VBox):
             draft_kind=self.draft_source,
             num_draft_tokens=self.num_draft_tokens,
             lookup_ngram=self.lookup_ngram,
+            logprobs=5 if self.inspect else None,
         )
         if self.draft_source == "model" and not self.draft_model:
             raise ValueError("draft_model: choose a draft model, or another draft source")
@@ -259,7 +261,10 @@ class Panel(PanelControls, widgets.VBox):
             self._record(req, res, req.mode)
             self._end()
 
-        state = ViewState(model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown")
+        state = ViewState(
+            model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown",
+            inspect=self.inspect,
+        )  # fmt: skip
         self._show(generation_view(state, self.refresh_hz, on_done=done).attach(job))
 
     def compare(self) -> None:

@@ -71,6 +71,8 @@ class PanelControls:
             W.Textarea, placeholder="Stop strings, one per line", description="stop"
         )
         self.chat_box = W.Checkbox(description="chat template", indent=False)
+        self.inspect_box = W.Checkbox(description="inspect tokens", indent=False)
+        self.inspect_box.tooltip = "Tint each token by its probability (hover: alternatives)"
         self.sweep_range = labelled(W.IntRangeSlider, min=1, max=16, description="sweep k")
         self.repeats_box = labelled(W.BoundedIntText, min=1, max=20, description="repeats")
         self.metric_box = W.ToggleButtons(
@@ -104,6 +106,7 @@ class PanelControls:
             ("seed", self.seed_box),
             ("stop_strings", self.stop_box),
             ("chat", self.chat_box),
+            ("inspect", self.inspect_box),
             ("repeats", self.repeats_box),
             ("metric", self.metric_box),
         ]
@@ -141,7 +144,7 @@ class PanelControls:
             self._draft_row,
             W.HBox([self.sampling_box, self.sampling_hint]),
             self._sampling_row,
-            W.HBox([self.max_box, self.seed_box]),
+            W.HBox([self.max_box, self.seed_box, self.inspect_box]),
             self.stop_box,
             self._measure_row,
             W.HBox(

@@ -209,6 +209,19 @@ class ViewState:
             from .inspect import inspect_body
 
             return inspect_body(self.records, cards=self.finished is not None)
+        body = self._text_html()
+        if self.records and self.finished is not None:
+            # The inspection, one click away, in the saved document too: no script.
+            from .inspect import inspect_body
+
+            n = len(self.records)
+            body += (
+                f'<details class="insp-fold"><summary>inspect {n} token{"s" * (n != 1)}'
+                f"</summary>{inspect_body(self.records)}</details>"
+            )
+        return body
+
+    def _text_html(self) -> str:
         text = self.text
         if self.highlight_drafts or (self.fmt == "text" and any(self.drafts)):
             return f'<pre class="txt">{self._draft_marked()}</pre>'

@@ -65,6 +65,9 @@ padding-left:8px;margin:2px 0 6px 0}}
 .mlxnb details.think summary{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;
 color:{_UI};cursor:pointer}}
 .mlxnb details.think .txt{{color:var(--jp-content-font-color2,inherit)}}
+.mlxnb details.insp-fold{{margin-top:6px}}
+.mlxnb details.insp-fold summary{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;
+color:{_UI};cursor:pointer}}
 .mlxnb .mlxnb-link{{text-decoration:underline dotted}}
 .mlxnb .mlxnb-href,.mlxnb .mlxnb-media{{color:{_UI};font-size:90%}}
 .mlxnb .verdict{{font-weight:600;margin:2px 0 6px 0}}

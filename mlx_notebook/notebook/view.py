@@ -78,8 +78,18 @@ class LiveView:
         )
         self.stop_button.add_class("mlxnb-stop")
         self.stop_button.on_click(lambda _b: self.stop())
+        # Shown once the job's tokens carry records (``--logprobs``): the text, or
+        # the text tinted by each token's probability.
+        self.inspect_button = widgets.ToggleButton(
+            value=bool(getattr(renderer, "inspecting", False)),
+            description="Inspect",
+            icon="eye",
+            tooltip="Tint each token by its probability (hover a token for its alternatives)",
+            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
+        )
+        self.inspect_button.observe(self._toggle_inspect, "value")
         self.widget = widgets.HBox(
-            [self.html, self.stop_button],
+            [self.html, self.inspect_button, self.stop_button],
             layout=widgets.Layout(align_items="flex-start", width="100%"),
         )
         self.widget.add_class("mlxnb-view")
@@ -158,6 +168,11 @@ class LiveView:
         for job in list(self._jobs):
             job.cancel()
 
+    def _toggle_inspect(self, change) -> None:
+        # A click (main thread): no MLX work, only the renderer's mode and a redraw.
+        self.renderer.set_inspect(bool(change["new"]))
+        self.invalidate()
+
     def invalidate(self) -> None:
         """Something other than an event changed what the renderer shows: redraw now."""
         self._dirty = True
@@ -183,6 +198,7 @@ class LiveView:
                 log.exception("mlx_notebook: a view's on_done callback failed")
         # The button hides but keeps its room: the text does not re-wrap at the end.
         self.stop_button.layout.visibility = "hidden"
+        self.inspect_button.layout.visibility = "hidden"  # the document folds the inspection
         if self.document is not None:
             self.document.finalize(self.renderer.html(), self.renderer.plain())
 
@@ -206,6 +222,8 @@ class LiveView:
             if sent:
                 self.html.value = html
                 self.updates += 1
+            if getattr(self.renderer, "inspectable", False) and not self.done:
+                self.inspect_button.layout.display = None
         return sent
 
     def _ipython_display_(self) -> None:
@@ -232,6 +250,21 @@ class StatesRenderer:
         """Stop was pressed."""
         for s in self.states:
             s.stopping = True
+
+    @property
+    def inspectable(self) -> bool:
+        """Whether the job's tokens carry records (the view can tint them)."""
+        return len(self.states) == 1 and bool(self.states[0].records)
+
+    @property
+    def inspecting(self) -> bool:
+        """Whether the text shows as the token inspector."""
+        return self.states[0].inspect
+
+    def set_inspect(self, on: bool) -> None:
+        """Show the text tinted by probability (``on``) or as its format."""
+        for s in self.states:
+            s.inspect = on
 
     def html(self) -> str:
         """Render the first (usually only) job."""
