@@ -63,10 +63,10 @@ def stop(proc) -> None:
 
 
 @contextmanager
-def misbehaving_server(mode: str, bodies: list | None = None):
+def misbehaving_server(mode: str, bodies: list | None = None, chunks: list | None = None):
     """``mode``: ``"malformed"`` sends a bad event after some text; ``"silent"`` never answers;
-    ``"reply:TEXT"`` answers TEXT and stops, whatever was asked (request bodies go to
-    ``bodies``)."""
+    ``"reply:TEXT"`` answers TEXT and stops, whatever was asked; ``"chunks"`` streams
+    ``chunks`` (dicts) as they are (request bodies go to ``bodies``)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -76,13 +76,13 @@ def misbehaving_server(mode: str, bodies: list | None = None):
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             if bodies is not None:
                 bodies.append(json.loads(raw))
-            if mode.startswith("reply:"):
+            if mode.startswith("reply:") or mode == "chunks":
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 delta = {"choices": [{"index": 0, "delta": {"content": mode[6:]}}]}
                 end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-                for chunk in (delta, end):
+                for chunk in chunks if mode == "chunks" else (delta, end):
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()

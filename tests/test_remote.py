@@ -89,8 +89,6 @@ def test_jobs_queue_fifo_and_a_queued_one_can_be_dropped(remote):
 def test_lookup_needs_a_local_model(remote):
     with pytest.raises(ValueError, match="--lookup .* needs a local model"):
         remote.submit(Request(PROMPT, draft="lookup"))
-    with pytest.raises(ValueError, match="logprobs: per-token records need a local model"):
-        remote.submit(Request(PROMPT, logprobs=2))
 
 
 def test_status_lists_the_server_and_its_models(remote, tiny_dir):
@@ -255,3 +253,62 @@ def test_a_server_that_ignores_the_schema_is_said_so_and_value_refuses(reply, pr
 def test_choices_and_patterns_need_a_local_model(remote, schema):
     with pytest.raises(ValueError, match="^schema: a server takes JSON Schemas only"):
         remote.submit(Request("hi", schema=schema))
+
+
+def test_mlx_lm_server_streams_no_logprobs_and_that_is_said(remote):
+    from mlx_notebook.engine import Notice
+    from mlx_notebook.engine.remote import NO_LOGPROBS
+
+    job = remote.submit(Request(PROMPT, chat=False, max_tokens=8, temperature=0, logprobs=2))
+    res = job.result(timeout=60)
+    plain = remote.submit(Request(PROMPT, chat=False, max_tokens=8, temperature=0))
+    assert res.text == plain.result(timeout=60).text and not res.records
+    assert [e.message for e in job.events() if isinstance(e, Notice)] == [NO_LOGPROBS]
+
+
+def _entry(token, lp, *alts):
+    return {"token": token, "logprob": lp, "bytes": list(token.encode()),
+            "top_logprobs": [{"token": t, "logprob": v} for t, v in alts]}  # fmt: skip
+
+
+def test_a_servers_streamed_logprobs_become_records_in_both_api_shapes():
+    # The OpenAI shapes (vLLM, llama.cpp's server, LM Studio stream them): chat
+    # completions' content list, and legacy completions' parallel lists.
+    chat = [
+        {"choices": [{"index": 0, "delta": {"content": "Hi"},
+                      "logprobs": {"content": [_entry("Hi", -0.1, ("Hi", -0.1), ("Yo", -2.5))]}}]},
+        {"choices": [{"index": 0, "delta": {"content": " <b>x"},  # two tokens, one chunk
+                      "logprobs": {"content": [_entry(" <b>", -1.5, (" the", -0.7), (" <b>", -1.5)),
+                                               _entry("x", -0.01, ("x", -0.01))]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]  # fmt: skip
+    legacy = [
+        {"choices": [{"index": 0, "text": "Hi",
+                      "logprobs": {"tokens": ["Hi"], "token_logprobs": [-0.1],
+                                   "top_logprobs": [{"Yo": -2.5, "Hi": -0.1}]}}]},
+        {"choices": [{"index": 0, "text": " <b>x",
+                      "logprobs": {"tokens": [" <b>", "x"], "token_logprobs": [-1.5, -0.01],
+                                   "top_logprobs": [{" the": -0.7, " <b>": -1.5},
+                                                    {"x": -0.01}]}}]},
+        {"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]},
+    ]  # fmt: skip
+    for chunks, is_chat in ((chat, True), (legacy, False)):
+        bodies = []
+        with misbehaving_server("chunks", bodies, chunks) as url:
+            eng = RemoteEngine(url)
+            try:
+                res = eng.submit(Request("hi", chat=is_chat, logprobs=2)).result(timeout=30)
+            finally:
+                eng.close()
+        assert bodies[0]["logprobs"] is True and bodies[0]["top_logprobs"] == 2
+        assert res.text == "Hi <b>x" and [r.text for r in res.tokens] == ["Hi", " <b>", "x"]
+        t = res.tokens
+        assert [r.index for r in t] == [0, 1, 2] and [r.rank for r in t] == [1, 2, 1]
+        assert t[1].top == ((" the", -1, -0.7), (" <b>", -1, -1.5)) and t[1].logprob == -1.5
+        assert all(r.source == "model" and r.token_id == -1 for r in t)
+        from mlx_notebook.notebook.inspect import inspect_html
+
+        html = inspect_html(t)
+        assert html.count('class="tk b') == 5 + 3 and "&lt;b&gt;" in html
+        assert html.count("<b>") == 3  # the cards' own heads: the model's "<b>" is escaped
+        assert "entropy" not in html  # a server sends none: not shown as nan

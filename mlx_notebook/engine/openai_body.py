@@ -34,6 +34,10 @@ def body(req: Request) -> dict:
         from ..schema import response_format
 
         b["response_format"] = response_format(req.constraint)
+    if req.logprobs is not None:
+        from .remote_logprobs import request_fields
+
+        b.update(request_fields(req.logprobs))
     if req.mode == "draft":
         b["draft_model"] = req.draft
         b["num_draft_tokens"] = req.num_draft_tokens

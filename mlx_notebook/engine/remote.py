@@ -23,6 +23,7 @@ from .errors import describe
 from .events import Finished, Notice, Queued, Started, Stats, Token
 from .job import Job
 from .openai_body import body
+from .remote_logprobs import records_of
 from .request import Request
 
 UNSUPPORTED = {
@@ -82,10 +83,6 @@ class RemoteEngine:
             raise ValueError(
                 f"schema: a server takes JSON Schemas only (OpenAI's response_format); "
                 f"a {schema.kind} constraint needs a local model"
-            )
-        if request.logprobs is not None:
-            raise ValueError(
-                "logprobs: per-token records need a local model (a server's are not read yet)"
             )
         if request.branch_from is not None:
             raise ValueError("branch_from: branching feeds token ids, which needs a local model")
@@ -261,6 +258,8 @@ class RemoteEngine:
                         raise ServerError("the server closed the connection mid-stream")
             fin = stream.finished()
             _check_schema(job, fin)
+            if req.logprobs is not None and not stream.recorded and fin.text:
+                job.emit(Notice(NO_LOGPROBS))
             job.emit(fin)
         except asyncio.CancelledError:
             job.emit(stream.finished("cancelled"))
@@ -277,6 +276,7 @@ class _Stream:
         self.pieces: list[str] = []
         self.n = 0
         self.reason: str | None = None
+        self.recorded = 0  # tokens whose logprobs the server sent
         self.usage: dict = {}
         self.t0 = time.perf_counter()
         self.t_first = self.t_last = None
@@ -301,16 +301,24 @@ class _Stream:
             raise ServerError(f"the server reported: {_one_line(chunk['error'])}")
         if chunk.get("usage"):
             self.usage = chunk["usage"]
+        k = self.job.request.logprobs
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             text = delta.get("content") if "delta" in choice else choice.get("text")
-            if text:
+            recs = records_of(choice, self.n, k) if k is not None else []
+            self.recorded += len(recs)
+            if text or recs:
                 now = time.perf_counter()
                 self.t_first = self.t_first or now
                 self.t_last = now
-                self.pieces.append(text)
-                self.job.emit(Token(text, -1, False, self.n))
-                self.n += 1
+                self.pieces.append(text or "")
+                # One event per token the server described: the chunk's text rides
+                # on the first, so the text is exactly what was streamed.
+                for j in range(max(1, len(recs))):
+                    info = recs[j] if recs else None
+                    piece = (text or "") if j == 0 else ""
+                    self.job.emit(Token(piece, -1, False, self.n, info=info))
+                    self.n += 1
             if choice.get("finish_reason"):
                 self.reason = choice["finish_reason"]
         return False
@@ -331,6 +339,12 @@ class _Stream:
         if reason is None:
             reason = "length" if self.reason == "length" else "stop"
         return Finished("".join(self.pieces), reason, None, error, s)
+
+
+NO_LOGPROBS = (
+    "logprobs: the server sent none (mlx_lm.server sends them only without streaming); "
+    "a local model records them"
+)
 
 
 def _check_schema(job: Job, fin: Finished) -> None:

@@ -82,8 +82,9 @@ def _card(r) -> str:
     if r.token_id not in {tid for _, tid, _ in r.top}:
         rows.append(f'<tr class="me"><td>{escape(_visible(r.text))}</td><td>{r.prob:.3f}</td></tr>')
     head = (
-        f"<b>{escape(_visible(r.text))}</b> · p {r.prob:.3f} · rank {r.rank} · "
-        f"entropy {r.entropy:.2f}" + (f" · {escape(r.source)}" if r.source != "text" else "")
+        f"<b>{escape(_visible(r.text))}</b> · p {r.prob:.3f} · rank {r.rank}"
+        + ("" if math.isnan(r.entropy) else f" · entropy {r.entropy:.2f}")  # a server sends none
+        + (f" · {escape(r.source)}" if r.source != "text" else "")
     )
     # Hidden inline too: where a sanitizer strips the stylesheet (an untrusted
     # notebook) the cards stay hidden and the text reads plainly.
