@@ -185,6 +185,10 @@ class Constraint(_Grammar):
         self._lnp = lnp
         self.jump = jump
         self.matcher = llguidance.LLMatcher(info, grammar, log_level=0)  # errors: ours
+        # The forced token of the current state, computed once per state: a step asks
+        # after consuming (`take_forced`) and again when masking.
+        self._moves = 0
+        self._ff_at, self._ff = -1, None
         if self.matcher.is_error():
             raise ValueError(f"schema: {self.matcher.get_error()}")
         self._bits = lnp.allocate_token_bitmask(1, info.vocab_size)
@@ -246,13 +250,18 @@ class Constraint(_Grammar):
     def _forced(self) -> int | None:
         if not self.jump:
             return None
-        ff = self.matcher.compute_ff_tokens()
-        return int(ff[0]) if ff and 0 <= ff[0] < self.width else None
+        if self._ff_at != self._moves:
+            ff = self.matcher.compute_ff_tokens()
+            self._ff = int(ff[0]) if ff and 0 <= ff[0] < self.width else None
+            self._ff_at = self._moves
+        return self._ff
 
     def _advance(self, token: int) -> bool:
+        self._moves += 1
         return bool(self.matcher.consume_token(token))
 
     def _rollback(self, n: int) -> None:
+        self._moves += 1
         self.matcher.rollback(n)
 
 
