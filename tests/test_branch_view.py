@@ -1,5 +1,7 @@
 """Branching from a handle and in a cell; the two continuations side by side."""
 
+import math
+
 import pytest
 from IPython.core.error import UsageError
 
@@ -27,7 +29,8 @@ def test_branch_from_a_handle_and_side_by_side(shell, tiny_dir):
     fork = b.side_by_side()
     html, text = fork._repr_html_(), repr(fork)
     assert html.count('class="forks"') == 1 and html.count("fork") >= 3
-    assert "original:" in html and "branch:" in html and "rank 2" in html
+    assert "original:" in html and "branch:" in html
+    assert f"branch: {alt[0]!r} · p {math.exp(alt[2]):.3f}" in html.replace("&#x27;", "'")
     assert fork.shared == "".join(e for e, _ in h.pieces()[:5])
     assert fork.left.pieces == h.pieces()[5:] and fork.right.pieces == b.pieces()
     assert "[original:" in text and "[branch:" in text

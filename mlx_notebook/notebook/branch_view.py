@@ -8,6 +8,7 @@ text escaped, like every other view.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .inspect import CSS as INSPECT_CSS
@@ -47,8 +48,11 @@ class Side:
         if not self.pieces:
             return "(no tokens)"
         text, rec = self.pieces[0]
-        p = f" · p {rec.prob:.3f} (rank {rec.rank})" if rec is not None else ""
-        return f"{text!r}{p}"
+        if rec is None:
+            return repr(text)
+        # The model's own probability (a redraw samples without the original token).
+        lp = rec.logprob if rec.raw_logprob is None else rec.raw_logprob
+        return f"{rec.text!r} · p {math.exp(lp):.3f}"
 
 
 @dataclass
@@ -140,9 +144,14 @@ def branch_cell(magics, args, cell: str) -> None:
     except (IndexError, ValueError) as exc:
         raise UsageError(f"--from {args.branch}: {exc}") from None
     remember(child)
-    was = handle.pieces()[i][0] if i < len(handle.pieces()) else "the end"
+    pieces = handle.pieces()
+    if i < len(pieces):  # a record's text names a token whose bytes end later
+        text, rec = pieces[i]
+        was = repr(rec.text if rec is not None else text)
+    else:
+        was = "the end"
     what = repr(token) if token is not None else "a fresh draw"
-    notice = f"branch of {name} at token {i}: {what} in place of {was!r}"
+    notice = f"branch of {name} at token {i}: {what} in place of {was}"
     fmt = "inspect" if args.inspect else (args.format or "markdown")
     bind = (args.out, child) if args.out else None
     magics.show(child.job, handle.model, fmt, [notice], bind, args.wait)

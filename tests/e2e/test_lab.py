@@ -519,7 +519,9 @@ INSPECTOR = [
     "t = mlx_notebook.score('The capital of France is Paris. It is known for the Eiffel "
     "Tower and for cheese.', prompt='Tell me about France.')\nt",
     f"mlx_notebook.score({EVIL!r}, model=TINY)",  # 2: hostile text, inspected
-    "%%generate -m {tiny} --raw -t 0 -n 24 --inspect -o h\nOnce upon a time",  # 3
+    "%%generate -t 0 -n 24 --inspect -o h\nWrite a short story about the sea.",  # 3
+    "%generate --from h:6 -n 18 --logprobs 3 -o b --wait",  # 4: a branch, drawn again
+    "b.side_by_side()",  # 5
 ]
 
 
@@ -564,3 +566,20 @@ def test_token_inspector(lab, artifacts, theme):
         path=str(artifacts / f"inspect-generate-{slug}.png"),
         clip={**box, "height": box["height"] + 150},
     )
+    # A branch at token 6, with records but not inspected: the inspection is folded.
+    run_done(page, 4, 60)
+    fold = out(4).locator("details.insp-fold")
+    step("the folded inspection", lambda: fold.count() == 1, 20)
+    assert "branch of h at token 6" in out(4).inner_text()
+    assert not fold.locator(".insp").is_visible()  # folded
+    fold.locator("summary").click()
+    step("unfolded", lambda: fold.locator(".insp").is_visible(), 10)
+    assert fold.locator(".insp > .tk").count() == 18
+    out(4).screenshot(path=str(artifacts / f"branch-fold-{slug}.png"))
+    run_done(page, 5, 60)
+    forks = out(5).locator(".mlxnb .forks > div")
+    step("two continuations", lambda: forks.count() == 2, 20)
+    text = out(5).inner_text()
+    assert "original:" in text and "branch:" in text and " · p " in text
+    assert out(5).locator(".fork").count() == 2  # each side's first token, marked
+    out(5).screenshot(path=str(artifacts / f"branch-{slug}.png"))
