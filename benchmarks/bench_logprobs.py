@@ -3,14 +3,15 @@
 Usage: python benchmarks/bench_logprobs.py [--rounds 5] [--tokens 64]
 
 Greedy, one job alone per run, the same prompt; the three sides alternate in
-order every round (rotated). Prints each side's median and min-max tok/s and
-the median of the per-round ratios against ``off``.
+order every round (rotated). Prints each side's median and min-max tok/s, and
+per side the median of the per-round ratios against ``off`` with a 95% interval.
 """
 
 import argparse
 import statistics
 
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
+from mlx_notebook.measure.stats import ratio
 
 PROMPT = "Describe a rainy afternoon in a small town."
 SIDES = {"off": None, "logprobs=0": 0, "logprobs=5": 5}
@@ -43,8 +44,9 @@ def main() -> None:
     for k, v in got.items():
         print(f"{k}: median {statistics.median(v):.1f} tok/s ({min(v):.1f}-{max(v):.1f})")
     for k, v in ratios.items():
-        print(f"{k} / off: median {statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f}), "
-              f"{args.rounds} rounds")  # fmt: skip
+        r = ratio(v)  # a 95% interval of the geometric mean ratio, over the rounds
+        print(f"{k} / off: median {r.median:.2f}x (rounds {min(v):.2f}-{max(v):.2f}; "
+              f"95% CI {r.low:.2f}-{r.high:.2f}x), {args.rounds} rounds")  # fmt: skip
     eng.close()
 
 
