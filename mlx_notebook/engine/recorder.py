@@ -17,7 +17,7 @@ from collections import deque
 
 import mlx.core as mx
 
-from .token_records import TokenRecord, listed_stats, position_stats, stats_arrays
+from .token_records import TokenRecord, position_stats
 
 
 class Recorder:
@@ -49,18 +49,22 @@ class Recorder:
         self._stash.append((logits, raw, forced, None))
 
     def bind(self, sampled: mx.array) -> None:
-        """Build the newest stash's statistics against the token ``sampled``, lazily.
+        """Have the newest stash's logits and their log-sum-exp evaluated with ``sampled``.
 
-        They start evaluating with it: recording then costs no extra wait.
+        The rest of the statistics are computed on the host when the token is
+        recorded (`position_stats`): no extra wait, and far cheaper than in MLX
+        on a CPU.
         """
         logits, raw, forced, _ = self._stash[-1]
         if forced:
             return
-        tgt = sampled.reshape(-1).astype(mx.uint32)
-        arrays = stats_arrays(logits, tgt, self.top_k)
-        raw_lp = None if raw is None else stats_arrays(raw, tgt, 0)[0]
-        self._stash[-1] = (logits, raw, forced, (arrays, raw_lp))
-        mx.async_eval(arrays if raw_lp is None else [*arrays, raw_lp])
+        logits = logits if logits.dtype == mx.float32 else logits.astype(mx.float32)
+        # mlx-lm's own normalizer, so the logprobs are its own to the last bit.
+        lse = mx.logsumexp(logits, axis=-1, keepdims=True)
+        if raw is not None and raw.dtype != mx.float32:
+            raw = raw.astype(mx.float32)
+        self._stash[-1] = (logits, raw, forced, lse)
+        mx.async_eval([logits, lse] + ([raw] if raw is not None else []))
 
     def clear(self) -> None:
         """Forget what is stashed (a verify pass's rows past the accepted ones)."""
@@ -76,20 +80,17 @@ class Recorder:
 
     def record(self, token: int, source: str = "model") -> TokenRecord:
         """The record of ``token``, drawn from the oldest stashed logits."""
-        logits, raw, forced, arrays = self._stash.popleft()
+        logits, raw, forced, lse = self._stash.popleft()
+        tgt = [token]
         if self.chosen_first and self.index == 0:  # its pass kept only the chosen token
-            tgt = mx.array([token], dtype=mx.uint32)
             lp, rank, ent, ids, lps = (c[0] for c in position_stats(raw, tgt, self.top_k))
             return self._make(token, lp, rank, ent, ids, lps, "chosen", lp)
         if forced:  # the same record as where no pass ran for it
             return self.forced(token)
-        if arrays is not None:  # bound to the sampled token, evaluated with it
-            stats, raw_arr = arrays
-            lp, rank, ent, ids, lps = (c[0] for c in listed_stats(stats, 1, self.top_k))
-            raw_lp = lp if raw_arr is None else raw_arr.item()
-            return self._make(token, lp, rank, ent, ids, lps, source, raw_lp)
-        tgt = mx.array([token], dtype=mx.uint32)
-        lp, rank, ent, ids, lps = (c[0] for c in position_stats(logits, tgt, self.top_k))
+        if lse is None:  # a verify pass's row: its normalizer as mlx-lm computes it
+            lse = mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
+        stats = position_stats(logits, tgt, self.top_k, lse)
+        lp, rank, ent, ids, lps = (c[0] for c in stats)
         raw_lp = lp if raw is None else position_stats(raw, tgt, 0)[0][0]
         return self._make(token, lp, rank, ent, ids, lps, source, raw_lp)
 

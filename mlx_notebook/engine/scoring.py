@@ -87,7 +87,8 @@ def score_tokens(model, tokenizer, context: list[int], scored: list[int], top_k:
         ids = full[start : min(start + CHUNK, len(full) - 1)]
         logits = seq.forward(ids)[0]
         targets = mx.array(full[start + 1 : start + 1 + len(ids)], dtype=mx.uint32)
-        for col, part in zip(cols, position_stats(logits, targets, top_k)):
+        lse = mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)  # as mlx-lm
+        for col, part in zip(cols, position_stats(logits, targets, top_k, lse)):
             col.extend(part)
     table = TokenTable()
     for i, tid in enumerate(scored):

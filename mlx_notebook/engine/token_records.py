@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -94,41 +95,57 @@ class TokenTable(list):
         return pd.DataFrame(rows, columns=columns)
 
 
-def position_stats(logits: mx.array, targets: mx.array, top_k: int):
+def position_stats(logits, targets, top_k: int, lse=None):
     """Per row of ``logits`` [L, V]: the target's logprob and rank, the entropy, the top-k.
 
+    Computed on the host with numpy from the evaluated logits: on a CPU, MLX's
+    elementwise ``exp`` over a 49k vocabulary costs about 0.7 ms (one thread, no
+    SIMD), numpy's under 0.1 ms, and a decode step is about 25 ms.
+
+    Args:
+        logits: ``[L, V]`` (an MLX or numpy array; masked tokens at -inf).
+        targets: L token ids (a sequence or an array).
+        top_k: Alternatives per row (0..20).
+        lse: Each row's ``mx.logsumexp`` ``[L, 1]``, evaluated with the step: the
+            log-probabilities are then mlx-lm's to the last bit (its float32 sum
+            over the vocabulary rounds apart from numpy's by up to about 1e-4).
+
     Returns:
-        Lists ``(logprob, rank, entropy, top_ids, top_logprobs)``, one item per row.
+        Lists ``(logprob, rank, entropy, top_ids, top_logprobs)``, one item per row;
+        alternatives a schema ruled out (-inf) are dropped.
     """
-    return listed_stats(stats_arrays(logits, targets, top_k), logits.shape[0], top_k)
-
-
-def stats_arrays(logits: mx.array, targets: mx.array, top_k: int) -> list[mx.array]:
-    """`position_stats` as lazy arrays: evaluate them with the step that samples ``targets``."""
-    logits = logits.astype(mx.float32)
-    lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    chosen = mx.take_along_axis(lp, targets[:, None], axis=-1)
-    rank = mx.sum(lp > chosen, axis=-1) + 1
-    # A masked token (-inf) adds nothing: 0 * -inf would be nan.
-    entropy = -mx.sum(mx.where(lp > -mx.inf, mx.exp(lp) * lp, 0.0), axis=-1)
-    out = [chosen[:, 0], rank, entropy]
+    x = _host(logits)
+    tg = np.asarray(targets, dtype=np.int64).reshape(-1)
+    rows = np.arange(x.shape[0])
+    if lse is None:
+        m = x.max(axis=-1, keepdims=True)
+        norm = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    else:
+        norm = _host(lse).reshape(-1, 1)
+    lp = x - norm
+    chosen = lp[rows, tg]
+    rank = np.count_nonzero(x > x[rows, tg][:, None], axis=-1) + 1
+    # -inf (a masked token) weighs 0: keep 0 * -inf from making nan.
+    ent = -np.einsum("lv,lv->l", np.exp(lp), np.maximum(lp, np.float32(-1e30)))
+    ids: list[list[int]] = [[] for _ in rows]
+    lps: list[list[float]] = [[] for _ in rows]
     if top_k:
-        ids = mx.argpartition(-lp, top_k - 1, axis=-1)[:, :top_k]
-        vals = mx.take_along_axis(lp, ids, axis=-1)
-        order = mx.argsort(-vals, axis=-1)
-        out += [mx.take_along_axis(ids, order, axis=-1), mx.take_along_axis(vals, order, axis=-1)]
-    return out
+        part = np.argpartition(x, -top_k, axis=-1)[:, -top_k:]
+        for r in rows:
+            best = part[r][np.argsort(-x[r, part[r]], kind="stable")]
+            vals = lp[r, best]
+            keep = vals > -np.inf
+            ids[r] = best[keep].tolist()
+            lps[r] = vals[keep].tolist()
+    return chosen.tolist(), rank.tolist(), ent.tolist(), ids, lps
 
 
-def listed_stats(out: list[mx.array], rows: int, top_k: int):
-    """`stats_arrays` evaluated, as lists (alternatives a schema ruled out dropped)."""
-    mx.eval(out)
-    listed = [a.tolist() for a in out]
-    if not top_k:
-        listed += [[[] for _ in range(rows)]] * 2
-    else:  # alternatives a schema ruled out are none
-        for k in range(len(listed[3])):
-            keep = [j for j, v in enumerate(listed[4][k]) if v != -math.inf]
-            listed[3][k] = [listed[3][k][j] for j in keep]
-            listed[4][k] = [listed[4][k][j] for j in keep]
-    return tuple(listed)
+def _host(logits) -> np.ndarray:
+    """``logits`` as a float32 numpy array ``[L, V]`` (an evaluated MLX array is not copied)."""
+    if isinstance(logits, np.ndarray):
+        x = logits
+    else:
+        if logits.dtype != mx.float32:
+            logits = logits.astype(mx.float32)
+        x = np.asarray(logits)
+    return x.reshape(-1, x.shape[-1]).astype(np.float32, copy=False)
