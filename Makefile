@@ -3,15 +3,17 @@
 setup:
 	scripts/setup.sh test
 
+# BUSY=N runs N busy loops beside the suite (CI: one per core; see .ci/run).
+BUSY ?= 0
+
 test:
 	scripts/setup.sh test
 	.venv/bin/ruff check mlx_notebook tests benchmarks scripts
-	.venv/bin/python -m pytest -q
+	BUSY=$(BUSY) scripts/run_tests.sh
 
-# The same suite with every core kept busy by another process (CI runs it once).
+# The same, with every core kept busy by another process: what CI runs.
 test-loaded:
-	scripts/setup.sh test
-	scripts/test_loaded.sh
+	$(MAKE) test BUSY=$$(nproc)
 
 demo:
 	scripts/setup.sh demo

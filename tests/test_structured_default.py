@@ -46,9 +46,16 @@ def frame():
     return pd.DataFrame({"text": TEXTS}, index=[f"r{i}" for i in range(50)])
 
 
-def test_fifty_rows_validate_and_come_back_typed(default_engine, frame):
+@pytest.fixture(scope="module")
+def batched(default_engine, frame):
+    """The 50 rows through `map`, batched: (the schema, the result)."""
     Person = person_schema()
     res = mlx_notebook.map(frame, TEMPLATE, schema=Person, backend=default_engine, **GREEDY)
+    return Person, res
+
+
+def test_fifty_rows_validate_and_come_back_typed(batched, frame):
+    Person, res = batched
     df = res.to_frame()
     schema = Person.model_json_schema()
     finished = [t for t, r in zip(res.texts, res) if r.finish_reason == "stop"]
@@ -65,19 +72,17 @@ def test_fifty_rows_validate_and_come_back_typed(default_engine, frame):
     assert max(r.stats.batch_rows for r in res) >= 2
 
 
-def test_lookup_suffix_and_solo_give_the_batched_texts(default_engine, frame):
-    # All 50 rows, each three more times alone (forced tokens ride in one pass, so
-    # a row alone costs about half its tokens in steps).
-    Person = person_schema()
-    part = frame
-    batched = mlx_notebook.map(part, TEMPLATE, schema=Person, backend=default_engine, **GREEDY)
-    prompts = [TEMPLATE.format(text=t) for t in part["text"]]
-    for i, p in enumerate(prompts):
-        want = batched[i].text
-        for extra in (dict(batch=False), dict(draft_kind="lookup"), dict(draft_kind="suffix")):
-            req = Request(p, schema=Person, remember=False, **GREEDY, **extra)
-            got = default_engine.submit(req).result(timeout=300)
-            assert got.text == want, (i, extra, got.text, want)
+def test_lookup_suffix_and_solo_give_the_batched_texts(default_engine, batched, frame):
+    # All 50 rows again with --lookup and with --suffix (speculative jobs run alone),
+    # and every fifth row alone without drafts: each gives its batched text.
+    Person, res = batched
+    prompts = [TEMPLATE.format(text=t) for t in frame["text"]]
+    runs = [(i, dict(draft_kind=k)) for i in range(50) for k in ("lookup", "suffix")]
+    runs += [(i, dict(batch=False)) for i in range(0, 50, 5)]
+    for i, extra in runs:
+        req = Request(prompts[i], schema=Person, remember=False, **GREEDY, **extra)
+        got = default_engine.submit(req).result(timeout=300)
+        assert got.text == res[i].text, (i, extra, got.text, res[i].text)
 
 
 MOOD_LABELS = ["cheerful", "grumpy", "calm", "mixed feelings"]
