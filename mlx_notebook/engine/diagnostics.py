@@ -18,12 +18,7 @@ def top2_margin(lm: LoadedModel, request: Request, generated: Sequence[int]) -> 
     A small gap at the token where two decodings part means a numerical near-tie,
     not a bug.
     """
-    import mlx.core as mx
-
-    ids = encode_prompt(request, lm.tokenizer) + list(generated)
-    logits = lm.model(mx.array([ids]))[0, -1].astype(mx.float32)
-    top = mx.sort(logits)[-2:].tolist()
-    return top[1] - top[0]
+    return fork_point(lm, request, generated, ())[0]
 
 
 def fork_point(

@@ -122,7 +122,7 @@ class MLXNotebook(Magics):
 
             return over_cell(self, args, cell)
         if args.branch is not None:
-            from .branch_view import branch_cell
+            from .branch_cell import branch_cell
 
             return branch_cell(self, args, cell)
         request = self.build_request(args, cell)
