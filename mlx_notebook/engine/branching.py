@@ -103,7 +103,8 @@ def branch_request(
         token: The branch's first token (id or one token's text); None draws it
             again, avoiding the parent's token there.
         **overrides: Request fields to change (``temperature``, ``max_tokens``...).
-            ``max_tokens`` defaults to what the parent had left at ``i``.
+            ``max_tokens`` defaults to what the parent had left at ``i``, and
+            ``remember`` to False (an exploration does not teach suffix drafting).
 
     Raises:
         IndexError: ``i`` is out of range.
