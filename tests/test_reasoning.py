@@ -104,3 +104,54 @@ def test_chat_keeps_reasoning_apart_and_gives_it_back_to_the_template(engine, th
 def test_a_model_without_markers_has_no_reasoning(engine, tiny_dir):
     r = engine.submit(Request("Hi", model=tiny_dir, max_tokens=5)).result(timeout=30)
     assert r.reasoning == ""
+
+
+@pytest.fixture
+def dreamer(engine, think_tok):
+    """A model that thinks " flow flow flow..." forever, and after ``</think>`` says " Paris"."""
+    start, end = (think_tok.convert_tokens_to_ids(t) for t in ("<think>", "</think>"))
+    eos = think_tok.convert_tokens_to_ids("<|im_end|>")
+    flow, paris = ids(think_tok, " flow"), ids(think_tok, " Paris")
+    assert not set(flow) & {start, end, eos, *paris}
+    following = {start: flow[0], **dict(zip(flow, flow[1:])), flow[-1]: flow[0]}
+    following.update(zip([end, *paris], [*paris, eos]))
+    model = ScriptedModel(len(think_tok.get_vocab()), lambda pos, tok: following.get(tok, eos))
+    engine.call(lambda: engine.registry.register("dreamer", model, think_tok)).result()
+    return lambda prompt, **kw: engine.submit(Request(prompt, model="dreamer", max_tokens=80, **kw))
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(batch=False), dict(), dict(draft_kind="lookup")], ids=["alone", "batched", "lookup"]
+)
+def test_end_thinking_makes_the_answer_start_at_the_next_step(dreamer, kw):
+    job = dreamer("Where do rivers go?", **kw)
+    asked_at = None
+    answer_at = None
+    for ev in job.events(timeout=60):
+        if not isinstance(ev, Token):
+            continue
+        if asked_at is None and ev.index >= 6:
+            job.end_thinking()  # as the view's "Stop thinking" button does
+            asked_at = ev.index
+        if answer_at is None and ev.text:
+            answer_at = ev.index
+    fin = job.result()
+    assert fin.finish_reason == "stop" and fin.text == " Paris"
+    assert fin.reasoning.startswith("flow flow") and "Paris" not in fin.reasoning
+    # Steps already in flight when it was asked still think: one ahead, or one verify
+    # pass of drafts; then the marker, then the answer.
+    in_flight = 1 + (job.request.num_draft_tokens if kw.get("draft_kind") else 0)
+    assert answer_at - asked_at <= in_flight + 2, (asked_at, answer_at)
+
+
+def test_end_thinking_changes_nothing_once_answering_or_without_markers(thinker, engine, tiny_dir):
+    job = thinker("Where do rivers go?")
+    for ev in job.events(timeout=30):
+        if isinstance(ev, Token) and ev.text:  # the answer has started
+            job.end_thinking()
+    fin = job.result()
+    assert (fin.reasoning, fin.text) == ("Rivers flow", " Paris")
+    plain = engine.submit(Request("Hi", model=tiny_dir, max_tokens=6))
+    plain.end_thinking()
+    alone = engine.submit(Request("Hi", model=tiny_dir, max_tokens=6)).result(timeout=30)
+    assert plain.result(timeout=30).token_ids == alone.token_ids

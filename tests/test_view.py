@@ -49,7 +49,9 @@ def test_stop_button_cancels_and_marks_stopped():
     view.finish()
     assert "stopped" in view.html.value and "partial" in view.html.value
     # The button keeps its room, hidden: the text does not re-wrap when it goes.
-    assert view.widget.children == (view.html, view.inspect_button, view.stop_button)
+    assert view.widget.children == (
+        view.html, view.think_button, view.inspect_button, view.stop_button,
+    )  # fmt: skip
     assert view.stop_button.layout.visibility == "hidden"
 
 
@@ -86,3 +88,19 @@ def test_inspect_toggle_shows_once_tokens_carry_records_and_switches_the_text():
     assert view.html.value.count('<details class="insp-fold">') == 1
     assert "inspect 1 token</summary>" in view.html.value and "<b>odd" not in view.html.value
     assert view.inspect_button.layout.visibility == "hidden"
+
+
+def test_stop_thinking_shows_while_reasoning_and_asks_the_job():
+    job = Job(Request("x"), 1)
+    view = generation_view(ViewState(), start_thread=False).attach(job)
+    job.emit(Started())
+    view.refresh()
+    assert view.think_button.layout.display == "none"
+    job.emit(Token("", 5, False, 0, reasoning="Rivers"))
+    view.refresh()
+    assert view.think_button.layout.display is None and not job.thinking_ended
+    view.think_button.click()
+    assert job.thinking_ended and view.think_button.disabled
+    job.emit(Token(" Paris", 6, False, 1))
+    view.refresh()
+    assert view.think_button.layout.display == "none"  # the answer has begun

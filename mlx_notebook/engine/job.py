@@ -92,6 +92,7 @@ class Job:
         self.request = request
         self.id = job_id
         self._cancel = threading.Event()
+        self._end_thinking = threading.Event()
         self._cond = threading.Condition()
         # Serializes delivery to listeners, so a replay and live events arrive in order.
         self._deliver = threading.RLock()
@@ -118,6 +119,20 @@ class Job:
     def cancelled(self) -> bool:
         """Whether `cancel` was called."""
         return self._cancel.is_set()
+
+    def end_thinking(self) -> None:
+        """Have a thinking model stop its reasoning and answer now. Safe from any thread.
+
+        At its next step the model is given its end-of-thinking marker, so the
+        answer starts there (`reasoning.EndThinking`). No effect on a model that
+        does not think, or once its answer has started.
+        """
+        self._end_thinking.set()
+
+    @property
+    def thinking_ended(self) -> bool:
+        """Whether `end_thinking` was called."""
+        return self._end_thinking.is_set()
 
     def __enter__(self) -> Job:
         return self

@@ -98,6 +98,10 @@ def prepare(job: Job, main) -> Setup:
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
         processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
+    if req.chat and getattr(main.tokenizer, "has_thinking", False):
+        from .reasoning import EndThinking  # a no-op until `Job.end_thinking`
+
+        processors = [*(processors or []), EndThinking(job, main.tokenizer)]
     point = req.branch_from
     chosen = point is not None and point.token is not None
     if point is not None and (chosen or point.avoid is not None):

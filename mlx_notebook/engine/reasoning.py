@@ -56,3 +56,42 @@ def _join(segments) -> tuple[str, str]:
     answer = "".join(t for s, t in segments if s != "reasoning")
     thought = "".join(t for s, t in segments if s == "reasoning")
     return answer, thought
+
+
+class EndThinking:
+    """A logits processor that ends a thinking model's reasoning when its job asks.
+
+    Until `Job.end_thinking` is called it changes nothing. Then, at the first
+    position it is asked about, it checks the context: inside a thinking block
+    it forces the end-of-thinking marker's tokens there (one per position), so
+    the answer starts at once; elsewhere it does nothing. Positions come from
+    the context's length, which every path gives alike (alone, batched, each row
+    of a verify pass), so a pass that is evaluated again forces the same tokens.
+
+    Args:
+        job: The job whose `thinking_ended` it watches.
+        tokenizer: mlx-lm's `TokenizerWrapper` of a thinking model.
+    """
+
+    def __init__(self, job, tokenizer) -> None:
+        self.job = job
+        self.tokenizer = tokenizer
+        self.marker = list(tokenizer.encode(tokenizer.think_end, add_special_tokens=False))
+        self.start: int | None = None  # where the marker goes; -1: nothing to end
+
+    def __call__(self, tokens, logits):
+        """``logits`` at the position after ``tokens`` (the context), forced where due."""
+        n = tokens.shape[-1]
+        if self.start is None:
+            if not self.job.thinking_ended:
+                return logits
+            ctx = tokens.tolist()  # once: only when asked
+            inside = self.tokenizer.rfind_think_start(ctx) > self.tokenizer.rfind_think_end(ctx)
+            self.start = n if inside else -1
+        k = n - self.start
+        if self.start < 0 or not 0 <= k < len(self.marker):
+            return logits
+        import mlx.core as mx
+
+        keep = mx.arange(logits.shape[-1]) == self.marker[k]
+        return mx.where(keep, logits, mx.array(-float("inf"), logits.dtype))

@@ -167,6 +167,10 @@ class GenerationHandle:
         """Stop the generation (keeps the partial text)."""
         self.job.cancel()
 
+    def end_thinking(self) -> None:
+        """A thinking model stops reasoning and answers now (the view's "Stop thinking")."""
+        self.job.end_thinking()
+
     def finished(self) -> Finished | None:
         """The terminal event, or None."""
         return self.job.finished

@@ -88,8 +88,16 @@ class LiveView:
             layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
         )
         self.inspect_button.observe(self._toggle_inspect, "value")
+        # Shown while a thinking model reasons and has not begun its answer.
+        self.think_button = widgets.Button(
+            description="Stop thinking",
+            icon="forward",
+            tooltip="End the reasoning here: the model answers now",
+            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
+        )
+        self.think_button.on_click(lambda _b: self.end_thinking())
         self.widget = widgets.HBox(
-            [self.html, self.inspect_button, self.stop_button],
+            [self.html, self.think_button, self.inspect_button, self.stop_button],
             layout=widgets.Layout(align_items="flex-start", width="100%"),
         )
         self.widget.add_class("mlxnb-view")
@@ -168,6 +176,13 @@ class LiveView:
         for job in list(self._jobs):
             job.cancel()
 
+    def end_thinking(self) -> None:
+        """What "Stop thinking" does: every job answers now (never blocks)."""
+        self.think_button.disabled = True
+        self.think_button.description = "answering…"
+        for job in list(self._jobs):
+            job.end_thinking()
+
     def _toggle_inspect(self, change) -> None:
         # A click (main thread): no MLX work, only the renderer's mode and a redraw.
         self.renderer.set_inspect(bool(change["new"]))
@@ -224,6 +239,8 @@ class LiveView:
                 self.updates += 1
             if getattr(self.renderer, "inspectable", False) and not self.done:
                 self.inspect_button.layout.display = None
+            thinking = bool(getattr(self.renderer, "thinking", False)) and not self.done
+            self.think_button.layout.display = None if thinking else "none"
         return sent
 
     def _ipython_display_(self) -> None:
@@ -255,6 +272,12 @@ class StatesRenderer:
     def inspectable(self) -> bool:
         """Whether the job's tokens carry records (the view can tint them)."""
         return len(self.states) == 1 and bool(self.states[0].records)
+
+    @property
+    def thinking(self) -> bool:
+        """Whether a thinking model is reasoning and has not begun its answer."""
+        st = self.states[0]
+        return len(self.states) == 1 and st.finished is None and bool(st.thought) and not st.text
 
     @property
     def inspecting(self) -> bool:
