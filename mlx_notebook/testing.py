@@ -106,12 +106,19 @@ def tiny_config(vocab_size: int, **over) -> dict:
 
 
 def build_tiny_model(
-    path: str | Path, seed: int = 0, vocab_size: int = 384, all_bytes: bool = True, **config
+    path: str | Path,
+    seed: int = 0,
+    vocab_size: int = 384,
+    all_bytes: bool = True,
+    thinking: bool = False,
+    **config,
 ) -> Path:
     """Write a random-weight llama with a real BPE tokenizer to ``path``.
 
     Weights are scaled so logits have clear margins: greedy decoding is then
-    stable under different prefill chunkings.
+    stable under different prefill chunkings. With ``thinking`` its tokenizer has
+    ``<think>`` markers and a template that opens a thinking block (see
+    `build_tokenizer`): a reasoning model's shape, thinking random text.
 
     Returns:
         The model directory, loadable with ``mlx_lm.load``.
@@ -121,7 +128,7 @@ def build_tiny_model(
     from mlx_lm.models import llama
 
     path = Path(path)
-    build_tokenizer(path, vocab_size, all_bytes=all_bytes)
+    build_tokenizer(path, vocab_size, thinking=thinking, all_bytes=all_bytes)
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
     cfg = tiny_config(len(vocab), **config)
     mx.random.seed(seed)

@@ -84,7 +84,7 @@ def test_compare_runs_interleaved_pairs_and_gives_one_verdict(panel):
     assert panel.running and panel.generate_button.disabled and not panel.stop_button.disabled
     assert panel.prompt_box.disabled and "Stop first" in panel.compare_button.tooltip
     view = panel.output.children[0]
-    assert view.children[1].layout.display == "none"  # one Stop button: the panel's
+    assert view.children[1].children[2].layout.display == "none"  # one Stop button: the panel's
     assert panel.status.value == ""  # the view says what runs, once
     res = panel.wait(60)
     assert isinstance(res, CompareResult) and res.identical is True and len(res.runs) == 4

@@ -49,9 +49,8 @@ def test_stop_button_cancels_and_marks_stopped():
     view.finish()
     assert "stopped" in view.html.value and "partial" in view.html.value
     # The button keeps its room, hidden: the text does not re-wrap when it goes.
-    assert view.widget.children == (
-        view.html, view.think_button, view.inspect_button, view.stop_button,
-    )  # fmt: skip
+    assert view.widget.children == (view.html, view.controls)
+    assert view.controls.children == (view.think_button, view.inspect_button, view.stop_button)
     assert view.stop_button.layout.visibility == "hidden"
 
 

@@ -76,7 +76,6 @@ class LiveView:
             tooltip="Stop generating (keeps the text so far)",
             layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto"),
         )
-        self.stop_button.add_class("mlxnb-stop")
         self.stop_button.on_click(lambda _b: self.stop())
         # Shown once the job's tokens carry records (``--logprobs``): the text, or
         # the text tinted by each token's probability.
@@ -96,8 +95,14 @@ class LiveView:
             layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
         )
         self.think_button.on_click(lambda _b: self.end_thinking())
+        # Top right, over the header's free end: the text never re-wraps around them.
+        self.controls = widgets.HBox(
+            [self.think_button, self.inspect_button, self.stop_button],
+            layout=widgets.Layout(width="auto", flex="0 0 auto"),
+        )
+        self.controls.add_class("mlxnb-stop")
         self.widget = widgets.HBox(
-            [self.html, self.think_button, self.inspect_button, self.stop_button],
+            [self.html, self.controls],
             layout=widgets.Layout(align_items="flex-start", width="100%"),
         )
         self.widget.add_class("mlxnb-view")
