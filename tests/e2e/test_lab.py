@@ -583,3 +583,44 @@ def test_token_inspector(lab, artifacts, theme):
     assert "original:" in text and "branch:" in text and " · p " in text
     assert out(5).locator(".fork").count() == 2  # each side's first token, marked
     out(5).screenshot(path=str(artifacts / f"branch-{slug}.png"))
+
+
+THINKING = [
+    "from mlx_notebook.testing import build_tiny_model\nimport tempfile\n"  # 1
+    "THINKER = str(build_tiny_model(tempfile.mkdtemp(), thinking=True))",
+    "%%generate -m {THINKER} -t 0 -n 100000 --logprobs 3 -o h\nWhere do rivers go?",  # 2
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_live_view_stop_thinking_and_inspect(lab, artifacts, theme):
+    # A random-weight reasoning model thinks on and on: the view offers Stop thinking,
+    # and, with records, an Inspect toggle; both by mouse, while it streams.
+    page, slug, out = themed(lab, THINKING, theme)
+    run_done(page, 0)
+    run_done(page, 1, 60)
+    run_cell(page, 2)
+    view = out(2).locator(".mlxnb-view")
+    think = view.get_by_role("button", name="Stop thinking")
+    step("Stop thinking offered while it reasons", lambda: think.is_visible(), 60)
+    inspect = view.get_by_role("button", name="Inspect")
+    step("Inspect offered (tokens carry records)", lambda: inspect.is_visible(), 30)
+    assert "thinking…" in view.inner_text()
+    inspect.click()
+    step("tinted while streaming", lambda: view.locator(".insp .tk").count() > 5, 20)
+    page.screenshot(path=str(artifacts / f"live-buttons-{slug}.png"))
+    inspect.click()  # back to the text
+    step("the text again", lambda: view.locator(".insp .tk").count() == 0, 20)
+    think.click()
+    step(
+        "the answer starts",
+        lambda: "thinking (" in view.locator("details.think summary").inner_text(),
+        30,
+    )
+    assert not think.is_visible()  # the reasoning is over: nothing to stop
+    view.get_by_role("button", name="Stop", exact=True).click()
+    step("stopped", lambda: "stopped" in state_word(out(2)), 30)
+    final = out(2)
+    assert final.locator("details.think").count() == 1  # folded above the answer
+    assert final.locator("details.insp-fold").count() == 1  # the inspection, one click away
+    final.screenshot(path=str(artifacts / f"stopped-thinking-{slug}.png"))
