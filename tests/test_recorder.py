@@ -115,7 +115,16 @@ def test_default_model_records_equal_mlx_lm_on_every_path(default_engine):
     ids = encode_prompt(Request(prompt), tok)
     toks, want = reference(model, ids, 64)
     greedy = dict(max_tokens=64, temperature=0, repetition_penalty=1, logprobs=3)
-    for kw in (dict(batch=False), dict(), dict(draft_kind="lookup"), dict(draft_kind="suffix")):
+    paths = [
+        (dict(batch=False), None), (dict(), None), (dict(draft_kind="lookup"), "prompt-lookup"),
+        (dict(draft_kind="suffix"), "suffix"),  # the runs before it taught it this text
+        (dict(draft="default"), "draft-model"),  # the model as its own draft: all accepted
+    ]  # fmt: skip
+    for kw, source in paths:
         r = default_engine.submit(Request(prompt, **greedy, **kw)).result()
         assert r.token_ids == toks, kw
         assert max(abs(x.logprob - w) for x, w in zip(r.tokens, want)) < 1e-4, kw
+        sources = {x.source for x in r.tokens}
+        assert sources <= {"model", source}, (kw, sources)
+        if source in ("suffix", "draft-model"):
+            assert source in sources, kw  # accepted drafts carry their source
