@@ -112,7 +112,9 @@ def check_against_mlx_lm(engine, path, prompts, n):
         for p in prompts
     ]
     assert all(engine.info().models[-1].fast_path for _ in ours)  # it was on
-    env = {**os.environ, "MLX_NOTEBOOK_FAST": "0"}
+    # Stock mlx-lm has no governor: with both OpenBLAS threads on a busy machine its
+    # threads spin and it crawls. One thread gives the same products (split by rows).
+    env = {**os.environ, "MLX_NOTEBOOK_FAST": "0", "OPENBLAS_NUM_THREADS": "1"}
     res = subprocess.run(
         [sys.executable, "-c", REFERENCE, path, json.dumps(prompts), str(n),
          json.dumps([r.token_ids for r in ours])],

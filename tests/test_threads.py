@@ -83,3 +83,36 @@ def test_the_engine_reports_its_threads(engine, tiny_dir):
     engine.submit(Request("Hello", model=tiny_dir, chat=False, max_tokens=8)).result(60)
     (line,) = [n for n in engine.info().notes if n.startswith("threads")]
     assert "of" in line or "nothing to govern" in line
+
+
+def test_a_prefill_chunk_beside_busy_processes_drops_to_the_free_cores():
+    m = Machine({1: 0.03, 2: 0.01})
+    readings = iter([None, 0.1, 1.1, 0.0])  # first call: no window yet
+    gov = ThreadGovernor([m.setter], 2, clock=m.clock, meter=lambda: next(readings))
+    gov.prefill_chunk()
+    gov.prefill_chunk()  # a tenth of a core: idle enough
+    assert gov.threads == 2 and m.set_calls == []
+    gov.prefill_chunk()  # a busy loop beside it
+    assert gov.threads == 1 and m.set_calls == [1]
+    assert "other processes are using the cores (1.1 cores' worth" in gov.reason
+    gov.prefill_chunk()  # never up again from prefill: decode steps probe their way back
+    assert gov.threads == 1
+    fixed = ThreadGovernor([m.setter], 2, clock=m.clock, fixed=2, meter=lambda: 2.0)
+    fixed.prefill_chunk()
+    assert fixed.threads == 2  # MLX_NOTEBOOK_THREADS=N is never changed
+
+
+def test_the_meter_reads_other_processes_cpu_from_proc():
+    from mlx_notebook.engine.threads import others_cores
+
+    # user nice system idle iowait irq softirq steal guest guest_nice; utime, stime of ours
+    stats = iter(["cpu 100 0 50 1000 10 0 0 0 0 0", "cpu 260 0 90 1100 10 0 0 50 0 0"])
+    mine = iter(["1 (py thon) S " + "0 " * 10 + "40 10", "1 (py thon) S " + "0 " * 10 + "90 20"])
+    times = iter([0.0, 1.0])
+    meter = others_cores(lambda: next(stats), lambda: next(mine), lambda: next(times))
+    assert meter() is None  # no window yet
+    hz = __import__("os").sysconf("SC_CLK_TCK")
+    # busy went 150 -> 400 ticks (250), ours 50 -> 110 (60): 190 ticks of others in 1 s
+    assert abs(meter() - 190 / hz) < 1e-9
+    broken = others_cores(lambda: (_ for _ in ()).throw(OSError()), lambda: "", lambda: 0.0)
+    assert broken() is None

@@ -199,10 +199,12 @@ class Batch:
             t.grow(max(len(r.seq.tokens) for r in group) + longest)
         if max(pad):  # padding after each prompt: masked, then moved in front or dropped
             prepare_padding(caches, [len(t) for t in tokens], pad)
+        governor().prefill_chunk()  # starts the meter's window
         self.main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
         if max(pad):
             finalize(caches)
         mx.eval([c.state for c in caches])
+        governor().prefill_chunk()  # others took the cores meanwhile: yield them
         for i, (r, t) in enumerate(zip(group, tokens)):
             r.seq.cache = extract(caches, i)
             r.seq.record(t)

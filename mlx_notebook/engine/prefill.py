@@ -188,6 +188,8 @@ def prefill_steps(
     """
     total, end = len(tokens), len(tokens) - 1
     progress(len(seq.tokens), total)
+    if len(seq.tokens) < end:
+        governor().prefill_chunk()  # starts the meter's window
     while len(seq.tokens) < end:
         start = len(seq.tokens)
         chunk = tokens[start : min(end, start + sizer.size_at(start))]
@@ -195,6 +197,7 @@ def prefill_steps(
         seq.forward(chunk)
         mx.eval([c.state for c in seq.cache])
         sizer.observe(len(chunk), time.perf_counter() - t0, start)
+        governor().prefill_chunk()  # other processes took the cores meanwhile: yield them
         governor().reset()  # a chunk is not a decode step
         mx.clear_cache()
         progress(len(seq.tokens), total)

@@ -13,6 +13,7 @@ loads are touched (OpenBLAS, the fast path's kernel), so on Metal it does nothin
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -41,6 +42,8 @@ class ThreadGovernor:
             count starts a probe at once.
         abort: A probe step this many times the steps before it ends the probe.
         fixed: A fixed count (``MLX_NOTEBOOK_THREADS=N``): never change it.
+        meter: Cores' worth of other processes' CPU time since its last call
+            (`others_cores`), or None where unknown; read around prefill chunks.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class ThreadGovernor:
         slowdown: float = 1.6,
         abort: float = 1.5,
         fixed: int | None = None,
+        meter: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.setters, self.most, self.sync, self.clock = list(setters), max(1, most), sync, clock
         self.window, self.base_period, self.max_period = window, period, max_period
@@ -63,6 +67,7 @@ class ThreadGovernor:
         self.threads = fixed or self.most
         self.reason = "fixed by " + ENV if fixed else "all cores: steps are fastest so"
         self.switches = 0
+        self.meter = meter
         self._last: float | None = None
         self._recent: list[float] = []  # step times at the current count
         self._best: dict[int, float] = {}  # best window median seen per count
@@ -88,6 +93,33 @@ class ThreadGovernor:
     def reset(self) -> None:
         """Forget the last step's time (call when decoding pauses)."""
         self._last = None
+
+    PREFILL_OTHERS = 0.5  # cores' worth of other processes' work that makes prefill yield
+
+    def prefill_chunk(self) -> None:
+        """Call before a prefill's first chunk and after each: yield cores others use.
+
+        Prefill chunks are not decode steps and are not probed; a chunk with all
+        threads while other processes hold cores can take 30x as long (threads
+        spin waiting for each other). So around each chunk the meter says how
+        much CPU other processes took meanwhile; past half a core, the count
+        drops by the cores they use (decode steps probe their way back up).
+        """
+        others = self.meter()
+        if others is None or not self.active or others < self.PREFILL_OTHERS:
+            return
+        n = max(1, self.most - math.ceil(others - 0.25))  # a busy loop reads as ~1 core
+        if n >= self.threads:
+            return
+        self._probe, self._recent = None, []
+        self._best.clear()
+        self._period = self.base_period
+        self._apply(n)
+        self.switches += 1
+        self.reason = (
+            f"{n} thread{'s' * (n != 1)}: other processes are using the cores "
+            f"({others:.1f} cores' worth during a prefill chunk)"
+        )
 
     def step(self) -> None:
         """Note that a decode step ended now; maybe change the thread count."""
@@ -148,6 +180,44 @@ class ThreadGovernor:
             self._period = min(self.max_period, max(self.base_period, self._period * 2))
 
 
+def others_cores(
+    read_stat=lambda: open("/proc/stat").readline(),
+    read_self=lambda: open("/proc/self/stat").read(),
+    clock=time.monotonic,
+) -> Callable[[], float | None]:
+    """A meter: cores' worth of CPU time other processes used since its last call.
+
+    Linux's ``/proc``: the machine's busy ticks (steal included: another
+    guest's) minus this process's own. None on the first call, and wherever
+    ``/proc`` cannot be read (macOS: on Metal nothing is governed anyway).
+    """
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    last: list = []
+
+    def read() -> tuple[float, float, float] | None:
+        try:
+            f = [int(x) for x in read_stat().split()[1:]]
+            me = read_self().rsplit(")", 1)[1].split()
+        except (OSError, ValueError, IndexError):
+            return None
+        busy = sum(f) - f[3] - (f[4] if len(f) > 4 else 0)  # all but idle and iowait
+        if len(f) > 9:
+            busy -= f[8] + f[9]  # guest time is counted in user time already
+        return busy, int(me[11]) + int(me[12]), clock()  # utime + stime
+
+    def meter() -> float | None:
+        now = read()
+        if now is None:
+            return None
+        before = last[0] if last else None
+        last[:] = [now]
+        if before is None or now[2] <= before[2]:
+            return None
+        return max(0.0, (now[0] - before[0]) - (now[1] - before[1])) / hz / (now[2] - before[2])
+
+    return meter
+
+
 _governor: ThreadGovernor | None = None
 
 
@@ -168,7 +238,9 @@ def governor() -> ThreadGovernor:
             cpu, sync = False, lambda: None
         setters = _blas.thread_setters() if cpu else []
         most = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        _governor = ThreadGovernor(setters, most, sync=sync, fixed=fixed if setters else None)
+        _governor = ThreadGovernor(
+            setters, most, sync=sync, fixed=fixed if setters else None, meter=others_cores()
+        )
     return _governor
 
 
