@@ -586,16 +586,28 @@ def test_token_inspector(lab, artifacts, theme):
 
 
 THINKING = [
-    "from mlx_notebook.testing import build_tiny_model\nimport tempfile\n"  # 1
-    "THINKER = str(build_tiny_model(tempfile.mkdtemp(), thinking=True))",
-    "%%generate -m {THINKER} -t 0 -n 100000 --logprobs 3 -o h\nWhere do rivers go?",  # 2
+    (  # 1: a scripted reasoning model that thinks " flow flow..." until told to stop
+        "import tempfile\nfrom pathlib import Path\nfrom mlx_lm.utils import load_tokenizer\n"
+        "from mlx_notebook import Engine\n"
+        "from mlx_notebook.testing import ScriptedModel, build_tokenizer\n"
+        "d = Path(tempfile.mkdtemp()); build_tokenizer(d, thinking=True); tok = load_tokenizer(d)\n"
+        "ids = lambda t: tok.encode(t, add_special_tokens=False)\n"
+        "start, end, eos = (tok.convert_tokens_to_ids(t) for t in ('<think>', '</think>', "
+        "'<|im_end|>'))\n"
+        "flow, ans = ids(' flow'), ids(' Paris')\n"
+        "nxt = {start: flow[0], **dict(zip(flow, flow[1:])), flow[-1]: flow[0], end: ans[0], "
+        "**dict(zip(ans, ans[1:])), ans[-1]: eos}\n"
+        "Engine.default().register_model('dreamer', ScriptedModel(len(tok.get_vocab()), "
+        "lambda pos, t: nxt.get(t, eos), delay_s=0.02), tok)\n'registered'"
+    ),
+    "%%generate -m dreamer -n 100000 --logprobs 3 -o h\nWhere do rivers go?",  # 2
 ]
 
 
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
 def test_live_view_stop_thinking_and_inspect(lab, artifacts, theme):
-    # A random-weight reasoning model thinks on and on: the view offers Stop thinking,
-    # and, with records, an Inspect toggle; both by mouse, while it streams.
+    # A reasoning model thinks on and on: the view offers Stop thinking, and, with
+    # records, an Inspect toggle; both by mouse, while it streams.
     page, slug, out = themed(lab, THINKING, theme)
     run_done(page, 0)
     run_done(page, 1, 60)
@@ -612,17 +624,12 @@ def test_live_view_stop_thinking_and_inspect(lab, artifacts, theme):
     inspect.click()  # back to the text
     step("the text again", lambda: view.locator(".insp .tk").count() == 0, 20)
     think.click()
-    step(
-        "the answer starts",
-        lambda: "thinking (" in view.locator("details.think summary").inner_text(),
-        30,
-    )
-    assert not think.is_visible()  # the reasoning is over: nothing to stop
-    stop = view.get_by_role("button", name="Stop", exact=True)
-    if stop.count() and stop.is_visible():  # a random model may also end by itself
-        stop.click()
-    step("ended", lambda: state_word(out(2)).startswith(("stopped", "done")), 30)
+    # The answer starts at once, and this one is short: the view ends as a document.
+    step("it answers and ends", lambda: state_word(out(2)) == "done", 30)
+    assert "thinking (" in out(2).locator("details.think summary").inner_text()
+    assert out(2).get_by_role("button").count() == 0  # no buttons left in the document
     final = out(2)
+    assert "Paris" in final.locator(".md").inner_text()
     assert final.locator("details.think").count() == 1  # folded above the answer
     assert final.locator("details.insp-fold").count() == 1  # the inspection, one click away
     final.screenshot(path=str(artifacts / f"stopped-thinking-{slug}.png"))
