@@ -106,11 +106,14 @@ def test_the_meter_reads_other_processes_cpu_from_proc():
     from mlx_notebook.engine.threads import others_cores
 
     # user nice system idle iowait irq softirq steal guest guest_nice; utime, stime of ours
-    stats = iter(["cpu 100 0 50 1000 10 0 0 0 0 0", "cpu 260 0 90 1100 10 0 0 50 0 0"])
-    mine = iter(["1 (py thon) S " + "0 " * 10 + "40 10", "1 (py thon) S " + "0 " * 10 + "90 20"])
-    times = iter([0.0, 1.0])
+    mine_last = "1 (py thon) S " + "0 " * 10 + "90 20"
+    stats = iter(["cpu 100 0 50 1000 10 0 0 0 0 0", "cpu 101 0 50 1000 10 0 0 0 0 0",
+                  "cpu 260 0 90 1100 10 0 0 50 0 0"])  # fmt: skip
+    mine = iter(["1 (py thon) S " + "0 " * 10 + "40 10"] * 2 + [mine_last])
+    times = iter([0.0, 0.01, 1.0])
     meter = others_cores(lambda: next(stats), lambda: next(mine), lambda: next(times))
     assert meter() is None  # no window yet
+    assert meter() is None  # 10 ms: too short to read ticks from; the window goes on
     hz = __import__("os").sysconf("SC_CLK_TCK")
     # busy went 150 -> 400 ticks (250), ours 50 -> 110 (60): 190 ticks of others in 1 s
     assert abs(meter() - 190 / hz) < 1e-9

@@ -180,6 +180,9 @@ class ThreadGovernor:
             self._period = min(self.max_period, max(self.base_period, self._period * 2))
 
 
+MIN_WINDOW_S = 0.1  # the shortest window the meter judges (ticks are 1/100 s)
+
+
 def others_cores(
     read_stat=lambda: open("/proc/stat").readline(),
     read_self=lambda: open("/proc/self/stat").read(),
@@ -210,8 +213,10 @@ def others_cores(
         if now is None:
             return None
         before = last[0] if last else None
+        if before is not None and now[2] - before[2] < MIN_WINDOW_S:
+            return None  # ticks are 10 ms: a shorter window reads noise; keep counting
         last[:] = [now]
-        if before is None or now[2] <= before[2]:
+        if before is None:
             return None
         return max(0.0, (now[0] - before[0]) - (now[1] - before[1])) / hz / (now[2] - before[2])
 
