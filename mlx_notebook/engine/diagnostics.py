@@ -12,35 +12,31 @@ from .prompt import encode_prompt
 from .request import Request
 
 
-def top2_margin(lm: LoadedModel, request: Request, generated: Sequence[int]) -> float:
-    """Gap between the two largest logits after the prompt and ``generated``.
-
-    A small gap at the token where two decodings part means a numerical near-tie,
-    not a bug.
-    """
-    return fork_point(lm, request, generated, ())[0]
-
-
 def fork_point(
-    lm: LoadedModel, request: Request, generated: Sequence[int], tokens: Sequence[int]
+    lm: LoadedModel, request: Request, generated: Sequence[int], tokens: Sequence[int] = ()
 ) -> tuple[float, list[tuple[str, int, float, int]]]:
     """Where two decodings part: the top-2 logit margin, and each token's standing there.
+
+    A small margin at the token where two decodings part means a numerical
+    near-tie, not a bug.
 
     Returns:
         ``(margin, [(text, id, probability, rank), ...])`` for ``tokens``, under
         the model's own distribution after the prompt and ``generated``.
     """
+    import math
+
     import mlx.core as mx
 
+    from .token_records import position_stats
+
     ids = encode_prompt(request, lm.tokenizer) + list(generated)
-    logits = lm.model(mx.array([ids]))[0, -1].astype(mx.float32)
-    logprobs = logits - mx.logsumexp(logits)
-    top = mx.sort(logits)[-2:].tolist()
+    logits = lm.model(mx.array([ids]))[0, -1:].astype(mx.float32)
+    top = mx.sort(logits[0])[-2:].tolist()
     standing = []
-    for t in tokens:
-        rank = int(mx.sum(logits > logits[t]).item()) + 1
-        prob = float(mx.exp(logprobs[t]).item())
-        standing.append((lm.tokenizer.decode([t]), int(t), prob, rank))
+    for t in tokens:  # the same statistics as every token record
+        lp, rank, *_ = (c[0] for c in position_stats(logits, [t], 0))
+        standing.append((lm.tokenizer.decode([t]), int(t), math.exp(lp), rank))
     return top[1] - top[0], standing
 
 

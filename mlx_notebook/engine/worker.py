@@ -15,7 +15,7 @@ from typing import Any
 
 from ..models.registry import Registry
 from .checks import check_request
-from .diagnostics import fork_point, model_infos, status_notes, top2_margin
+from .diagnostics import fork_point, model_infos, status_notes
 from .errors import EngineClosed
 from .events import Queued
 from .info import EngineInfo, Unloaded
@@ -302,15 +302,10 @@ class Engine(Scheduling):
 
     def logit_margin(self, request: Request, generated: list[int], timeout: float = 60) -> float:
         """Top-2 logit gap of ``request.model`` after the prompt and ``generated`` tokens."""
-        return self.run_on_worker(
-            lambda: top2_margin(self.registry.get(request.model), request, generated), timeout
-        )
+        return self.fork_point(request, generated, [], timeout)[0]
 
     def fork_point(self, request: Request, generated: list[int], tokens: list[int], timeout=60):
-        """Where two decodings part: the logit margin and each of ``tokens``' probability.
-
-        See `diagnostics.fork_point`; runs on the worker.
-        """
+        """`diagnostics.fork_point` on the worker: the margin and each token's standing."""
         return self.run_on_worker(
             lambda: fork_point(self.registry.get(request.model), request, generated, tokens),
             timeout,
