@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
+from .forcing import only, without
+
 
 @dataclass(frozen=True)
 class BranchPoint:
@@ -79,10 +81,7 @@ def first_token_processor(n: int, token: int | None = None, avoid: int | None = 
     def process(tokens: mx.array, logits: mx.array) -> mx.array:
         if tokens.shape[-1] != n:
             return logits
-        ids = mx.arange(logits.shape[-1])
-        hit = ids == (token if token is not None else avoid)
-        off = mx.array(-float("inf"), logits.dtype)
-        return mx.where(hit, logits, off) if token is not None else mx.where(hit, off, logits)
+        return only(logits, token) if token is not None else without(logits, avoid)
 
     return process
 

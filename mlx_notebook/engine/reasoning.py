@@ -91,7 +91,6 @@ class EndThinking:
         k = n - self.start
         if self.start < 0 or not 0 <= k < len(self.marker):
             return logits
-        import mlx.core as mx
+        from .forcing import only
 
-        keep = mx.arange(logits.shape[-1]) == self.marker[k]
-        return mx.where(keep, logits, mx.array(-float("inf"), logits.dtype))
+        return only(logits, self.marker[k])
