@@ -28,7 +28,7 @@ def test_rows_in_order_with_counts_and_a_summary():
     res = MapResult(rows(), elapsed_s=2.0)
     assert len(res) == 4 and [r.index for r in res] == [0, 1, 2, 3] and res[1].text == "x"
     assert res.texts == ["4", "x", "", "12"] and res.completed == 2
-    assert res.generated_tokens == 6 and res.tps == 3.0
+    assert res.generated_tokens == 6 and res.tps == 3.0  # 6 tokens / the injected 2.0 s
     assert (
         res.summary()
         == "4 rows: 2 done, 1 error, 1 stopped · 6 tokens in 2.0 s · 3.0 tok/s aggregate"
