@@ -5,20 +5,29 @@ conversation's KV cache, so a turn prefills only its new tokens. Editing
 ``chat.messages`` is safe: the cache reuses the unchanged prefix and recomputes
 the rest. A turn that is stopped keeps its partial reply as the assistant's
 message, marked ``"stopped": True``, and the next turn continues from it.
+
+`regenerate`, `edit` and `delete` change the history the way a chat window
+does; an edit or a regeneration keeps the conversation as it was in
+``chat.branches``. Listeners (`add_listener`) hear of every change, so a view
+(`ChatUI`) and code can take turns on one conversation.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
+from .chat_turn import ChatTurn
 from .engine.errors import GenerationError
-from .engine.events import Event, Finished
-from .engine.job import Job
+from .engine.events import Finished
 from .engine.request import Request
+
+log = logging.getLogger("mlx_notebook")
 
 ROLES = ("system", "user", "assistant")
 _NOT_DEFAULTS = {"prompt", "model", "system", "chat"}
@@ -27,79 +36,6 @@ REQUEST_FIELDS = {f.name for f in fields(Request)} - _NOT_DEFAULTS
 
 class ChatBusy(RuntimeError):
     """A turn is still generating; stop it or wait for it before sending another."""
-
-
-class ChatTurn:
-    """One exchange: the user's message and the reply as it streams.
-
-    Attributes:
-        chat: The conversation.
-        job: The engine job of the reply.
-        user: The user's message (a dict in ``chat.messages``).
-    """
-
-    def __init__(self, chat: Chat, job: Job, user: dict) -> None:
-        self.chat, self.job, self.user = chat, job, user
-        self.reply: dict | None = None
-        self._settled = False
-        self._lock = threading.Lock()
-        job.add_listener(self._on_event)
-
-    def _on_event(self, ev: Event) -> None:
-        if isinstance(ev, Finished):
-            self._settle(ev)
-
-    def _settle(self, fin: Finished) -> None:
-        # Called by the listener and by `wait` (whichever comes first): the history
-        # must hold the reply as soon as the turn has ended.
-        with self._lock:
-            if self._settled:
-                return
-            self._settled = True
-        self.chat._settle(self, fin)
-
-    @property
-    def text(self) -> str:
-        """The reply so far (final once `done`)."""
-        return self.job.text
-
-    @property
-    def done(self) -> bool:
-        """Whether the reply has ended."""
-        return self.job.done
-
-    @property
-    def finish_reason(self) -> str | None:
-        """``stop``, ``length``, ``cancelled`` or ``error``; None while running."""
-        fin = self.job.finished
-        return fin.finish_reason if fin else None
-
-    @property
-    def stats(self):
-        """Timing figures once done."""
-        fin = self.job.finished
-        return fin.stats if fin else None
-
-    def wait(self, timeout: float | None = None) -> ChatTurn:
-        """Block until the reply ends; Ctrl-C stops it (the partial reply is kept).
-
-        Raises:
-            GenerationError: The reply ended in error (the exchange was taken back).
-        """
-        try:
-            self.job.result(timeout)
-        finally:
-            if self.job.done:
-                self._settle(self.job.finished)
-        return self
-
-    def cancel(self) -> None:
-        """Stop the reply (the partial text stays in the history, marked stopped)."""
-        self.job.cancel()
-
-    def __repr__(self) -> str:
-        state = self.finish_reason or "running"
-        return f"<ChatTurn {state}, {len(self.text)} chars>"
 
 
 class Chat:
@@ -133,7 +69,32 @@ class Chat:
         self.defaults = dict(request_defaults)
         self.messages: list[dict] = [{"role": "system", "content": system}] if system else []
         self.last: ChatTurn | None = None
+        self.branches: list[list[dict]] = []
+        self._listeners: list[Callable[[str, ChatTurn | None], None]] = []
         self._lock = threading.Lock()
+
+    def add_listener(self, fn: Callable[[str, ChatTurn | None], None]) -> None:
+        """Call ``fn(what, turn)`` after each change of the conversation.
+
+        ``what`` is ``"send"`` (a turn started), ``"settle"`` (it ended) or
+        ``"history"`` (messages changed otherwise).
+
+        It runs on whichever thread made the change (the worker's for ``"settle"``);
+        an exception in it is logged, never raised into the change.
+        """
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn) -> None:
+        """Stop calling ``fn`` (no error if it was not added)."""
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    def _notify(self, what: str, turn: ChatTurn | None = None) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(what, turn)
+            except Exception:  # a view's bug must not break the conversation
+                log.exception("chat listener %r failed on %r", fn, what)
 
     # -- turns -------------------------------------------------------------------
     def _route(self):
@@ -172,6 +133,7 @@ class Chat:
             user = {"role": "user", "content": text}
             self.messages.append(user)
             turn = self.last = ChatTurn(self, job, user)
+        self._notify("send", turn)
         return turn
 
     def ask(self, text: str, **overrides) -> str:
@@ -186,38 +148,130 @@ class Chat:
         with self._lock:
             if fin.finish_reason == "error":
                 # A failed exchange leaves no half in the history: try again as it was.
-                if turn.user in self.messages:
-                    self.messages.remove(turn.user)
-                return
-            reply = {"role": "assistant", "content": fin.text}
-            if fin.reasoning:  # the key Qwen3, gpt-oss and others' templates read
-                reply["reasoning_content"] = fin.reasoning
-            if fin.finish_reason == "cancelled":
-                reply["stopped"] = True
-            turn.reply = reply
-            if turn.user in self.messages:  # not undone or reset meanwhile
-                i = next(i for i, m in enumerate(self.messages) if m is turn.user)
-                self.messages.insert(i + 1, reply)
+                i = _index(self.messages, turn.user)
+                if i is not None:
+                    del self.messages[i]
+            else:
+                reply = {"role": "assistant", "content": fin.text}
+                if fin.reasoning:  # the key Qwen3, gpt-oss and others' templates read
+                    reply["reasoning_content"] = fin.reasoning
+                if fin.finish_reason == "cancelled":
+                    reply["stopped"] = True
+                turn.reply = reply
+                i = _index(self.messages, turn.user)
+                if i is not None:  # not undone or reset meanwhile
+                    self.messages.insert(i + 1, reply)
+        self._notify("settle", turn)
 
     # -- history -----------------------------------------------------------------
     def undo(self) -> list[dict]:
         """Remove the last exchange (stopping it if it is still running); return it."""
         self._stop_running()
         with self._lock:
-            last_user = max(
-                (i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None
-            )
-            if last_user is None:
-                return []
-            removed = self.messages[last_user:]
-            del self.messages[last_user:]
-            return removed
+            last_user = self._last_user()
+            removed = self.messages[last_user:] if last_user is not None else []
+            del self.messages[len(self.messages) - len(removed) :]
+        if removed:
+            self._notify("history")
+        return removed
 
     def reset(self) -> None:
         """Forget every exchange (the system prompt stays)."""
         self._stop_running()
         with self._lock:
             self.messages[:] = [m for m in self.messages if m["role"] == "system"][:1]
+        self._notify("history")
+
+    def regenerate(self, **overrides) -> ChatTurn:
+        """Answer the last user message again, replacing its reply (kept in `branches`).
+
+        A reply still running is stopped first.
+
+        Raises:
+            ValueError: There is no user message yet, or a bad option (nothing changed).
+        """
+        self._stop_running()
+        with self._lock:
+            u = self._last_user()
+            if u is None:
+                raise ValueError("nothing to regenerate: the conversation has no message yet")
+        return self._resend(u, self.messages[u]["content"], overrides)
+
+    def edit(self, index: int, text: str, **overrides) -> ChatTurn:
+        """Replace user message ``index`` with ``text`` and answer it from there.
+
+        The messages after it go; the conversation as it was is kept in
+        `branches`. The prompt cache still serves everything before the edit.
+
+        Raises:
+            ValueError: ``index`` is not a user message, ``text`` is empty, or a bad
+                option (nothing changed).
+        """
+        self._stop_running()
+        with self._lock:
+            if not 0 <= index < len(self.messages) or self.messages[index]["role"] != "user":
+                raise ValueError(f"message {index} is not a user message")
+        return self._resend(index, text, overrides)
+
+    def _resend(self, index: int, text: str, overrides: dict) -> ChatTurn:
+        with self._lock:
+            before = copy.deepcopy(self.messages)
+            tail = self.messages[index:]
+            del self.messages[index:]
+        try:
+            turn = self.send(text, **overrides)
+        except BaseException:
+            with self._lock:
+                self.messages[index:index] = tail  # refused: the history stays as it was
+            raise
+        self.branches.append(before)
+        return turn
+
+    def delete(self, index: int) -> list[dict]:
+        """Remove the exchange holding message ``index`` (the user message and its reply).
+
+        Whole exchanges go, so roles keep alternating as chat templates require. A
+        reply still running in it is stopped.
+
+        Raises:
+            ValueError: ``index`` is out of range or the system prompt.
+        """
+        doomed = self._exchange(index)
+        turn = self.last
+        if turn is not None and not turn.done and any(m is turn.user for m in doomed):
+            self._stop_running()  # its stopped reply joins the exchange
+            doomed = self._exchange(_index(self.messages, turn.user))
+        with self._lock:
+            for m in doomed:
+                i = _index(self.messages, m)
+                if i is not None:
+                    del self.messages[i]
+        self._notify("history")
+        return doomed
+
+    def _exchange(self, index: int) -> list[dict]:
+        with self._lock:
+            if not 0 <= index < len(self.messages):
+                raise ValueError(f"no message {index} (the chat has {len(self.messages)})")
+            if self.messages[index]["role"] == "system":
+                raise ValueError("the system prompt is not an exchange; set it instead")
+            start = index
+            while start > 0 and self.messages[start]["role"] != "user":
+                start -= 1
+            end = index + 1
+            while end < len(self.messages) and self.messages[end]["role"] != "user":
+                end += 1
+            return self.messages[start:end]
+
+    def set_system(self, text: str | None) -> None:
+        """Set, replace or (with ``""``/None) remove the system prompt."""
+        with self._lock:
+            rest = [m for m in self.messages if m["role"] != "system"]
+            self.messages[:] = ([{"role": "system", "content": text}] if text else []) + rest
+        self._notify("history")
+
+    def _last_user(self) -> int | None:
+        return max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
 
     def fork(self) -> Chat:
         """An independent copy of the conversation with the same settings."""
@@ -280,6 +334,11 @@ def validate_messages(data, where: str = "messages") -> list[dict]:
             raise ValueError(f"{where}: message {i} needs a text 'content'")
         out.append(dict(m))
     return out
+
+
+def _index(messages: list[dict], message: dict) -> int | None:
+    # By identity: two messages with the same text are still two messages.
+    return next((i for i, m in enumerate(messages) if m is message), None)
 
 
 def _clean(m: dict) -> dict:

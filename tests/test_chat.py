@@ -299,3 +299,90 @@ def test_ask_with_a_schema(engine, tiny_dir):
     turn = c.send("A number?", schema=int, max_tokens=8)
     text = turn.wait().text
     assert text.lstrip("-").isdigit() or turn.wait().finish_reason == "length"
+
+
+def test_regenerate_replaces_the_last_reply_and_keeps_the_old_branch(chat):
+    chat.ask("One")
+    first = chat.ask("Two")
+    before = [dict(m) for m in chat.messages]
+    seen = []
+    chat.add_listener(lambda what, turn: seen.append(what))
+    turn = chat.regenerate()
+    assert seen == ["send"]
+    turn.wait(30)
+    assert seen == ["send", "settle"]
+    assert [m["content"] for m in chat.messages[:4]] == [m["content"] for m in before[:4]]
+    assert len(chat.messages) == 5 and chat.messages[-1]["content"] == first  # greedy
+    assert chat.branches == [before]
+    stats = turn.stats
+    assert stats.cached_tokens > 0 and stats.cached_tokens <= stats.prompt_tokens
+
+
+def test_edit_branches_from_a_user_message_and_reuses_the_cache_before_it(chat):
+    chat.ask("One")
+    chat.ask("Two")
+    before = [dict(m) for m in chat.messages]
+    turn = chat.edit(1, "Uno").wait(30)
+    assert [m["role"] for m in chat.messages] == ["system", "user", "assistant"]
+    assert chat.messages[1]["content"] == "Uno" and chat.branches[-1] == before
+    # The system prompt before the edited message came from the prompt cache.
+    assert 0 < turn.stats.cached_tokens < turn.stats.prompt_tokens
+    with pytest.raises(ValueError, match="not a user message"):
+        chat.edit(2, "no")
+    with pytest.raises(ValueError, match="not a user message"):
+        chat.edit(9, "no")
+    assert len(chat.branches) == 1  # refusals keep everything
+
+
+def test_a_refused_edit_or_regenerate_changes_nothing(chat):
+    chat.ask("One")
+    before = [dict(m) for m in chat.messages]
+    with pytest.raises(ValueError, match="empty"):
+        chat.edit(1, "  ")
+    with pytest.raises(ValueError, match="unknown request field"):
+        chat.regenerate(bogus=1)
+    assert chat.messages == before and chat.branches == []
+    with pytest.raises(ValueError, match="no message yet"):
+        Chat("x", backend=chat.backend).regenerate()
+
+
+def test_delete_removes_a_whole_exchange(chat):
+    chat.ask("One")
+    chat.ask("Two")
+    chat.ask("Three")
+    removed = chat.delete(4)  # the reply to "Two"
+    assert [m["content"] for m in removed][0] == "Two"
+    assert [m["content"] for m in chat.messages if m["role"] == "user"] == ["One", "Three"]
+    chat.delete(1)  # a user message takes its reply along
+    assert [m["role"] for m in chat.messages] == ["system", "user", "assistant"]
+    with pytest.raises(ValueError, match="system prompt"):
+        chat.delete(0)
+    with pytest.raises(ValueError, match="no message 7"):
+        chat.delete(7)
+
+
+def test_delete_stops_a_running_reply_in_the_exchange(engine, tiny_dir):
+    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+    turn = c.send("Hello")
+    c.delete(0)
+    assert turn.done and turn.finish_reason == "cancelled" and c.messages == []
+
+
+def test_system_prompt_set_replaced_removed(chat):
+    chat.ask("One")
+    chat.set_system("Be kind.")
+    assert chat.messages[0] == {"role": "system", "content": "Be kind."}
+    assert len(chat.messages) == 3
+    chat.set_system("")
+    assert [m["role"] for m in chat.messages] == ["user", "assistant"]
+
+
+def test_a_failing_listener_is_logged_and_the_turn_goes_on(chat, caplog):
+    def bad(what, turn):
+        raise RuntimeError("view bug")
+
+    chat.add_listener(bad)
+    assert chat.ask("One")
+    assert "view bug" in caplog.text and len(chat.messages) == 3
+    chat.remove_listener(bad)
+    chat.remove_listener(bad)  # twice is fine
