@@ -247,27 +247,6 @@ def test_chat_cells_in_a_real_kernel(tiny_dir, tmp_path):
         k.close()
 
 
-def test_chat_show_is_a_bubble_per_message_styled_by_role():
-    from mlx_notebook.notebook.chat import transcript_html
-
-    c = Chat("default", "Be <b>brief</b>.")
-    c.messages += [
-        {"role": "user", "content": "Capital of France?"},
-        {"role": "assistant", "content": "**Paris**", "reasoning_content": "France <script>"},
-        {"role": "user", "content": "And Spain?"},
-        {"role": "assistant", "content": "Mad", "stopped": True},
-    ]
-    html = transcript_html("chat", c)
-    assert html.count('<div class="turn user">') == 2
-    assert html.count('<div class="turn assistant">') == 2
-    assert '<div class="turn system"><div class="role">system</div>' in html
-    assert "<strong>Paris</strong>" in html and "Be &lt;b&gt;brief&lt;/b&gt;." in html
-    assert '<details class="think"><summary>thinking</summary>' in html
-    assert "France &lt;script&gt;" in html and "<script>" not in html.split("</style>", 1)[1]
-    assert '<div class="role">assistant · stopped</div>' in html
-    assert '<div class="hdr">chat · 2 turns</div>' in html
-
-
 @pytest.mark.kernel
 @pytest.mark.slow
 def test_a_question_to_the_default_model_at_default_settings_ends_on_its_own():

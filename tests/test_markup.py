@@ -171,3 +171,11 @@ def test_map_view_is_inert_while_running_and_done():
         r.apply_from(i, Finished(ALL, "length"))
     assert_inert(r.html(), own_styles=1)  # the table of every row
     assert r.plain().count(ALL) >= 2
+
+
+def test_fenced_code_naming_its_language_is_highlighted_and_escaped():
+    from mlx_notebook.notebook.markup import markdown_html
+
+    html = markdown_html('```python\ndef f(): return "<img src=x onerror=y>"\n```\n```zz\n<b>\n```')
+    assert '<span class="tok-k">def</span>' in html and "&lt;img src=x" in html
+    assert "<img" not in html and "&lt;b&gt;" in html  # an unknown language: escaped text

@@ -12,9 +12,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 
 from ..chat import Chat, ChatBusy
-from .markup import escape, markdown_html
 from .options import HELP, generation_options, in_flags, parse, wants_help
-from .style import STYLE
+from .transcript import transcript_html
 
 COMMANDS = "list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | " \
     "load NAME FILE | show [NAME]"  # fmt: skip
@@ -134,38 +133,9 @@ class ChatMagics(Magics):
     def _show(self, name: str, conv: Chat) -> None:
         from IPython.display import display
 
-        html = transcript_html(name, conv)
+        title = "chat" if name == "chat" else f"chat {name}"
+        html = transcript_html(conv.messages, title)
         display({"text/html": html, "text/plain": conv.transcript()}, raw=True)
 
 
-def transcript_html(name: str, conv: Chat) -> str:
-    """The conversation as one static document: a bubble per message, styled by role.
-
-    Markdown is rendered safely, as in every view; a reply's reasoning is folded
-    above it; a stopped reply says so.
-    """
-    turns = sum(m["role"] == "user" for m in conv.messages)
-    title = "chat" if name == "chat" else f"chat {name}"
-    parts = [
-        STYLE,
-        f'<div class="mlxnb mlxnb-chat"><div class="hdr">{escape(title)} · '
-        f"{turns} turn{'s' if turns != 1 else ''}</div>",
-    ]
-    for m in conv.messages:
-        role = m["role"] if m["role"] in ("user", "assistant", "system") else "other"
-        mark = " · stopped" if m.get("stopped") else ""
-        thought = ""
-        if m.get("reasoning_content"):
-            thought = (
-                '<details class="think"><summary>thinking</summary>'
-                f'<pre class="txt">{escape(m["reasoning_content"])}</pre></details>'
-            )
-        parts.append(
-            f'<div class="turn {role}"><div class="role">{escape(m["role"])}{escape(mark)}</div>'
-            f'{thought}<div class="md">{markdown_html(m["content"])}</div></div>'
-        )
-    parts.append("</div>")
-    return "".join(parts)
-
-
-__all__ = ["ChatMagics", "transcript_html"]
+__all__ = ["ChatMagics"]

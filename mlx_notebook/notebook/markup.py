@@ -41,12 +41,32 @@ def _markdown():
     from markdown_it import MarkdownIt
 
     # breaks: a newline the model wrote stays a line break, as it streamed.
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    md = MarkdownIt(
+        "commonmark",
+        {"html": False, "linkify": False, "breaks": True, "highlight": _highlight_fence},
+    )
     md.enable("table")
     md.add_render_rule("image", _image)
     md.add_render_rule("link_open", _link_open)
     md.add_render_rule("link_close", _link_close)
     return md
+
+
+def _highlight_fence(code: str, lang: str, _attrs) -> str:
+    # A fence that names its language is highlighted (escaped by Pygments); markdown-it
+    # wraps the spans in its <pre><code>. Anything else: escaped by markdown-it.
+    if not lang:
+        return ""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    try:
+        lexer = get_lexer_by_name(lang)
+    except ClassNotFound:
+        return ""
+    return highlight(code, lexer, HtmlFormatter(nowrap=True, classprefix="tok-"))
 
 
 def markdown_html(text: str) -> str:
