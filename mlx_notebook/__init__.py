@@ -16,6 +16,7 @@ from .engine import Finished, GenerationError, Job, Request, Result, Token  # no
 
 __all__ = [
     "Chat",
+    "ChatUI",
     "Engine",
     "Finished",
     "GenerationError",
@@ -47,6 +48,10 @@ def __getattr__(name: str):
         from .chat import Chat
 
         return Chat
+    if name == "ChatUI":
+        from .notebook.chat_ui import ChatUI
+
+        return ChatUI
     if name == "Schema":
         from .schema import Schema
 

@@ -35,6 +35,18 @@ def tiny_tokenizer(tiny_dir):
     return load_tokenizer(Path(tiny_dir))
 
 
+@pytest.fixture(scope="session")
+def think_tok(tmp_path_factory):
+    """A tokenizer with ``<think>`` markers and a template that opens a thinking block."""
+    from mlx_lm.utils import load_tokenizer
+
+    from mlx_notebook.testing import build_tokenizer
+
+    path = tmp_path_factory.mktemp("thinking")
+    build_tokenizer(path, thinking=True)
+    return load_tokenizer(path)
+
+
 @pytest.fixture(scope="module")
 def default_engine():
     """An engine with the bundled default model loaded (slow tests)."""

@@ -6,16 +6,7 @@ from mlx_notebook.chat import Chat
 from mlx_notebook.engine import Request, Token
 from mlx_notebook.engine.reasoning import ReasoningSplitter
 from mlx_notebook.notebook.render import ViewState
-from mlx_notebook.testing import ScriptedModel, build_tokenizer
-
-
-@pytest.fixture(scope="module")
-def think_tok(tmp_path_factory):
-    from mlx_lm.utils import load_tokenizer
-
-    path = tmp_path_factory.mktemp("thinking")
-    build_tokenizer(path, thinking=True)
-    return load_tokenizer(path)
+from mlx_notebook.testing import ScriptedModel
 
 
 def ids(tok, text):

@@ -16,7 +16,7 @@ from .options import HELP, generation_options, in_flags, parse, wants_help
 from .transcript import transcript_html
 
 COMMANDS = "list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | " \
-    "load NAME FILE | show [NAME]"  # fmt: skip
+    "load NAME FILE | show [NAME] | ui [NAME]"  # fmt: skip
 
 
 @magics_class
@@ -91,6 +91,11 @@ class ChatMagics(Magics):
             for name, c in self.chats.items():
                 turns = sum(m["role"] == "user" for m in c.messages)
                 print(f"{name}: {turns} turn(s), model {c.model}")
+        elif cmd == "ui":
+            name = rest[0] if rest else "chat"
+            s = self.settings
+            conv = self.chats.get(name) or self._conversation(name, s.default_model, None)
+            return self._ui(name, conv)
         elif cmd in ("history", "reset", "undo", "show"):
             name = rest[0] if rest else "chat"
             conv = self._known(name)
@@ -129,6 +134,11 @@ class ChatMagics(Magics):
             known = ", ".join(self.chats) or "none yet"
             raise UsageError(f"no conversation named {name!r} (known: {known})")
         return self.chats[name]
+
+    def _ui(self, name: str, conv: Chat):
+        from .chat_ui import ChatUI
+
+        return ChatUI(conv, name=name)  # the cell's result: displayed with its transcript
 
     def _show(self, name: str, conv: Chat) -> None:
         from IPython.display import display

@@ -160,7 +160,7 @@ class ViewState:
         if self.reasoning:
             parts.append(self._thinking_html())
         if self.text or self.finished is None:
-            parts.append(self._body_html())
+            parts.append(self.body_html())
         f = self.finished
         if f is not None and f.finish_reason == "error":
             parts.append(f'<div class="err">{escape(f.error or "error")}</div>')
@@ -204,7 +204,8 @@ class ViewState:
             f"{text_html(self.reasoning)}</details>"
         )
 
-    def _body_html(self) -> str:
+    def body_html(self) -> str:
+        """The text as HTML: Markdown, code or plain text, or the inspection."""
         if self.inspect and self.records:
             from .inspect import inspect_body
 
