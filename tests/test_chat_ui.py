@@ -101,7 +101,7 @@ def test_stop_keeps_the_partial_reply_marked_and_the_input_comes_back(engine, dr
     assert "stopping…" in ui.live or not ui.busy
     finish(ui)
     assert ui.chat.messages[-1]["stopped"] is True
-    assert "assistant · stopped" in ui.transcript and not ui.busy
+    assert 'assistant<span class="lbl"> · stopped</span>' in ui.transcript and not ui.busy
 
 
 def test_regenerate_edit_delete_and_new_chat(ui):

@@ -22,7 +22,7 @@ def test_a_bubble_per_message_styled_by_role():
     assert '<details class="think"><summary>thinking (2 words)</summary>' in html
     body = html.split("</style>", 1)[1]
     assert "France &lt;script&gt;" in html and "<script>" not in body and "<img" not in body
-    assert '<div class="role">assistant · stopped</div>' in html
+    assert '<div class="role">assistant<span class="lbl"> · stopped</span></div>' in html
     assert '<div class="hdr">chat · 2 turns</div>' in html
     assert "<button" not in html and "data-raw" not in html  # a document has nothing to click
 

@@ -277,7 +277,8 @@ class ChatUI(anywidget.AnyWidget):
         if st.reasoning:
             open_ = not st.text
             thought = thinking_html(st.reasoning, open_, "thinking…" if open_ else None)
-        return bubble_html("assistant", st.body_html(), label=label, thought=thought, live=True)
+        bubble = bubble_html("assistant", st.body_html(), label=label, thought=thought, live=True)
+        return f'<div class="mlxnb mlxnb-chat">{bubble}</div>'  # styled as the settled ones
 
     def close(self) -> None:
         """Close the widget and stop listening to the conversation (which goes on)."""

@@ -132,7 +132,7 @@ class ViewState:
         """`` · 42 tokens · 21.3 tok/s`` while tokens stream; empty otherwise."""
         if self.finished is not None or not self.tokens or self.stopping:
             return ""
-        bits = f" · {self.tokens} tokens"
+        bits = f" · {self.tokens} token{'s' * (self.tokens != 1)}"
         elapsed = self.clock() - self.first_token_at
         if self.tokens > 1 and elapsed > 0:
             bits += f" · {(self.tokens - 1) / elapsed:.1f} tok/s"

@@ -60,6 +60,7 @@ background:color-mix(in srgb,{_UI} 5%,transparent)}}
 .mlxnb-chat .turn.system{{max-width:100%;border-style:dashed}}
 .mlxnb-chat .role{{font-family:var(--jp-ui-font-family,sans-serif);font-size:11px;
 font-weight:600;color:{_UI};text-transform:uppercase;letter-spacing:.04em}}
+.mlxnb-chat .role .lbl{{text-transform:none;letter-spacing:0}}
 .mlxnb details.think{{border-left:3px solid var(--jp-border-color1,rgba(127,127,127,.5));
 padding-left:8px;margin:2px 0 6px 0}}
 .mlxnb details.think summary{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;

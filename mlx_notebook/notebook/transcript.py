@@ -72,9 +72,10 @@ def bubble_html(
     )
     tools = f'<span class="acts">{buttons}</span>' if buttons else ""
     foot_html = f'<div class="stats">{escape(foot)}</div>' if foot else ""
+    mark = f'<span class="lbl">{escape(label)}</span>' if label else ""
     return (
         f'<div class="turn {kind}{" live" * live}"{attrs}>'
-        f'<div class="role">{escape(role)}{escape(label)}{tools}</div>'
+        f'<div class="role">{escape(role)}{mark}{tools}</div>'
         f'{thought}<div class="md">{body}</div>{foot_html}</div>'
     )
 

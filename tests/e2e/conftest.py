@@ -2,9 +2,10 @@ import os
 import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from .lab import CHROMIUM
+from .lab import CHROMIUM, browser, dismiss_news, lab_server, notebook, step
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -48,3 +49,48 @@ def artifacts(tmp_path):
         Path(dest).mkdir(parents=True, exist_ok=True)
         for f in shots.iterdir():
             shutil.copy2(f, Path(dest) / f.name)
+
+
+@pytest.fixture
+def lab(request, tmp_path, tiny_dir, chromium, artifacts):
+    """``lab(cells)`` opens a notebook of those cells; yields the page."""
+    ctx = {}
+
+    def start(cells, kernel=True, prepare=None):
+        root = tmp_path / "root"
+        root.mkdir(exist_ok=True)
+        if prepare is not None:
+            prepare(root)
+        else:
+            notebook(root / "demo.ipynb", tiny_dir, [c.replace("{tiny}", tiny_dir) for c in cells])
+        ctx["server"] = lab_server(root)
+        base, token = ctx["server"].__enter__()
+        ctx["browser"] = browser()
+        b = ctx["browser"].__enter__()
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+        page.requests = []
+        page.on("request", lambda r: page.requests.append(r.url))
+        page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
+        n = len(nbformat.read(root / "demo.ipynb", as_version=4).cells)
+        step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == n, 90)
+        if kernel:
+            step(
+                "kernel ready",
+                lambda: (
+                    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
+                ),
+                90,
+            )
+        dismiss_news(page)
+        ctx["page"] = page
+        return page
+
+    yield start
+    rep = getattr(request.node, "rep_call", None)
+    if "page" in ctx and rep is not None and rep.failed:
+        ctx["page"].screenshot(path=str(artifacts / f"failure-{request.node.name}.png"))
+    if "browser" in ctx:
+        ctx["browser"].__exit__(None, None, None)
+    if "server" in ctx:
+        ctx["server"].__exit__(None, None, None)

@@ -12,6 +12,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import nbformat
+
 CHROMIUM = os.environ.get("MLX_NOTEBOOK_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -240,3 +242,66 @@ def set_theme(page, name: str) -> None:
         lambda: page.evaluate("() => document.body.dataset.jpThemeName") == name,
         30,
     )
+
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def notebook(path, tiny_dir, cells):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = KERNELSPEC
+    cells = ["%load_ext mlx_notebook\nTINY = " + repr(tiny_dir), *cells]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, path)
+
+
+def run_cell(page, i, tries=4):
+    """Run cell ``i`` the way a user does; retry if the keypress was lost while Lab settled."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
+    prompt = cell.locator(".jp-InputPrompt")
+    before = prompt.inner_text().strip()
+    for _ in range(tries):
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+Enter")
+        try:
+            step(f"cell {i} starts", lambda: prompt.inner_text().strip() != before, 5)
+            return cell
+        except AssertionError:
+            continue
+    raise AssertionError(f"step 'run cell {i}' stalled: the cell never started")
+
+
+def run_done(page, i, timeout=60):
+    """Run cell ``i`` and wait until its prompt shows an execution count."""
+    cell = run_cell(page, i)
+    step(
+        f"cell {i} finished",
+        lambda: cell.locator(".jp-InputPrompt").inner_text().strip() not in ("[ ]:", "[*]:", ""),
+        timeout,
+    )
+    return cell
+
+
+def dismiss_news(page):
+    # JupyterLab's first-run "get notified about news?" toast covers part of the page.
+    try:
+        page.get_by_role("button", name="No", exact=True).click(timeout=3000)
+    except Exception:
+        pass
+
+
+def state_word(scope):
+    return scope.locator(".mlxnb .state").first.inner_text()
+
+
+def themed(lab, cells, theme):
+    """Open ``cells`` in ``theme``: the page, the theme's slug, and ``out(i)``."""
+    page = lab(cells)
+    set_theme(page, theme)
+    located = page.locator(".jp-Notebook .jp-Cell")
+
+    def out(i):  # Lab renders cells lazily: bring it on screen first
+        located.nth(i).scroll_into_view_if_needed()
+        return located.nth(i).locator(".jp-OutputArea")
+
+    return page, theme.split()[-1].lower(), out

