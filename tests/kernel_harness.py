@@ -182,6 +182,13 @@ class Harness:
         )
         self.kc.shell_channel.send(msg)
 
+    def custom(self, cid, content):
+        """What a widget's own script sends (``model.send(content)`` in anywidget)."""
+        msg = self.kc.session.msg(
+            "comm_msg", {"comm_id": cid, "data": {"method": "custom", "content": content}}
+        )
+        self.kc.shell_channel.send(msg)
+
     def interrupt(self):
         self.km.interrupt_kernel()
 

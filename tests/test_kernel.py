@@ -351,3 +351,46 @@ def test_over_with_a_schema_ends_in_typed_columns(kernel, tiny_dir):
     # Each row either finished its object (valid) or ran out of tokens (not valid).
     valid = out.split("] [", 1)[1]
     assert valid.count("True") == valid.count("'stop'"), out
+
+
+CHAT_UI = "mlx_notebook.notebook.chat_ui.ChatUI"
+
+
+def test_chat_ui_by_comm_messages_keeps_the_kernel_free(kernel):
+    # The widget's script sends {type: ...} messages; the kernel turns each into a Chat
+    # call and returns at once: the reply streams into traits on the widget's clock.
+    before = set(kernel.state)
+    code = "ui = mlx_notebook.ChatUI(model='endless', max_tokens=100000)\nui"
+    assert kernel.execute(code)["status"] == "ok"
+    ui = kernel.wait_for(
+        "the chat widget",
+        lambda: [c for c in kernel.widgets("AnyModel", _anywidget_id=CHAT_UI) if c not in before],
+    )[0]
+    assert "mlxnb-live" in kernel.value(ui, "_dom_classes")  # paired with its saved transcript
+    kernel.custom(ui, {"type": "send", "text": "Hello"})
+    kernel.wait_for("streaming", lambda: "tokens" in (kernel.value(ui, "live") or ""), 60)
+    assert kernel.value(ui, "busy") is True
+    _, out = kernel.output("1+1", 10)
+    assert out.strip() == "2" and kernel.value(ui, "busy") is True  # still streaming
+    kernel.custom(ui, {"type": "stop"})
+    kernel.wait_for("stopped", lambda: kernel.value(ui, "busy") is False, 30)
+    assert "· stopped" in kernel.value(ui, "transcript") and kernel.value(ui, "live") == ""
+    _, out = kernel.output("print(ui.chat.messages[-1]['stopped'], len(ui.chat.messages))")
+    assert out.split() == ["True", "2"]
+    kernel.custom(ui, {"type": "delete", "index": 5})
+    kernel.wait_for("a refusal", lambda: "no message 5" in kernel.value(ui, "status"), 10)
+    kernel.custom(ui, {"type": "new"})
+    kernel.wait_for("a new chat", lambda: 'class="turn' not in kernel.value(ui, "transcript"), 10)
+
+    before = set(kernel.state)
+    msg_id = kernel.execute("%chat ui notes", wait=False)
+    kernel.reply(msg_id)
+    notes = kernel.wait_for(
+        "%chat ui's widget",
+        lambda: [c for c in kernel.widgets("AnyModel", _anywidget_id=CHAT_UI) if c not in before],
+    )[0]
+    assert kernel.value(notes, "title") == "notes · default"
+    kernel.idle(msg_id)
+    saved = [d for d in kernel.display_ids(msg_id) if "saved transcript" in str(
+        kernel.displays.get(d, {}).get("text/html", ""))]  # fmt: skip
+    assert saved  # the transcript a saved notebook shows

@@ -305,3 +305,21 @@ def themed(lab, cells, theme):
         return located.nth(i).locator(".jp-OutputArea")
 
     return page, theme.split()[-1].lower(), out
+
+
+# A cell registering "dreamer": a scripted reasoning model that thinks " flow flow ..."
+# until told to stop (its end-of-thinking marker), then answers " Paris".
+DREAMER = (
+    "import tempfile\nfrom pathlib import Path\nfrom mlx_lm.utils import load_tokenizer\n"
+    "from mlx_notebook import Engine\n"
+    "from mlx_notebook.testing import ScriptedModel, build_tokenizer\n"
+    "d = Path(tempfile.mkdtemp()); build_tokenizer(d, thinking=True); tok = load_tokenizer(d)\n"
+    "ids = lambda t: tok.encode(t, add_special_tokens=False)\n"
+    "start, end, eos = (tok.convert_tokens_to_ids(t) for t in ('<think>', '</think>', "
+    "'<|im_end|>'))\n"
+    "flow, ans = ids(' flow'), ids(' Paris')\n"
+    "nxt = {start: flow[0], **dict(zip(flow, flow[1:])), flow[-1]: flow[0], end: ans[0], "
+    "**dict(zip(ans, ans[1:])), ans[-1]: eos}\n"
+    "Engine.default().register_model('dreamer', ScriptedModel(len(tok.get_vocab()), "
+    "lambda pos, t: nxt.get(t, eos), delay_s=0.02), tok)\n'registered'"
+)

@@ -5,7 +5,16 @@ import re
 import nbformat
 import pytest
 
-from .lab import contrasts, lab_server, run_cell, run_done, set_theme, step, themed
+from .lab import (
+    DREAMER,
+    contrasts,
+    lab_server,
+    run_cell,
+    run_done,
+    set_theme,
+    step,
+    themed,
+)
 
 CHAT = [
     "import mlx_notebook\nui = mlx_notebook.ChatUI(max_tokens=40)\nui",  # 1: the default model
@@ -166,3 +175,41 @@ def reopen(b, root, again, artifacts):
             assert ratios and min(ratios) >= 4.5, (theme, ratios)
             slug = theme.split()[-1].lower()
             saved.screenshot(path=str(artifacts / f"chat-ui-saved-{slug}.png"))
+
+
+THINK = [
+    DREAMER,  # 1
+    "ui = mlx_notebook.ChatUI(model='dreamer', max_tokens=100000)\nui",  # 2
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_chat_ui_thinking_then_stop_thinking(lab, artifacts, theme):
+    # A reasoning model's thinking streams open above the answer; Stop thinking ends it,
+    # the model answers, and the thinking folds away.
+    page, slug, out = themed(lab, ["import mlx_notebook", *THINK], theme)
+    for i in range(3):
+        run_done(page, i, 60)
+    run_cell(page, 3)
+    widget = out(3).locator(".mlxnb-chatui")
+    step("the chat window", lambda: widget.is_visible(), 60)
+    box = widget.get_by_label("Message", exact=True)
+    box.click()
+    box.type("Where do rivers go?")
+    box.press("Enter")
+    think = widget.get_by_role("button", name="Stop thinking")
+    step("Stop thinking offered while it reasons", lambda: think.is_visible(), 60)
+    live = widget.locator(".turn.live")
+    step("the thinking streams", lambda: "flow flow flow" in live.inner_text(), 30)
+    assert live.locator("details.think").evaluate("d => d.open")
+    assert "thinking…" in live.inner_text()
+    widget.screenshot(path=str(artifacts / f"chat-ui-thinking-{slug}.png"))
+    think.click()
+    step("it answers", lambda: done(widget, 2), 30)
+    reply = widget.locator(".turn.assistant").last
+    assert reply.locator(".md").inner_text().strip() == "Paris"
+    fold = reply.locator("details.think")
+    assert not fold.evaluate("d => d.open") and "thinking (" in fold.inner_text()
+    assert not think.is_visible()
+    ratios = contrasts(page, ".mlxnb-chatui details.think summary, .mlxnb-chatui .role")
+    assert ratios and min(ratios) >= 4.5, ratios
