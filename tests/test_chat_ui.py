@@ -139,11 +139,11 @@ def test_an_edit_reuses_the_cache_up_to_the_edit(engine, tiny_dir):
     assert f"{stats.cached_tokens} of {stats.prompt_tokens} prompt tokens cached" in ui.transcript
 
 
-def test_refusals_land_in_the_status_line_and_give_the_text_back(ui, monkeypatch):
+def test_refusals_land_in_the_status_line_and_give_the_text_back(engine, dreamer, monkeypatch):
+    ui = ChatUI(model=dreamer, backend=engine, max_tokens=100000, start_thread=False)
     sent = []
     monkeypatch.setattr(ui, "send", sent.append)
-    ui.chat.defaults["max_tokens"] = 2000
-    ui.handle("send", {"text": "One"})
+    ui.handle("send", {"text": "One"})  # thinks until stopped
     ui._on_msg(ui, {"type": "send", "text": "Two"}, [])
     assert "still generating" in ui.status and sent == [{"type": "restore", "text": "Two"}]
     ui._on_msg(ui, {"type": "stop"}, [])

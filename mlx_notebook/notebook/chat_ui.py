@@ -154,9 +154,13 @@ class ChatUI(anywidget.AnyWidget):
     def _redraw(self) -> None:
         """Draw the settled messages (and the saved transcript after them)."""
         with self._lock:
-            self.transcript = transcript_html(
-                self.chat.messages, self.name, actions=True, notes=self._note
-            )
+            messages, turn = self.chat.messages, self._turn
+            if self._state is not None and turn is not None:
+                # Its reply is the live bubble until the last refresh, even if the job
+                # has already ended and the chat holds it.
+                upto = next((i for i, m in enumerate(messages) if m is turn.user), None)
+                messages = messages if upto is None else messages[: upto + 1]
+            self.transcript = transcript_html(messages, self.name, actions=True, notes=self._note)
             self.snapshot.update(self._saved_html(), self._plain())
 
     # -- what the browser asks -------------------------------------------------------
