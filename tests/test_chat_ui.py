@@ -202,3 +202,14 @@ def test_options_are_checked(engine, tiny_dir):
         ChatUI(model=tiny_dir, bogus=1)
     with pytest.raises(ValueError, match="give them to the Chat"):
         ChatUI(Chat(tiny_dir), model="other")
+
+
+def test_a_failed_reply_is_taken_back_and_its_text_returned(engine, tmp_path, monkeypatch):
+    ui = ChatUI(model=str(tmp_path), backend=engine, start_thread=False)  # no model there
+    sent = []
+    monkeypatch.setattr(ui, "send", sent.append)
+    ui.handle("send", {"text": "Hello"})
+    finish(ui)
+    assert ui.status.startswith("error: ") and "config.json" in ui.status
+    assert ui.chat.messages == [] and roles(ui.transcript) == [] and not ui.busy
+    assert sent == [{"type": "restore", "text": "Hello"}]  # back in the input box

@@ -270,8 +270,9 @@ class ChatUI(anywidget.AnyWidget):
             with self.hold_sync():
                 self._redraw()
                 self.live, self.busy, self.thinking = "", False, False
-                if fin.finish_reason == "error":
+                if fin.finish_reason == "error":  # the chat took the exchange back
                     self.status = f"error: {fin.error}"
+                    self.send({"type": "restore", "text": turn.user["content"]})
             return True
 
     def _live_html(self) -> str:

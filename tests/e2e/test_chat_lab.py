@@ -155,12 +155,15 @@ def reopen(b, root, again, artifacts):
         page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
         # Lab may ask for a kernel or start its default one: either way, none runs.
         step("the notebook opens", lambda: page.locator(".jp-Notebook .jp-Cell").count() == 4, 90)
-        dialog = page.locator(".jp-Dialog")
-        if dialog.count():
-            dialog.first.press("Escape")
-        page.evaluate(SHUT_DOWN, token)
-        kernel = page.locator(".jp-Toolbar-kernelName").first
-        step("no kernel", lambda: "No Kernel" in kernel.inner_text(), 30)
+        dialog, kernel = page.locator(".jp-Dialog"), page.locator(".jp-Toolbar-kernelName").first
+
+        def no_kernel():  # whenever Lab gets round to starting one, it is shut down
+            if dialog.count():
+                dialog.first.press("Escape")
+            page.evaluate(SHUT_DOWN, token)
+            return "No Kernel" in kernel.inner_text()
+
+        step("no kernel", no_kernel, 90)
         saved = page.locator(".mlxnb-snapshot .mlxnb-chat")
         step("the saved transcript shows", lambda: saved.count() == 1 and saved.is_visible(), 60)
         text = page.locator(".jp-Notebook").inner_text()
