@@ -132,7 +132,7 @@ class Chat:
             job = backend.submit(self.request(text, **overrides))  # raises before any change
             user = {"role": "user", "content": text}
             self.messages.append(user)
-            turn = self.last = ChatTurn(self, job, user)
+            turn = self.last = ChatTurn(job, user, self._settle)
         self._notify("send", turn)
         return turn
 

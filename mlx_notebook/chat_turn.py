@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from .engine.events import Event, Finished
 from .engine.job import Job
-
-if TYPE_CHECKING:
-    from .chat import Chat
 
 
 class ChatTurn:
     """One exchange: the user's message and the reply as it streams.
 
-    Attributes:
-        chat: The conversation.
+    Args:
         job: The engine job of the reply.
-        user: The user's message (a dict in ``chat.messages``).
+        user: The user's message (a dict in the conversation's messages).
+        on_end: Called once, ``on_end(turn, finished)``, when the reply ends: the
+            conversation files the reply (or takes the exchange back).
+
+    Attributes:
+        job: The engine job of the reply.
+        user: The user's message.
+        reply: The reply's message once filed (None before, or after an error).
     """
 
-    def __init__(self, chat: Chat, job: Job, user: dict) -> None:
-        self.chat, self.job, self.user = chat, job, user
+    def __init__(self, job: Job, user: dict, on_end: Callable[[ChatTurn, Finished], None]):
+        self.job, self.user, self._on_end = job, user, on_end
         self.reply: dict | None = None
         self._settled = False
         self._lock = threading.Lock()
@@ -39,7 +42,7 @@ class ChatTurn:
             if self._settled:
                 return
             self._settled = True
-        self.chat._settle(self, fin)
+        self._on_end(self, fin)
 
     @property
     def text(self) -> str:
