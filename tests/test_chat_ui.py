@@ -213,3 +213,13 @@ def test_a_failed_reply_is_taken_back_and_its_text_returned(engine, tmp_path, mo
     assert ui.status.startswith("error: ") and "config.json" in ui.status
     assert ui.chat.messages == [] and roles(ui.transcript) == [] and not ui.busy
     assert sent == [{"type": "restore", "text": "Hello"}]  # back in the input box
+
+
+def test_an_unexpected_failure_is_said_in_the_widget_and_logged(ui, monkeypatch, caplog):
+    def broken(text):
+        raise RuntimeError("the engine is closed")
+
+    monkeypatch.setattr(ui.chat, "send", broken)
+    monkeypatch.setattr(ui, "send", lambda content: None)
+    ui._on_msg(ui, {"type": "send", "text": "Hi"}, [])
+    assert ui.status == "the engine is closed" and "ChatUI: 'send' failed" in caplog.text

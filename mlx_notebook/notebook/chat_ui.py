@@ -16,6 +16,7 @@ only markup we made. Displayed, the widget is followed by a static transcript
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from .document import Snapshot
 from .render import ViewState
 from .transcript import bubble_html, thinking_html, transcript_html
 
+log = logging.getLogger("mlx_notebook")
 _HERE = Path(__file__).parent
 _CHAT_ARGS = {"model", "system", "backend", "server_url"}
 _SETTINGS = ("temperature", "top_p", "max_tokens")
@@ -168,8 +170,10 @@ class ChatUI(anywidget.AnyWidget):
         kind = content.get("type") if isinstance(content, dict) else None
         try:
             self.handle(kind, content)
-        except (ValueError, ChatBusy) as exc:
-            self.status = str(exc)
+        except Exception as exc:  # a click has no cell to raise into: say it in the widget
+            if not isinstance(exc, (ValueError, ChatBusy)):
+                log.exception("ChatUI: %r failed", kind)
+            self.status = str(exc) or type(exc).__name__
             if kind == "send":  # give the text back: nothing was sent
                 self.send({"type": "restore", "text": content.get("text", "")})
 
