@@ -69,6 +69,20 @@ def quickstart():
             "%%generate --over places -n 40 --wait -o described\nDescribe {item} in one sentence."
         ),
         code("print(described.summary())\ndescribed.to_frame()[['prompt', 'text']]"),
+        md(
+            "## A chat window\n`mlx_notebook.ChatUI()` is a chat in one cell: type a message "
+            "and press **Enter** (**Shift+Enter** for a new line). **Stop**, **Edit**, "
+            "**Regenerate** and **Delete** work as in a chat app, the settings row holds the "
+            "system prompt and sampling, and a reasoning model's thinking folds above its "
+            "answer. `ui.chat` is the same conversation in code (`%chat ui` opens one on a "
+            "`%%chat` conversation), so code and the window can take turns."
+        ),
+        code(
+            "import mlx_notebook\n\nui = mlx_notebook.ChatUI(system='You are a friendly guide. "
+            "Answer in one sentence.', max_tokens=60)\n"
+            "print(ui.chat.ask('Name a famous lighthouse.'))  # from code: the window shows it\n"
+            "ui"
+        ),
         md("## Engine status"),
         code("%mlx status"),
     ]

@@ -13,12 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(name):
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3").execute(cwd=str(ROOT / "notebooks"))
+    # What was printed, and the plain text of every display (views, the chat's transcript).
     return "".join(
-        o.get("text", "")
+        o.get("text", "") if o.output_type == "stream" else o.get("data", {}).get("text/plain", "")
         for c in nb.cells
         if c.cell_type == "code"
         for o in c.get("outputs", [])
-        if o.output_type == "stream"
     )
 
 
@@ -28,6 +28,7 @@ def test_quickstart():
     assert "stop 5" in out  # the stop string ended generation
     assert "device:" in out and "BLAS acceleration" in out
     assert "4 rows: 4 done" in out  # --over: every place described, batched
+    assert "[user]\nName a famous lighthouse." in out  # the chat window's saved transcript
 
 
 def test_speculative_vs_normal():
