@@ -8,7 +8,8 @@ and each round runs them all in a rotated order, so drift of a shared machine
 hits all of them alike. Figures are medians over rounds with min-max, and ratios
 are taken round by round (paired), then their median.
 
-- ours (fast path on / off): the engine on the bundled default model (float32).
+- ours (fast path on / off): the engine on the bundled default model (float32); and
+  with the fast path on but MLX's own attention (``MLX_NOTEBOOK_FUSED_ATTENTION=0``).
 - mlx-lm: ``mlx_lm.stream_generate`` on the same converted float32 weights, with
   OpenBLAS loaded as in the engine and no fast path.
 - llama.cpp: llama-cpp-python with 2 threads, on an f32 copy of the same GGUF
@@ -204,6 +205,8 @@ def main() -> None:
                                 str(text)], {"MLX_NOTEBOOK_FAST": "1"}),
         "ours, fast path off": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), "0",
                                  str(text)], {"MLX_NOTEBOOK_FAST": "0"}),
+        "ours, MLX's attention": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), "0",
+                                   str(text)], {"MLX_NOTEBOOK_FUSED_ATTENTION": "0"}),
         "mlx-lm": ([py, "-c", MLX_LM, str(mlx_dir), DECODE_PROMPT, str(args.tokens), str(text)],
                    {"MLX_NOTEBOOK_FAST": "0"}),
     }  # fmt: skip
@@ -251,6 +254,7 @@ def main() -> None:
         print(f"  decode, ours / llama.cpp f32:    {ratio(names[0], 'llama.cpp f32', 'decode')}")
         print(f"  decode, ours / llama.cpp Q4_1:   {ratio(names[0], 'llama.cpp Q4_1', 'decode')}")
     print(f"  prefill, ours / mlx-lm:          {ratio(names[0], 'mlx-lm', 'prefill')}")
+    print(f"  prefill, fused / MLX's attention: {ratio(names[0], names[2], 'prefill')}")
     same = all(x["ids"] == y["ids"] for x, y in zip(results[names[0]], results[names[1]]))
     print(f"  greedy tokens, fast path on == off: {same}")
     stops = [s * 1e3 for x in results[names[0]] for s in x["stop"]]

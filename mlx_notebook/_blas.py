@@ -101,6 +101,11 @@ def _load_gemv(blas) -> None:
     _state["_lib"] = lib
 
 
+def native_library():
+    """The fast path's loaded native library (``_gemv.c``, ``_attn.c``), or None."""
+    return _state.get("_lib")
+
+
 def gemv_calls() -> int:
     """Single-row products forwarded to sgemv so far (0 when the shim is not loaded)."""
     lib = _state.get("_lib")

@@ -27,19 +27,20 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 16, BLOCK = 8 };
 
-static sgemm_fn real_sgemm;
+sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's, also used by _attn.c */
 static sgemv_fn real_sgemv;
 static long forwarded, small;
 
 void mlxnb_gemv_init(void *sgemm, void *sgemv) {
-  real_sgemm = (sgemm_fn)sgemm;
+  mlxnb_openblas_sgemm = (sgemm_fn)sgemm;
   real_sgemv = (sgemv_fn)sgemv;
 }
 
-/* Threads for the few-row kernel: 0 = OpenMP's default, 1 = the calling thread only
- * (the engine's thread governor sets it when the cores are taken by others). */
-static int threads = 0;
-void mlxnb_set_threads(int n) { threads = n; }
+/* Threads for the few-row kernel and the attention (_attn.c): 0 = OpenMP's default,
+ * 1 = the calling thread only (the engine's thread governor sets it when the cores are
+ * taken by others). */
+int mlxnb_thread_count = 0;
+void mlxnb_set_threads(int n) { mlxnb_thread_count = n; }
 
 long mlxnb_gemv_forwarded(void) { return forwarded; }
 
@@ -83,7 +84,7 @@ static const rows_fn ROWS_OF[BLOCK + 1] = {0,      rows_1, rows_2, rows_3, rows_
 
 static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc) {
-#pragma omp parallel if (threads != 1)
+#pragma omp parallel if (mlxnb_thread_count != 1)
   {
     int t = 0, nt = 1;
 #ifdef _OPENMP
@@ -118,5 +119,5 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
     small++;
     return;
   }
-  real_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  mlxnb_openblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

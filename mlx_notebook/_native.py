@@ -1,4 +1,4 @@
-"""Build, once, the small native library of the CPU fast path (see ``_gemv.c``).
+"""Build, once, the small native library of the CPU fast path (``_gemv.c``, ``_attn.c``).
 
 Compiled with the system C compiler into the cache folder, keyed by the
 source's hash, and written atomically. No compiler, no fast path: generation
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 FAST_ENV = "MLX_NOTEBOOK_FAST"
-SOURCE = Path(__file__).with_name("_gemv.c")
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("_gemv.c", "_attn.c"))
 
 
 FLAGS = (
@@ -48,7 +48,7 @@ def _cache_dir() -> Path:
 
 def build_gemv() -> tuple[Path | None, str]:
     """Path of the built library (building it if needed), or None and the reason."""
-    src = SOURCE.read_bytes()
+    src = b"".join(s.read_bytes() for s in SOURCES)
     # Built for this CPU (-march=native), so the CPU is part of the key too.
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     out = _cache_dir() / f"libmlxnb_gemv-{key}.so"
@@ -64,7 +64,7 @@ def build_gemv() -> tuple[Path | None, str]:
         # Fastest flags first; OpenMP or -march=native may be missing.
         for flags in FLAGS:
             res = subprocess.run(
-                [cc, *flags, "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+                [cc, *flags, "-shared", "-fPIC", "-o", tmp, *map(str, SOURCES), "-lm"],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -15,6 +15,8 @@ RMSNorm classes, plain ``nn.RoPE`` (any offset: an int, one per batch row, or
 an array a model passes), bias-free q/k/v and gate/up projections. Anything
 else (scaled RoPE variants, MoE blocks, biased layers) is left alone.
 
+Prefill chunks' causal attention goes to a fused kernel (`cpu_attention`).
+
 ``MLX_NOTEBOOK_FAST=0`` turns this off (with the sgemv shim, see ``_gemv.c``).
 """
 
@@ -293,13 +295,19 @@ def apply(model, device: str) -> list[str]:
         device: ``"cpu"`` or ``"gpu"``; GPUs have native kernels and are left alone.
 
     Returns:
-        What was swapped, e.g. ``["61 RMSNorm", "30 RoPE"]`` (empty when nothing was).
+        What was swapped, e.g. ``["61 RMSNorm", "30 RoPE", "fused prefill attention"]``
+        (empty when nothing was).
     """
     if device != "cpu" or not fast_enabled():
         return []
+    from .cpu_attention import install
+
     counts: dict[str, int] = {}
     _swap(model, counts, {"one_plus": _one_plus_norms()})
-    return [f"{n} {name}" for name, n in sorted(counts.items())]
+    done = [f"{n} {name}" for name, n in sorted(counts.items())]
+    if hasattr(model, "named_modules") and install(model):
+        done.append("fused prefill attention")
+    return done
 
 
 def rope_tables(model) -> list[RopeTable]:

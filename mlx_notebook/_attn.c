@@ -1,0 +1,129 @@
+/* mlx_notebook's CPU fast path for the attention of a prefill chunk.
+ *
+ * MLX's CPU backend has no fused attention: for a chunk of L queries against S
+ * keys it computes the score matrix with sgemm, then masks it and takes its
+ * softmax as several single-threaded elementwise passes over the whole matrix.
+ * On the default model those passes are most of the attention's time, which is
+ * over half of a prefill chunk's.
+ *
+ * Here, per key/value head, the scores of all the query heads that share it come
+ * from one sgemm (OpenBLAS's, multi-threaded); then each row's softmax runs in
+ * one pass over only the keys that row can see, with a vectorised exp, its rows
+ * split over OpenMP threads, and the masked keys set to zero; then one sgemm
+ * sums the values.
+ *
+ * Layouts (contiguous float32): q [H, L, D], k [Hkv, S, D], v [Hkv, S, D],
+ * out [H, L, D]. Query i sits at position S - L + i and sees keys 0 .. S - L + i.
+ * Query head h reads key/value head h / (H / Hkv) (grouped-query attention).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef int v8i __attribute__((vector_size(32), aligned(4)));
+
+extern int mlxnb_thread_count; /* set by the thread governor (_gemv.c) */
+static long calls;
+long mlxnb_attention_calls(void) { return calls; }
+
+static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
+
+static inline v8 load8(const float *p) {
+  v8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+
+/* mask ? a : b, lane by lane (a comparison's mask: -1 where true, 0 where false) */
+static inline v8 select8(v8i mask, v8 a, v8 b) {
+  v8i ai, bi, r;
+  memcpy(&ai, &a, sizeof ai);
+  memcpy(&bi, &b, sizeof bi);
+  r = (ai & mask) | (bi & ~mask);
+  v8 out;
+  memcpy(&out, &r, sizeof out);
+  return out;
+}
+
+/* exp(x) for x <= 0 (a softmax's shifted scores), Cephes' polynomial: within a
+ * couple of ulps of expf; far below zero it underflows to 0, as expf does. */
+static inline v8 exp8(v8 x) {
+  x = select8(x < splat(-87.0f), splat(-87.0f), x);
+  v8 fx = x * splat(1.44269504088896341f) + splat(0.5f);
+  v8i n = __builtin_convertvector(fx, v8i); /* truncates toward zero: */
+  v8 fn = __builtin_convertvector(n, v8);
+  fn += __builtin_convertvector(fn > fx, v8); /* minus one where that was up: a floor */
+  n = __builtin_convertvector(fn, v8i);
+  x = x - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
+  v8 y = splat(1.9875691500e-4f);
+  y = y * x + splat(1.3981999507e-3f);
+  y = y * x + splat(8.3334519073e-3f);
+  y = y * x + splat(4.1665795894e-2f);
+  y = y * x + splat(1.6666665459e-1f);
+  y = y * x + splat(5.0000001201e-1f);
+  y = y * x * x + x + splat(1.0f);
+  v8i bits = (n + 127) << 23;
+  v8 scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                         const float *, int, float, float *, int);
+extern sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's (_gemv.c) */
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+/* One row of scores in place: p[t] = exp(scale (p[t] - max)) / sum for t < n, 0 after. */
+static void softmax_row(float *p, int n, int s, float scale) {
+  float m = -INFINITY;
+  for (int t = 0; t < n; t++) m = p[t] > m ? p[t] : m;
+  v8 sum8 = splat(0.0f);
+  int t = 0;
+  for (; t + 8 <= n; t += 8) {
+    v8 e = exp8((load8(p + t) - splat(m)) * splat(scale));
+    store8(p + t, e);
+    sum8 += e;
+  }
+  float sum = ((sum8[0] + sum8[4]) + (sum8[1] + sum8[5])) + ((sum8[2] + sum8[6]) + (sum8[3] + sum8[7]));
+  for (; t < n; t++) {
+    p[t] = expf((p[t] - m) * scale);
+    sum += p[t];
+  }
+  const v8 inv = splat(1.0f / sum);
+  for (t = 0; t + 8 <= n; t += 8) store8(p + t, load8(p + t) * inv);
+  for (; t < n; t++) p[t] *= 1.0f / sum;
+  memset(p + n, 0, sizeof(float) * (size_t)(s - n));
+}
+
+/* Returns 0, or -1 when OpenBLAS is not loaded, the shape is not one it handles
+ * (H not a multiple of Hkv, L > S) or scratch could not be allocated. */
+int mlxnb_causal_attention(const float *q, const float *k, const float *v, float *out, int H,
+                           int Hkv, int L, int S, int D, float scale) {
+  if (mlxnb_openblas_sgemm == NULL || Hkv <= 0 || H % Hkv || L > S || L <= 0 || D <= 0) return -1;
+  const int group = H / Hkv, rows = group * L;
+  float *scores = malloc(sizeof(float) * (size_t)rows * S);
+  if (!scores) return -1;
+  int nt = 1;
+#ifdef _OPENMP
+  nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
+#endif
+  for (int g = 0; g < Hkv; g++) {
+    /* The group's query heads are consecutive: rows g*group*L .. of q and out. */
+    const float *qg = q + (size_t)g * rows * D;
+    const float *kg = k + (size_t)g * S * D, *vg = v + (size_t)g * S * D;
+    mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, S, D, 1.0f, qg, D, kg, D, 0.0f, scores, S);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < rows; r++) softmax_row(scores + (size_t)r * S, S - L + r % L + 1, S, scale);
+    mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, S, 1.0f, scores, S, vg, D, 0.0f,
+               out + (size_t)g * rows * D, D);
+  }
+  free(scores);
+  __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+  return 0;
+}

@@ -1,0 +1,133 @@
+"""The CPU fast path's attention for prefill chunks: one fused causal kernel (``_attn.c``).
+
+MLX's CPU ``scaled_dot_product_attention`` masks a chunk's whole score matrix
+and takes its softmax in several single-threaded passes: most of the
+attention's time, which is over half of a prefill chunk's on the default
+model. On CPU, `install` routes the attention of a loaded model's modules
+through ``mlxnb_causal_attention``: one sgemm per key/value head for the
+scores, one threaded pass per row over only the keys it sees, one sgemm for
+the values. It takes only what it computes as mlx-lm does: one row (no batch
+padding), a plain causal mask, no attention sinks, no quantized KV cache,
+float32, and chunks of at least `MIN_ROWS` queries. Everything else (decode
+steps, verify passes, sliding windows' mask arrays, batched rows) goes to
+mlx-lm's own function unchanged. ``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it
+out (the rest of the fast path stays).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import mlx.core as mx
+import numpy as np
+
+MIN_ROWS = 32  # shorter chunks (decode, verify passes) gain little, and keep MLX's kernel
+ENV = "MLX_NOTEBOOK_FUSED_ATTENTION"
+
+_P = ctypes.POINTER(ctypes.c_float)
+
+
+def _kernel():
+    from .. import _blas
+
+    lib = _blas.native_library()
+    fn = getattr(lib, "mlxnb_causal_attention", None) if lib is not None else None
+    if fn is not None and fn.argtypes is None:
+        fn.argtypes = [_P, _P, _P, _P] + [ctypes.c_int] * 5 + [ctypes.c_float]
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def applies(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
+    """Whether the fused kernel computes this call exactly as mlx-lm's would."""
+    return (
+        mx.default_device() == mx.cpu  # a GPU has its own fused kernel
+        and isinstance(mask, str)
+        and mask == "causal"
+        and sinks is None
+        and not hasattr(cache, "bits")
+        and queries.ndim == 4
+        and queries.shape[0] == 1
+        and keys.shape[0] == 1
+        and queries.shape[2] >= MIN_ROWS
+        and queries.shape[2] <= keys.shape[2]
+        and queries.dtype == keys.dtype == mx.float32
+        and queries.shape[1] % keys.shape[1] == 0
+    )
+
+
+def causal_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float):
+    """``softmax(scale * q k^T, causal) v`` for one row, on the native kernel.
+
+    Args:
+        queries: ``[1, H, L, D]``; query ``i`` sits at position ``S - L + i``.
+        keys: ``[1, Hkv, S, D]``.
+        values: ``[1, Hkv, S, D]``.
+        scale: The scores' scale.
+
+    Returns:
+        ``[1, H, L, D]``, or None when the kernel is not loaded or refuses the shape.
+    """
+    fn = _kernel()
+    if fn is None:
+        return None
+    mx.eval(queries, keys, values)
+    _, heads, rows, dim = queries.shape
+    kv_heads, size = keys.shape[1], keys.shape[2]
+    q = np.ascontiguousarray(np.asarray(queries)[0])
+    k = np.ascontiguousarray(np.asarray(keys)[0])
+    v = np.ascontiguousarray(np.asarray(values)[0])
+    out = np.empty((heads, rows, dim), np.float32)
+    ptr = lambda a: a.ctypes.data_as(_P)  # noqa: E731
+    if fn(ptr(q), ptr(k), ptr(v), ptr(out), heads, kv_heads, rows, size, dim, scale) != 0:
+        return None
+    return mx.array(out)[None]
+
+
+def _fused(original):
+    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if applies(queries, keys, mask, sinks, cache):
+            out = causal_attention(queries, keys, values, scale)
+            if out is not None:
+                return out
+        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    scaled_dot_product_attention.mlxnb_original = original
+    return scaled_dot_product_attention
+
+
+def install(model) -> int:
+    """Route the attention of ``model``'s mlx-lm modules through the kernel (CPU only).
+
+    The function is swapped in each model module that imported mlx-lm's
+    ``scaled_dot_product_attention`` (once per module; calls it cannot take go to
+    the original). Returns how many modules were changed.
+    """
+    if os.environ.get(ENV, "1") == "0" or _kernel() is None:
+        return 0
+    changed = 0
+    names = {type(m).__module__ for _, m in model.named_modules()}
+    for mod in filter(None, (sys.modules.get(n) for n in names)):
+        f = getattr(mod, "scaled_dot_product_attention", None)
+        if f is None or hasattr(f, "mlxnb_original"):
+            continue
+        mod.scaled_dot_product_attention = _fused(f)
+        changed += 1
+    return changed
+
+
+def calls() -> int:
+    """Chunks the kernel has computed in this process (0 when it is not loaded)."""
+    from .. import _blas
+
+    lib = _blas.native_library()
+    fn = getattr(lib, "mlxnb_attention_calls", None) if lib is not None else None
+    if fn is None:
+        return 0
+    fn.restype = ctypes.c_long
+    return int(fn())
+
+
+__all__ = ["MIN_ROWS", "applies", "calls", "causal_attention", "install"]

@@ -1,0 +1,102 @@
+"""The fused causal attention of prefill chunks: equal to MLX's, taken only where exact."""
+
+import mlx.core as mx
+import pytest
+
+from mlx_notebook import _blas
+from mlx_notebook.models import cpu_attention as ca
+
+pytestmark = pytest.mark.skipif(
+    _blas.native_library() is None, reason="the fast path's native library is not loaded"
+)
+
+
+def qkv(heads, kv_heads, rows, size, dim, seed=0):
+    mx.random.seed(seed)
+    return (
+        mx.random.normal((1, heads, rows, dim)),
+        mx.random.normal((1, kv_heads, size, dim)),
+        mx.random.normal((1, kv_heads, size, dim)),
+    )
+
+
+@pytest.mark.parametrize(
+    "heads,kv_heads,rows,size,dim",
+    [(9, 3, 256, 768, 64), (4, 4, 37, 37, 32), (8, 2, 33, 101, 128), (2, 1, 64, 64, 80)],
+)
+def test_equal_to_mlx_causal_attention(heads, kv_heads, rows, size, dim):
+    q, k, v = qkv(heads, kv_heads, rows, size, dim)
+    scale = dim**-0.5
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
+    calls = ca.calls()
+    out = ca.causal_attention(q, k, v, scale)
+    assert ca.calls() == calls + 1 and out.shape == ref.shape
+    assert mx.abs(out - ref).max().item() < 1e-5
+
+
+def test_one_thread_gives_the_same_numbers():
+    q, k, v = qkv(4, 2, 40, 90, 64, seed=1)
+    lib = _blas.native_library()
+    try:
+        lib.mlxnb_set_threads(1)
+        one = ca.causal_attention(q, k, v, 0.125)
+    finally:
+        lib.mlxnb_set_threads(0)
+    assert mx.array_equal(one, ca.causal_attention(q, k, v, 0.125))  # rows are independent
+
+
+def test_it_takes_only_what_it_computes_exactly():
+    q, k, _ = qkv(4, 2, 40, 90, 64)
+    assert ca.applies(q, k, "causal", None, None)
+    assert not ca.applies(q, k, mx.zeros((40, 90)), None, None)  # a mask array (windows)
+    assert not ca.applies(q, k, None, None, None)
+    assert not ca.applies(q, k, "causal", mx.zeros((4,)), None)  # attention sinks
+    assert not ca.applies(q[:, :, : ca.MIN_ROWS - 1], k, "causal", None, None)  # decode, verify
+    assert not ca.applies(mx.concatenate([q, q]), mx.concatenate([k, k]), "causal", None, None)
+    assert not ca.applies(q.astype(mx.float16), k.astype(mx.float16), "causal", None, None)
+
+    class Quantized:
+        bits = 4
+
+    assert not ca.applies(q, k, "causal", None, Quantized())
+
+
+def test_a_loaded_model_prefills_through_it_and_decodes_as_before(tiny_dir):
+    # The engine's loader installs it on CPU; a long prompt's chunks go through the
+    # kernel, and logits stay those of mlx-lm's own attention.
+    import sys
+
+    from mlx_notebook.models.loader import load_spec
+
+    _, model, _, _ = load_spec(tiny_dir)
+    assert "fused prefill attention" in model._mlxnb_fast
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    fused = module.scaled_dot_product_attention
+    original = fused.mlxnb_original
+    ca.install(model)
+    assert module.scaled_dot_product_attention is fused  # once per module
+
+    ids = mx.array([[(7 * i) % 300 + 3 for i in range(300)]])
+    calls = ca.calls()
+    got = model(ids)
+    assert ca.calls() == calls + len(model.model.layers)
+    module.scaled_dot_product_attention = original
+    try:
+        want = model(ids)
+    finally:
+        module.scaled_dot_product_attention = fused
+    # Float summation order differs (as between any two kernels): relative 1e-5.
+    assert mx.allclose(got, want, rtol=1e-4, atol=1e-4).item()
+    top2 = mx.sort(want[0], axis=-1)[:, -2:]
+    ties = (top2[:, 1] - top2[:, 0]) < 1e-3
+    differ = got[0].argmax(-1) != want[0].argmax(-1)
+    assert not mx.any(differ & ~ties).item()  # greedy ids equal, or a near-tie
+
+
+def test_switched_off_by_its_variable(tiny_dir, monkeypatch):
+    from mlx_notebook.models.loader import load_spec
+
+    monkeypatch.setenv(ca.ENV, "0")
+    _, model, _, _ = load_spec(tiny_dir)
+    assert "fused prefill attention" not in model._mlxnb_fast
+    assert ca.install(model) == 0
