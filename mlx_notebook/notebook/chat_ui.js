@@ -30,7 +30,7 @@ function render({ model, el }) {
   }, "New chat");
   const log = h("div", { class: "cu-log", role: "log", "aria-label": "Conversation" });
   const settled = h("div");
-  const live = h("div", { "aria-live": "polite" });
+  const live = h("div", { "aria-live": "off" }); // read once settled, not 20 times a second
   log.append(settled, live);
   const status = h("div", { class: "cu-status", role: "status" });
   const input = h("textarea", {
