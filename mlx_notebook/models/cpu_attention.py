@@ -102,20 +102,21 @@ def install(model) -> int:
     """Route the attention of ``model``'s mlx-lm modules through the kernel (CPU only).
 
     The function is swapped in each model module that imported mlx-lm's
-    ``scaled_dot_product_attention`` (once per module; calls it cannot take go to
-    the original). Returns how many modules were changed.
+    ``scaled_dot_product_attention``, once per module (calls it cannot take go to
+    the original). Returns how many of the model's modules go through it now.
     """
     if os.environ.get(ENV, "1") == "0" or _kernel() is None:
         return 0
-    changed = 0
+    fused = 0
     names = {type(m).__module__ for _, m in model.named_modules()}
     for mod in filter(None, (sys.modules.get(n) for n in names)):
         f = getattr(mod, "scaled_dot_product_attention", None)
-        if f is None or hasattr(f, "mlxnb_original"):
+        if f is None:
             continue
-        mod.scaled_dot_product_attention = _fused(f)
-        changed += 1
-    return changed
+        if not hasattr(f, "mlxnb_original"):
+            mod.scaled_dot_product_attention = _fused(f)
+        fused += 1
+    return fused
 
 
 def calls() -> int:
