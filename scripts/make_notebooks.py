@@ -28,11 +28,12 @@ def quickstart():
             "the partial text is kept and the model is ready at once."
         ),
         code(
-            "%%generate -o long -n 400\nList fifty animals, one per line, with a short fact "
-            "about each."
+            "%%generate -o long -n 400 -t 0\nList fifty animals, one per line, with a short "
+            "fact about each."
         ),
         code(
-            "import time\n\ntime.sleep(3)  # let it stream a little\nlong.cancel()\n"
+            "import time\n\nwhile len(long.partial_text) < 200 and not long.done:  # some text\n"
+            "    time.sleep(0.1)\nlong.cancel()\n"
             "long.wait()\nprint(long.finish_reason, '-', len(long.text), 'characters kept')\n"
             "print(long.text[:300])"
         ),
