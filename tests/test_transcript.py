@@ -2,7 +2,8 @@
 
 import re
 
-from mlx_notebook.notebook.transcript import bubble_html, thinking_html, transcript_html
+from mlx_notebook.notebook.markup import thinking_html
+from mlx_notebook.notebook.transcript import bubble_html, transcript_html
 
 MESSAGES = [
     {"role": "system", "content": "Be <b>brief</b>."},
@@ -47,6 +48,6 @@ def test_bubble_escapes_labels_and_marks_the_live_reply():
 
 
 def test_thinking_folds_unless_open():
-    assert '<details class="think" open>' in thinking_html("a b", True, "thinking…")
+    assert '<details class="think" open><summary>thinking…' in thinking_html("a b", True)
     folded = thinking_html("<a>", False)
     assert "open" not in folded and "&lt;a&gt;" in folded and "(1 word)" in folded

@@ -28,7 +28,7 @@ from ..chat import REQUEST_FIELDS, Chat, ChatBusy, ChatTurn
 from ..engine.events import Finished
 from .document import Snapshot
 from .render import ViewState
-from .transcript import bubble_html, thinking_html, transcript_html
+from .transcript import bubble_html, transcript_html
 
 log = logging.getLogger("mlx_notebook")
 _HERE = Path(__file__).parent
@@ -282,10 +282,7 @@ class ChatUI(anywidget.AnyWidget):
     def _live_html(self) -> str:
         st = self._state
         label = f" · {st.state_label()}{st.live_figures()}"
-        thought = ""
-        if st.reasoning:
-            open_ = not st.text
-            thought = thinking_html(st.reasoning, open_, "thinking…" if open_ else None)
+        thought = st.thinking_html() if st.reasoning else ""
         bubble = bubble_html("assistant", st.body_html(), label=label, thought=thought, live=True)
         return f'<div class="mlxnb mlxnb-chat">{bubble}</div>'  # styled as the settled ones
 

@@ -52,21 +52,26 @@ def _markdown():
     return md
 
 
-def _highlight_fence(code: str, lang: str, _attrs) -> str:
-    # A fence that names its language is highlighted (escaped by Pygments); markdown-it
-    # wraps the spans in its <pre><code>. Anything else: escaped by markdown-it.
-    if not lang:
-        return ""
+def _spans(code: str, lexer) -> str:
+    # Escaped by Pygments; classes, not inline colours: style.py maps them to the theme.
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
+
+    return highlight(code, lexer, HtmlFormatter(nowrap=True, classprefix="tok-"))
+
+
+def _highlight_fence(code: str, lang: str, _attrs) -> str:
+    # A fence that names its language is highlighted; markdown-it wraps the spans in
+    # its <pre><code>. Anything else: escaped by markdown-it.
+    if not lang:
+        return ""
     from pygments.lexers import get_lexer_by_name
     from pygments.util import ClassNotFound
 
     try:
-        lexer = get_lexer_by_name(lang)
+        return _spans(code, get_lexer_by_name(lang))
     except ClassNotFound:
         return ""
-    return highlight(code, lexer, HtmlFormatter(nowrap=True, classprefix="tok-"))
 
 
 def markdown_html(text: str) -> str:
@@ -114,6 +119,16 @@ def _fences(text: str) -> int:
     return sum(1 for line in text.split("\n") if line.lstrip().startswith(("```", "~~~")))
 
 
+def thinking_html(reasoning: str, open_: bool) -> str:
+    """A reply's reasoning: open (``thinking…``) while it is all there is, else folded."""
+    words = len(reasoning.split())
+    label = "thinking…" if open_ else f"thinking ({words} word{'s' * (words != 1)})"
+    return (
+        f'<details class="think"{" open" if open_ else ""}><summary>{label}</summary>'
+        f"{text_html(reasoning)}</details>"
+    )
+
+
 def text_html(text: str) -> str:
     """Plain text, escaped, every line break kept (a ``pre`` keeps them without CSS too)."""
     return f'<pre class="txt">{escape(text)}</pre>'
@@ -130,18 +145,13 @@ def code_html(text: str, final: bool = True, language: str | None = None) -> str
     body = _strip_fence(text)
     if not final:
         return f'<pre class="code">{escape(body)}</pre>'
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
     from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 
     try:
         lexer = get_lexer_by_name(language) if language else guess_lexer(body)
     except Exception:
         lexer = TextLexer()
-    # Classes, not inline colours: style.py maps them to the theme's editor colours.
-    return highlight(body, lexer, HtmlFormatter(nowrap=True, classprefix="tok-")).join(
-        ('<pre class="code">', "</pre>")
-    )
+    return _spans(body, lexer).join(('<pre class="code">', "</pre>"))
 
 
 def _strip_fence(text: str) -> str:

@@ -20,7 +20,15 @@ from ..engine.events import (
     Started,
     Token,
 )
-from .markup import FORMATS, ProgressiveMarkdown, code_html, escape, markdown_html, text_html
+from .markup import (
+    FORMATS,
+    ProgressiveMarkdown,
+    code_html,
+    escape,
+    markdown_html,
+    text_html,
+    thinking_html,
+)
 from .style import STYLE
 
 __all__ = ["FORMATS", "STYLE", "ViewState", "escape", "stats_line"]
@@ -158,7 +166,7 @@ class ViewState:
         if self.prefill and not self.tokens and self.finished is None:
             parts.append(self._progress_html())
         if self.reasoning:
-            parts.append(self._thinking_html())
+            parts.append(self.thinking_html())
         if self.text or self.finished is None:
             parts.append(self.body_html())
         f = self.finished
@@ -195,14 +203,9 @@ class ViewState:
             f"</span>prompt {done}/{total} tokens{eta}</div>"
         )
 
-    def _thinking_html(self) -> str:
+    def thinking_html(self) -> str:
         """The reasoning, folded away once the answer starts (open while it is all there is)."""
-        thinking = not self.text and self.finished is None
-        label = "thinking…" if thinking else f"thinking ({len(self.reasoning.split())} words)"
-        return (
-            f'<details class="think"{" open" if thinking else ""}><summary>{label}</summary>'
-            f"{text_html(self.reasoning)}</details>"
-        )
+        return thinking_html(self.reasoning, not self.text and self.finished is None)
 
     def body_html(self) -> str:
         """The text as HTML: Markdown, code or plain text, or the inspection."""

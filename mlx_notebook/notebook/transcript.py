@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .markup import escape, markdown_html, text_html
+from .markup import escape, markdown_html, thinking_html
 from .style import STYLE
 
 ROLES = ("user", "assistant", "system")
@@ -24,16 +24,6 @@ _ACTIONS = {
     "regenerate": ("Regenerate", "Answer the last message again (the old reply is kept)"),
     "delete": ("Delete", "Delete this exchange: the message and its reply"),
 }
-
-
-def thinking_html(reasoning: str, open_: bool, label: str | None = None) -> str:
-    """A reply's reasoning, folded unless ``open_``."""
-    words = len(reasoning.split())
-    label = label or f"thinking ({words} word{'s' * (words != 1)})"
-    return (
-        f'<details class="think"{" open" if open_ else ""}><summary>{escape(label)}</summary>'
-        f"{text_html(reasoning)}</details>"
-    )
 
 
 def bubble_html(
@@ -129,4 +119,4 @@ def transcript_html(
     return "".join(parts)
 
 
-__all__ = ["bubble_html", "thinking_html", "transcript_html"]
+__all__ = ["bubble_html", "transcript_html"]
