@@ -9,9 +9,10 @@
  * cblas_sgemm is the one MLX binds to:
  *   - one row (M == 1) goes to OpenBLAS's cblas_sgemv, which streams the
  *     weights once at memory bandwidth;
- *   - 2..16 rows against a transposed weight (x @ W.T, the layout of every
- *     Linear) go to a kernel below that reads each weight row once per 8 rows
- *     and keeps the running sums in registers, split over OpenMP threads;
+ *   - 2..32 rows against a transposed weight (x @ W.T, the layout of every
+ *     Linear: speculative verify passes, batched decode steps) go to a kernel
+ *     below that streams the weights from memory once, in register tiles of
+ *     4 rows by 3 weight rows, split over OpenMP threads;
  *   - everything else goes to OpenBLAS's cblas_sgemm unchanged.
  * Python passes OpenBLAS's two functions in with mlxnb_gemv_init.
  */
@@ -25,7 +26,7 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
 typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int,
                          float, float *, int);
 
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 16, BLOCK = 8 };
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 32, TILE_M = 8, CHUNK = 16 };
 
 sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's, also used by _attn.c */
 static sgemv_fn real_sgemv;
@@ -53,35 +54,46 @@ static inline float hsum(v8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-/* c[i, j] = alpha * dot(a[i, :], b[j, :]) + beta * c[i, j] for i < M, n0 <= j < n1.
- * M is a constant in each copy, so the M sums stay in registers. */
-#define ROWS(M)                                                                        \
-  static void rows_##M(int n0, int n1, int k, float alpha, const float *a, int lda,    \
-                       const float *b, int ldb, float beta, float *c, int ldc) {       \
-    for (int j = n0; j < n1; j++) {                                                    \
-      const float *w = b + (size_t)j * ldb;                                            \
-      v8 acc[M];                                                                       \
-      for (int i = 0; i < M; i++) acc[i] = (v8){0};                                    \
-      int t = 0;                                                                       \
-      for (; t + 8 <= k; t += 8) {                                                     \
-        v8 wv = *(const v8 *)(w + t);                                                  \
-        for (int i = 0; i < M; i++) acc[i] += *(const v8 *)(a + (size_t)i * lda + t) * wv; \
+/* One weight row against MI input rows: c[i, j] = alpha * dot(a[i, :], b[j, :]) +
+ * beta * c[i, j] for i < MI. MI and U are constants in each copy, so the sums stay in
+ * registers: U sums per row over interleaved stretches of k, MI * U = 8 chains in all,
+ * enough to keep both FMA units busy through their latency while the weight row is
+ * read once, front to back (what the prefetcher streams best). */
+#define TILE(MI, U)                                                                    \
+  static void tile_##MI(int k, float alpha, const float *a, int lda, const float *w,   \
+                        float beta, float *c, int ldc) {                               \
+    v8 acc[U][MI];                                                                     \
+    for (int u = 0; u < U; u++)                                                        \
+      for (int i = 0; i < MI; i++) acc[u][i] = (v8){0};                                \
+    int t = 0;                                                                         \
+    for (; t + 8 * U <= k; t += 8 * U)                                                 \
+      for (int u = 0; u < U; u++) {                                                    \
+        v8 wv = *(const v8 *)(w + t + 8 * u);                                          \
+        for (int i = 0; i < MI; i++)                                                   \
+          acc[u][i] += *(const v8 *)(a + (size_t)i * lda + t + 8 * u) * wv;            \
       }                                                                                \
-      for (int i = 0; i < M; i++) {                                                    \
-        float s = hsum(acc[i]);                                                        \
-        for (int u = t; u < k; u++) s += a[(size_t)i * lda + u] * w[u];                \
-        float *out = c + (size_t)i * ldc + j;                                          \
-        *out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;                     \
-      }                                                                                \
+    for (; t + 8 <= k; t += 8) {                                                       \
+      v8 wv = *(const v8 *)(w + t);                                                    \
+      for (int i = 0; i < MI; i++) acc[0][i] += *(const v8 *)(a + (size_t)i * lda + t) * wv; \
+    }                                                                                  \
+    for (int i = 0; i < MI; i++) {                                                     \
+      v8 sum = acc[0][i];                                                              \
+      for (int u = 1; u < U; u++) sum += acc[u][i];                                    \
+      float s = hsum(sum);                                                             \
+      for (int v = t; v < k; v++) s += a[(size_t)i * lda + v] * w[v];                  \
+      float *out = c + (size_t)i * ldc;                                                \
+      *out = beta == 0.0f ? alpha * s : alpha * s + beta * *out;                       \
     }                                                                                  \
   }
-ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
+TILE(1, 4) TILE(2, 4) TILE(3, 2) TILE(4, 2) TILE(5, 1) TILE(6, 1) TILE(7, 1) TILE(8, 1)
 
-typedef void (*rows_fn)(int, int, int, float, const float *, int, const float *, int, float,
-                        float *, int);
-static const rows_fn ROWS_OF[BLOCK + 1] = {0,      rows_1, rows_2, rows_3, rows_4,
-                                           rows_5, rows_6, rows_7, rows_8};
+typedef void (*tile_fn)(int, float, const float *, int, const float *, float, float *, int);
+static const tile_fn TILES[TILE_M + 1] = {0,      tile_1, tile_2, tile_3, tile_4,
+                                          tile_5, tile_6, tile_7, tile_8};
 
+/* Each thread takes a slice of the weight rows, CHUNK rows at a time (tens of KB, kept
+ * in L2) and runs every block of up to 8 input rows (kept in L1) over the chunk, so the
+ * weights come from memory once per product whatever m is. */
 static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc) {
 #pragma omp parallel if (mlxnb_thread_count != 1)
@@ -92,10 +104,14 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
     nt = omp_get_num_threads();
 #endif
     int n0 = (int)((long)n * t / nt), n1 = (int)((long)n * (t + 1) / nt);
-    for (int i = 0; i < m; i += BLOCK) {
-      int rows = m - i < BLOCK ? m - i : BLOCK;
-      ROWS_OF[rows](n0, n1, k, alpha, a + (size_t)i * lda, lda, b, ldb, beta,
-                    c + (size_t)i * ldc, ldc);
+    for (int j0 = n0; j0 < n1; j0 += CHUNK) {
+      int j1 = j0 + CHUNK < n1 ? j0 + CHUNK : n1;
+      for (int i = 0; i < m; i += TILE_M) {
+        int mi = m - i < TILE_M ? m - i : TILE_M;
+        for (int j = j0; j < j1; j++)
+          TILES[mi](k, alpha, a + (size_t)i * lda, lda, b + (size_t)j * ldb, beta,
+                    c + (size_t)i * ldc + j, ldc);
+      }
     }
   }
 }
