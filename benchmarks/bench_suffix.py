@@ -60,7 +60,11 @@ def report(title, tps):
     line = f"  suffix / normal: {med['suffix'] / med['normal']:.2f}x"
     if best:
         line += f"; suffix / {best} (best lookup): {med['suffix'] / med[best]:.2f}x"
-    print(line + "; identical text in every run")
+    for base in ("normal", "lookup k=4"):  # paired: the same round's runs
+        ratios = [s / b for s, b in zip(tps["suffix"], tps[base])]
+        line += (f"\n  suffix / {base}, per round: median {statistics.median(ratios):.2f}x "
+                 f"({min(ratios):.2f}-{max(ratios):.2f})")  # fmt: skip
+    print(line + "\n  identical text in every run")
 
 
 def main() -> None:

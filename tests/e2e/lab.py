@@ -260,7 +260,10 @@ def run_cell(page, i, tries=4):
     cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
     prompt = cell.locator(".jp-InputPrompt")
     before = prompt.inner_text().strip()
+    dialog = page.locator(".jp-Dialog")
     for _ in range(tries):
+        if dialog.count() and dialog.first.is_visible():  # say what Lab asks, not "timeout"
+            raise AssertionError(f"run cell {i}: Lab shows a dialog: {dialog.first.inner_text()!r}")
         cell.locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+Enter")
         try:
