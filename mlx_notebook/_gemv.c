@@ -27,6 +27,7 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
                          float, float *, int);
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 32, TILE_M = 8, CHUNK = 16 };
+enum { PARALLEL_MIN = 1 << 19 }; /* multiply-adds */
 
 sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's, also used by _attn.c */
 static sgemv_fn real_sgemv;
@@ -96,7 +97,10 @@ static const tile_fn TILES[TILE_M + 1] = {0,      tile_1, tile_2, tile_3, tile_4
  * weights come from memory once per product whatever m is. */
 static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc) {
-#pragma omp parallel if (mlxnb_thread_count != 1)
+  /* Small products (an attention's scores against a short cache) cost less than
+   * waking the other threads. */
+  int threaded = mlxnb_thread_count != 1 && (long)m * n * k >= PARALLEL_MIN;
+#pragma omp parallel if (threaded)
   {
     int t = 0, nt = 1;
 #ifdef _OPENMP

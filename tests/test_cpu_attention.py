@@ -22,7 +22,15 @@ def qkv(heads, kv_heads, rows, size, dim, seed=0):
 
 @pytest.mark.parametrize(
     "heads,kv_heads,rows,size,dim",
-    [(9, 3, 256, 768, 64), (4, 4, 37, 37, 32), (8, 2, 33, 101, 128), (2, 1, 64, 64, 80)],
+    [
+        (9, 3, 256, 768, 64),
+        (4, 4, 37, 37, 32),
+        (8, 2, 33, 101, 128),
+        (2, 1, 64, 64, 80),
+        (9, 3, 2, 300, 64),
+        (9, 3, 17, 256, 64),
+        (4, 2, 5, 5, 64),
+    ],  # verify passes
 )
 def test_equal_to_mlx_causal_attention(heads, kv_heads, rows, size, dim):
     q, k, v = qkv(heads, kv_heads, rows, size, dim)
@@ -51,7 +59,8 @@ def test_it_takes_only_what_it_computes_exactly():
     assert not ca.applies(q, k, mx.zeros((40, 90)), None, None)  # a mask array (windows)
     assert not ca.applies(q, k, None, None, None)
     assert not ca.applies(q, k, "causal", mx.zeros((4,)), None)  # attention sinks
-    assert not ca.applies(q[:, :, : ca.MIN_ROWS - 1], k, "causal", None, None)  # decode, verify
+    assert not ca.applies(q[:, :, :1], k, "causal", None, None)  # a decode step
+    assert ca.applies(q[:, :, :2], k, "causal", None, None)  # a verify pass of one draft
     assert not ca.applies(mx.concatenate([q, q]), mx.concatenate([k, k]), "causal", None, None)
     assert not ca.applies(q.astype(mx.float16), k.astype(mx.float16), "causal", None, None)
 
@@ -91,6 +100,22 @@ def test_a_loaded_model_prefills_through_it_and_decodes_as_before(tiny_dir):
     ties = (top2[:, 1] - top2[:, 0]) < 1e-3
     differ = got[0].argmax(-1) != want[0].argmax(-1)
     assert not mx.any(differ & ~ties).item()  # greedy ids equal, or a near-tie
+
+
+def test_verify_passes_go_through_it_and_decode_steps_do_not(tiny_dir):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlx_notebook.models.loader import load_spec
+
+    _, model, _, _ = load_spec(tiny_dir)
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[(5 * i) % 300 + 3 for i in range(40)]]), cache=cache))
+    layers = len(model.model.layers)
+    calls = ca.calls()
+    mx.eval(model(mx.array([[7]]), cache=cache))  # a decode step: MLX's kernel
+    assert ca.calls() == calls
+    mx.eval(model(mx.array([[7, 8, 9, 10, 11]]), cache=cache))  # a verify pass of 4 drafts
+    assert ca.calls() == calls + layers
 
 
 def test_switched_off_by_its_variable(tiny_dir, monkeypatch):

@@ -1,4 +1,4 @@
-"""The CPU fast path's attention for prefill chunks: one fused causal kernel (``_attn.c``).
+"""The CPU fast path's attention for prefill chunks and verify passes: one fused causal kernel.
 
 MLX's CPU ``scaled_dot_product_attention`` masks a chunk's whole score matrix
 and takes its softmax in several single-threaded passes: most of the
@@ -8,9 +8,11 @@ through ``mlxnb_causal_attention``: one sgemm per key/value head for the
 scores, one threaded pass per row over only the keys it sees, one sgemm for
 the values. It takes only what it computes as mlx-lm does: one row (no batch
 padding), a plain causal mask, no attention sinks, no quantized KV cache,
-float32, and chunks of at least `MIN_ROWS` queries. Everything else (decode
-steps, verify passes, sliding windows' mask arrays, batched rows) goes to
-mlx-lm's own function unchanged. ``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it
+float32, and at least `MIN_ROWS` queries: prefill chunks and speculative verify
+passes. Everything else (decode steps, sliding windows' mask arrays, batched rows)
+goes to mlx-lm's own function unchanged. A decode step keeps MLX's kernel: one
+query's attention is cheap there, and the kernel's call evaluates the graph up to
+that layer, which would stop MLX from building the next step while this one runs. ``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it
 out (the rest of the fast path stays).
 """
 
@@ -23,7 +25,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-MIN_ROWS = 32  # shorter chunks (decode, verify passes) gain little, and keep MLX's kernel
+MIN_ROWS = 2  # one query (a decode step): MLX's kernel, and the step stays pipelined
 ENV = "MLX_NOTEBOOK_FUSED_ATTENTION"
 
 _P = ctypes.POINTER(ctypes.c_float)
