@@ -12,8 +12,8 @@ float32, and at least `MIN_ROWS` queries: prefill chunks and speculative verify
 passes. Everything else (decode steps, sliding windows' mask arrays, batched rows)
 goes to mlx-lm's own function unchanged. A decode step keeps MLX's kernel: one
 query's attention is cheap there, and the kernel's call evaluates the graph up to
-that layer, which would stop MLX from building the next step while this one runs. ``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it
-out (the rest of the fast path stays).
+that layer, which would stop MLX from building the next step while this one runs.
+``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it out (the rest of the fast path stays).
 """
 
 from __future__ import annotations
