@@ -96,7 +96,7 @@ def _load_gemv(blas) -> None:
     lib.mlxnb_small_forwarded.restype = ctypes.c_long
     _state.update(
         gemv=True,
-        gemv_reason=f"single-row products use sgemv, 2-32 rows a few-row kernel ({how})",
+        gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel ({how})",
     )
     _state["_lib"] = lib
 
@@ -113,7 +113,7 @@ def gemv_calls() -> int:
 
 
 def few_row_calls() -> int:
-    """Products of 2-32 rows computed by the few-row kernel so far (0 without the shim)."""
+    """Products of 2-24 rows computed by the few-row kernel so far (0 without the shim)."""
     lib = _state.get("_lib")
     return int(lib.mlxnb_small_forwarded()) if lib is not None else 0
 

@@ -9,10 +9,11 @@
  * cblas_sgemm is the one MLX binds to:
  *   - one row (M == 1) goes to OpenBLAS's cblas_sgemv, which streams the
  *     weights once at memory bandwidth;
- *   - 2..32 rows against a transposed weight (x @ W.T, the layout of every
+ *   - 2..24 rows against a transposed weight (x @ W.T, the layout of every
  *     Linear: speculative verify passes, batched decode steps) go to a kernel
- *     below that streams the weights from memory once, in register tiles of
- *     4 rows by 3 weight rows, split over OpenMP threads;
+ *     below that streams the weights from memory once, split over OpenMP
+ *     threads (from about 32 rows OpenBLAS's packed sgemm computes faster
+ *     than its packing costs, measured on a 2-core AVX2 machine);
  *   - everything else goes to OpenBLAS's cblas_sgemm unchanged.
  * Python passes OpenBLAS's two functions in with mlxnb_gemv_init.
  */
@@ -26,7 +27,7 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
 typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int,
                          float, float *, int);
 
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 32, TILE_M = 8, CHUNK = 16 };
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 24, TILE_M = 8, CHUNK = 16 };
 enum { PARALLEL_MIN = 1 << 19 }; /* multiply-adds */
 
 sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's, also used by _attn.c */
