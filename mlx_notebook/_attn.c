@@ -32,13 +32,11 @@ long mlxnb_attention_calls(void) { return calls; }
 
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
 
-static inline v8 load8(const float *p) {
-  v8 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
+/* Unaligned loads and stores (v8 is aligned(4)); a memcpy here made GCC bounce every
+ * vector through the stack in halves, a store-forwarding stall per load. */
+static inline v8 load8(const float *p) { return *(const v8 *)p; }
 
-static inline void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+static inline void store8(float *p, v8 v) { *(v8 *)p = v; }
 
 /* mask ? a : b, lane by lane (a comparison's mask: -1 where true, 0 where false) */
 static inline v8 select8(v8i mask, v8 a, v8 b) {
@@ -124,6 +122,71 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
                out + (size_t)g * rows * D, D);
   }
   free(scores);
+  __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* One decode step of several batch rows: each row's single query against its own
+ * keys, where MLX's CPU attention would run two small sgemm calls per row and
+ * key/value head and a single-threaded softmax. Layouts: q [B, H, D] and out
+ * [B, H, D] contiguous; k and v [B, Hkv, S, D] with strides (in floats) for the
+ * first three axes and D contiguous, so a KV cache's buffer is read in place;
+ * mask [B, S] (1 = the row sees that key) or NULL for all. Rows and key/value
+ * heads are split over OpenMP threads. A row that sees no key gets zeros. */
+int mlxnb_decode_attention(const float *q, const float *k, const float *v,
+                           const unsigned char *mask, float *out, int B, int H, int Hkv,
+                           int S, int D, long ksb, long ksh, long kss, long vsb, long vsh,
+                           long vss, float scale) {
+  if (Hkv <= 0 || H % Hkv || B <= 0 || S <= 0 || D <= 0) return -1;
+  const int group = H / Hkv;
+  float *scratch = malloc(sizeof(float) * (size_t)B * Hkv * group * S);
+  if (!scratch) return -1;
+  int nt = 1;
+#ifdef _OPENMP
+  nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
+#endif
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int bg = 0; bg < B * Hkv; bg++) {
+    const int b = bg / Hkv, g = bg % Hkv;
+    const float *kb = k + b * ksb + g * ksh, *vb = v + b * vsb + g * vsh;
+    const unsigned char *m = mask ? mask + (size_t)b * S : NULL;
+    for (int h = g * group; h < (g + 1) * group; h++) {
+      const float *qh = q + ((size_t)b * H + h) * D;
+      float *p = scratch + ((size_t)bg * group + h - g * group) * S, *o = out + ((size_t)b * H + h) * D;
+      float mx = -INFINITY;
+      for (int s = 0; s < S; s++) {
+        if (m && !m[s]) {
+          p[s] = -INFINITY;
+          continue;
+        }
+        const float *ks = kb + s * kss;
+        v8 acc = splat(0.0f);
+        int d = 0;
+        for (; d + 8 <= D; d += 8) acc += load8(qh + d) * load8(ks + d);
+        float dot = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; d < D; d++) dot += qh[d] * ks[d];
+        p[s] = dot;
+        mx = dot > mx ? dot : mx;
+      }
+      for (int d = 0; d < D; d++) o[d] = 0.0f;
+      if (mx == -INFINITY) continue; /* sees nothing */
+      float sum = 0.0f;
+      for (int s = 0; s < S; s++) {
+        float e = p[s] == -INFINITY ? 0.0f : expf((p[s] - mx) * scale);
+        p[s] = e;
+        sum += e;
+      }
+      const float inv = 1.0f / sum;
+      for (int s = 0; s < S; s++) {
+        if (p[s] == 0.0f) continue;
+        const float w = p[s] * inv, *vs = vb + s * vss;
+        int d = 0;
+        for (; d + 8 <= D; d += 8) store8(o + d, load8(o + d) + splat(w) * load8(vs + d));
+        for (; d < D; d++) o[d] += w * vs[d];
+      }
+    }
+  }
+  free(scratch);
   __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
   return 0;
 }

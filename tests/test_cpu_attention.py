@@ -125,3 +125,55 @@ def test_switched_off_by_its_variable(tiny_dir, monkeypatch):
     _, model, _, _ = load_spec(tiny_dir)
     assert "fused prefill attention" not in model._mlxnb_fast
     assert ca.install(model) == 0
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_a_batched_step_equals_mlx_and_reads_the_cache_in_place(masked):
+    # One query per row against a KV cache's buffer sliced to its length (a strided
+    # view, as mlx-lm's batched cache hands it over); left padding masks early keys.
+    rows, size = 5, 70
+    mx.random.seed(3)
+    q = mx.random.normal((rows, 9, 1, 64))
+    kbuf, vbuf = mx.random.normal((2, rows, 3, 256, 64))
+    k, v = kbuf[..., :size, :], vbuf[..., :size, :]
+    pad = mx.array([0, 3, 69, 10, 1])  # row 2 sees one key
+    mask = (pad[:, None, None, None] <= mx.arange(size)) if masked else None
+    mx.eval(q, k, v, mask)
+    assert ca.applies_to_step(q, k, mask, None, None)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+    calls = ca.calls()
+    got = ca.batched_step(q, k, v, 0.125, mask)
+    assert ca.calls() == calls + 1
+    assert got.shape == ref.shape and mx.allclose(got, ref, atol=1e-5).item()
+
+
+def test_a_batched_step_takes_only_what_it_computes_exactly():
+    q, k = mx.zeros((4, 8, 1, 32)), mx.zeros((4, 2, 20, 32))
+    assert ca.applies_to_step(q, k, None, None, None)
+    assert not ca.applies_to_step(q[:1], k[:1], None, None, None)  # one row: MLX's (pipelined)
+    assert not ca.applies_to_step(mx.zeros((4, 8, 2, 32)), k, None, None, None)  # two queries
+    assert not ca.applies_to_step(q, k, mx.zeros((4, 1, 1, 20)), None, None)  # additive mask
+    assert not ca.applies_to_step(q, k, "causal", None, None)
+    assert not ca.applies_to_step(q, k, None, mx.zeros((8,)), None)  # attention sinks
+    assert not ca.applies_to_step(q.astype(mx.float16), k.astype(mx.float16), None, None, None)
+
+
+def test_a_batched_decode_step_of_a_model_goes_through_it(tiny_dir):
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+    from mlx_notebook.models.loader import load_spec
+
+    _, model, _, _ = load_spec(tiny_dir)
+    rows = []
+    for n in (12, 30, 7):  # different lengths: the merged cache left-pads
+        cache = make_prompt_cache(model)
+        mx.eval(model(mx.array([[(3 * i + n) % 300 + 3 for i in range(n)]]), cache=cache))
+        rows.append(cache)
+    merged = [KVCache.merge([r[i] for r in rows]) for i in range(len(rows[0]))]
+    ids = mx.array([[5], [6], [7]])
+    calls = ca.calls()
+    got = model(ids, cache=merged)
+    assert ca.calls() == calls + len(model.model.layers)
+    for i, cache in enumerate(rows):  # each row alone, on MLX's kernel (one row)
+        want = model(ids[i : i + 1], cache=cache)
+        assert mx.allclose(got[i : i + 1], want, rtol=1e-4, atol=1e-4).item()

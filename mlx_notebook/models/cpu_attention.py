@@ -31,13 +31,22 @@ ENV = "MLX_NOTEBOOK_FUSED_ATTENTION"
 _P = ctypes.POINTER(ctypes.c_float)
 
 
-def _kernel():
+_ARGS = {
+    "mlxnb_causal_attention": [_P, _P, _P, _P] + [ctypes.c_int] * 5 + [ctypes.c_float],
+    "mlxnb_decode_attention": [_P, _P, _P, ctypes.c_void_p, _P]
+    + [ctypes.c_int] * 5
+    + [ctypes.c_long] * 6
+    + [ctypes.c_float],
+}
+
+
+def _kernel(name: str = "mlxnb_causal_attention"):
     from .. import _blas
 
     lib = _blas.native_library()
-    fn = getattr(lib, "mlxnb_causal_attention", None) if lib is not None else None
+    fn = getattr(lib, name, None) if lib is not None else None
     if fn is not None and fn.argtypes is None:
-        fn.argtypes = [_P, _P, _P, _P] + [ctypes.c_int] * 5 + [ctypes.c_float]
+        fn.argtypes = _ARGS[name]
         fn.restype = ctypes.c_int
     return fn
 
@@ -58,6 +67,76 @@ def applies(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
         and queries.dtype == keys.dtype == mx.float32
         and queries.shape[1] % keys.shape[1] == 0
     )
+
+
+def applies_to_step(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
+    """Whether `batched_step` computes this call exactly as mlx-lm's would.
+
+    A batched decode step: several rows, one query each, every key visible or a
+    boolean mask per row (a batched KV cache's left padding), float32.
+    """
+    return (
+        mx.default_device() == mx.cpu
+        and sinks is None
+        and not hasattr(cache, "bits")
+        and queries.ndim == 4
+        and queries.shape[0] > 1
+        and queries.shape[2] == 1
+        and keys.shape[0] == queries.shape[0]
+        and queries.dtype == keys.dtype == mx.float32
+        and queries.shape[1] % keys.shape[1] == 0
+        and (
+            mask is None
+            or (
+                isinstance(mask, mx.array)
+                and mask.dtype == mx.bool_
+                and mask.ndim == 4
+                and mask.shape[1] == mask.shape[2] == 1
+                and mask.shape[-1] == keys.shape[2]
+            )
+        )
+    )
+
+
+def _floats(a: np.ndarray) -> list[int]:
+    return [st // 4 for st in a.strides[:3]]
+
+
+def batched_step(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask):
+    """``softmax(scale * q k^T, mask) v`` for one query per batch row, on the native kernel.
+
+    The keys and values are read in place (a KV cache's buffer, sliced), not copied.
+
+    Args:
+        queries: ``[B, H, 1, D]``.
+        keys: ``[B, Hkv, S, D]``.
+        values: ``[B, Hkv, S, D]``.
+        scale: The scores' scale.
+        mask: None (every key), or booleans ``[B or 1, 1, 1, S]``.
+
+    Returns:
+        ``[B, H, 1, D]``, or None when the kernel is not loaded or refuses the call.
+    """
+    fn = _kernel("mlxnb_decode_attention")
+    if fn is None:
+        return None
+    mx.eval(queries, keys, values, mask)
+    rows, heads, _, dim = queries.shape
+    kv_heads, size = keys.shape[1], keys.shape[2]
+    q = np.ascontiguousarray(np.asarray(queries).reshape(rows, heads, dim))
+    k, v = np.asarray(keys), np.asarray(values)
+    if k.strides[3] != 4 or v.strides[3] != 4:  # the head dimension must be contiguous
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+    m = None
+    if mask is not None:
+        m = np.ascontiguousarray(np.broadcast_to(np.asarray(mask), (rows, 1, 1, size)))
+        m = m.reshape(rows, size).view(np.uint8)
+    out = np.empty((rows, heads, dim), np.float32)
+    ptr = lambda a: a.ctypes.data_as(_P)  # noqa: E731
+    mptr = None if m is None else m.ctypes.data
+    got = fn(ptr(q), ptr(k), ptr(v), mptr, ptr(out), rows, heads, kv_heads, size, dim,
+             *_floats(k), *_floats(v), scale)  # fmt: skip
+    return None if got != 0 else mx.array(out)[:, :, None]
 
 
 def causal_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float):
@@ -90,10 +169,13 @@ def causal_attention(queries: mx.array, keys: mx.array, values: mx.array, scale:
 
 def _fused(original):
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        out = None
         if applies(queries, keys, mask, sinks, cache):
             out = causal_attention(queries, keys, values, scale)
-            if out is not None:
-                return out
+        elif applies_to_step(queries, keys, mask, sinks, cache):
+            out = batched_step(queries, keys, values, scale, mask)
+        if out is not None:
+            return out
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
     scaled_dot_product_attention.mlxnb_original = original
@@ -133,4 +215,12 @@ def calls() -> int:
     return int(fn())
 
 
-__all__ = ["MIN_ROWS", "applies", "calls", "causal_attention", "install"]
+__all__ = [
+    "MIN_ROWS",
+    "applies",
+    "applies_to_step",
+    "batched_step",
+    "calls",
+    "causal_attention",
+    "install",
+]
