@@ -1,6 +1,6 @@
 """Where a decode step and a prefill chunk spend their time, per part of the model.
 
-Usage: python benchmarks/profile_step.py [--context 512] [--chunk 256] [--runs 5]
+Usage: python benchmarks/profile_step.py [--context 512] [--chunk 256] [--runs 5] [--rows 1]
 
 On the bundled default model as the engine loads it (on CPU: float32, the fast
 path on unless MLX_NOTEBOOK_FAST=0), on the engine's worker thread. Each part
@@ -8,7 +8,9 @@ path on unless MLX_NOTEBOOK_FAST=0), on the engine's worker thread. Each part
 itself, the MLP's projections and its SwiGLU, the residual adds, the LM head)
 is timed by evaluating its output before the next part starts, so MLX cannot
 overlap or fuse across parts: the parts add up to a little more than a normal
-step, which is printed too. Figures are medians over ``--runs``.
+step, which is printed too. Figures are medians over ``--runs``. With ``--rows B`` the
+decode step is a batched one: B rows, each with its own context (mlx-lm's
+``KVCache.merge`` of B caches, as the engine batches rows).
 """
 
 from __future__ import annotations
@@ -89,26 +91,37 @@ def breakdown(book: dict, total: float) -> dict[str, float]:
     return out
 
 
-def profile(lm, context: int, chunk: int, runs: int):
+def profile(lm, context: int, chunk: int, runs: int, rows: int = 1):
     import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
     model = lm.model
     ids = mx.array([[(7 * i) % 20000 + 100 for i in range(context + chunk)]])
+    step_ids = mx.concatenate([ids[:, context : context + 1]] * rows)
 
-    def fresh_cache():
-        cache = make_prompt_cache(model)
-        mx.eval(model(ids[:, :context], cache=cache))
-        return cache
+    def fresh_cache(n=1):
+        caches = []
+        for r in range(n):
+            cache = make_prompt_cache(model)
+            mx.eval(model((ids[:, :context] + r) % 20000, cache=cache))
+            caches.append(cache)
+        if n == 1:
+            return caches[0]
+        merged = [KVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
+        # The first step after a merge grows every layer's buffer (once per merge, not
+        # per step): take it here, then step back.
+        mx.eval(model(step_ids, cache=merged))
+        trim_prompt_cache(merged, 1)
+        return merged
 
     def timed_runs(book=None):
         dec, pre = [], []
         for _ in range(runs):
-            cache = fresh_cache()
+            cache = fresh_cache(rows)
             if book is not None:
                 book.clear()
             t0 = time.perf_counter()
-            mx.eval(model(ids[:, context : context + 1], cache=cache))
+            mx.eval(model(step_ids, cache=cache))
             dec.append((time.perf_counter() - t0, dict(book or {})))
             cache = fresh_cache()
             if book is not None:
@@ -159,13 +172,16 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=512, help="tokens already in the cache")
     ap.add_argument("--chunk", type=int, default=256, help="prefill chunk length")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rows", type=int, default=1, help="batch rows of the decode step")
     args = ap.parse_args()
     eng = Engine()
     eng.submit(Request("hi", max_tokens=1)).result()  # load the default model
-    work = lambda: profile(eng.registry.get("default"), args.context, args.chunk, args.runs)  # noqa: E731
+    work = lambda: profile(  # noqa: E731
+        eng.registry.get("default"), args.context, args.chunk, args.runs, args.rows
+    )
     plain_dec, plain_pre, dec, pre = eng.run_on_worker(work, timeout=1800)
     print(f"default model on {eng.info().device}, context {args.context}, runs {args.runs}")
-    report("decode step (1 token)", plain_dec, dec)
+    report(f"decode step (1 token, {args.rows} row(s))", plain_dec, dec)
     report(f"prefill chunk ({args.chunk} tokens)", plain_pre, pre)
     eng.close()
 
