@@ -1,4 +1,4 @@
-/* mlx_notebook's CPU fast path for the attention of a prefill chunk.
+/* mlx_notebook's CPU fast path for attention: prefill chunks, verify passes, batched steps.
  *
  * MLX's CPU backend has no fused attention: for a chunk of L queries against S
  * keys it computes the score matrix with sgemm, then masks it and takes its

@@ -1,4 +1,4 @@
-"""The CPU fast path's attention for prefill chunks and verify passes: one fused causal kernel.
+"""The CPU fast path's attention: prefill chunks, verify passes and batched decode steps.
 
 MLX's CPU ``scaled_dot_product_attention`` masks a chunk's whole score matrix
 and takes its softmax in several single-threaded passes: most of the
@@ -9,10 +9,12 @@ scores, one threaded pass per row over only the keys it sees, one sgemm for
 the values. It takes only what it computes as mlx-lm does: one row (no batch
 padding), a plain causal mask, no attention sinks, no quantized KV cache,
 float32, and at least `MIN_ROWS` queries: prefill chunks and speculative verify
-passes. Everything else (decode steps, sliding windows' mask arrays, batched rows)
-goes to mlx-lm's own function unchanged. A decode step keeps MLX's kernel: one
-query's attention is cheap there, and the kernel's call evaluates the graph up to
-that layer, which would stop MLX from building the next step while this one runs.
+passes. A batched decode step (one query per row, a boolean padding mask per row)
+goes to ``mlxnb_decode_attention`` instead (`batched_step`), which reads the batched
+KV cache's buffer in place. Everything else (a one-row decode step, a chunk's mask
+array, sinks) goes to mlx-lm's own function unchanged. A one-row decode step keeps
+MLX's kernel: one query's attention is cheap there, and the native call evaluates the
+graph up to its layer, which would stop MLX from building the next step meanwhile.
 ``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it out (the rest of the fast path stays).
 """
 
