@@ -64,7 +64,7 @@ def test_send_shows_the_message_streams_the_reply_then_settles_it(ui):
     reply = ui.chat.messages[-1]
     assert reply["role"] == "assistant"
     figures = re.search(r'<div class="stats">([^<]*)</div>', ui.transcript).group(1)
-    assert "TTFT" in figures and "of" in figures and "prompt tokens cached" in figures
+    assert "TTFT" in figures and "prompt tokens" in figures
     assert ui.chat.messages == [{"role": "user", "content": "Hello **there**"}, reply]
 
 
@@ -193,7 +193,7 @@ def test_the_saved_transcript_has_the_bubbles_and_nothing_to_click(ui):
     saved = ui._saved_html()
     assert "saved transcript" in saved and roles(saved) == ["user", "assistant"]
     assert "<button" not in saved and "<script>alert" not in saved
-    assert "prompt tokens cached" in saved
+    assert "prompt tokens" in saved
     assert ui._plain().startswith("chat · ") and "[user]\nHi <script>" in ui._plain()
 
 
@@ -223,3 +223,14 @@ def test_an_unexpected_failure_is_said_in_the_widget_and_logged(ui, monkeypatch,
     monkeypatch.setattr(ui, "send", lambda content: None)
     ui._on_msg(ui, {"type": "send", "text": "Hi"}, [])
     assert ui.status == "the engine is closed" and "ChatUI: 'send' failed" in caplog.text
+
+
+def test_reply_figures_speak_of_the_cache_only_when_it_served_tokens():
+    from mlx_notebook.engine.events import Finished, Stats
+    from mlx_notebook.notebook.chat_ui import reply_figures
+
+    first = Finished("hi", "stop", stats=Stats(prompt_tokens=30, generation_tokens=3, ttft_s=0.1))
+    assert "30 prompt tokens" in reply_figures(first) and "cached" not in reply_figures(first)
+    later = Finished("hi", "length", stats=Stats(prompt_tokens=40, cached_tokens=29))
+    assert "29 of 40 prompt tokens cached" in reply_figures(later)
+    assert reply_figures(later).endswith("max tokens")

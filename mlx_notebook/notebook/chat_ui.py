@@ -43,7 +43,10 @@ def reply_figures(fin: Finished) -> str:
     if s.generation_tokens > 1:
         bits.append(f"{s.generation_tps:.1f} tok/s")
     bits.append(f"{s.generation_tokens} token{'s' * (s.generation_tokens != 1)}")
-    bits.append(f"{s.cached_tokens} of {s.prompt_tokens} prompt tokens cached")
+    if s.cached_tokens:  # what the prompt cache saved; a first reply has nothing to say
+        bits.append(f"{s.cached_tokens} of {s.prompt_tokens} prompt tokens cached")
+    else:
+        bits.append(f"{s.prompt_tokens} prompt tokens")
     if fin.finish_reason == "length":
         bits.append("max tokens")
     return " · ".join(bits)
