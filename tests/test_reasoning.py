@@ -131,10 +131,12 @@ def test_end_thinking_makes_the_answer_start_at_the_next_step(dreamer, kw):
     fin = job.result()
     assert fin.finish_reason == "stop" and fin.text == " Paris"
     assert fin.reasoning.startswith("flow flow") and "Paris" not in fin.reasoning
-    # Steps already in flight when it was asked still think: one ahead, or one verify
-    # pass of drafts; then the marker, then the answer.
+    # Steps already in flight when it was asked still think: the one being computed (or
+    # one verify pass of drafts), and the next one if the worker had already built it
+    # (its logits processors ran before the ask: decoding is pipelined one step ahead);
+    # then the marker, then the answer. CI saw that second step once under load.
     in_flight = 1 + (job.request.num_draft_tokens if kw.get("draft_kind") else 0)
-    assert answer_at - asked_at <= in_flight + 2, (asked_at, answer_at)
+    assert answer_at - asked_at <= in_flight + 3, (asked_at, answer_at)
 
 
 def test_end_thinking_changes_nothing_once_answering_or_without_markers(thinker, engine, tiny_dir):
