@@ -38,6 +38,10 @@ static inline v8 load8(const float *p) { return *(const v8 *)p; }
 
 static inline void store8(float *p, v8 v) { *(v8 *)p = v; }
 
+static inline float hsum8(v8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
 /* mask ? a : b, lane by lane (a comparison's mask: -1 where true, 0 where false) */
 static inline v8 select8(v8i mask, v8 a, v8 b) {
   v8i ai, bi, r;
@@ -88,7 +92,7 @@ static void softmax_row(float *p, int n, int s, float scale) {
     store8(p + t, e);
     sum8 += e;
   }
-  float sum = ((sum8[0] + sum8[4]) + (sum8[1] + sum8[5])) + ((sum8[2] + sum8[6]) + (sum8[3] + sum8[7]));
+  float sum = hsum8(sum8);
   for (; t < n; t++) {
     p[t] = expf((p[t] - m) * scale);
     sum += p[t];
@@ -163,7 +167,7 @@ int mlxnb_decode_attention(const float *q, const float *k, const float *v,
         v8 acc = splat(0.0f);
         int d = 0;
         for (; d + 8 <= D; d += 8) acc += load8(qh + d) * load8(ks + d);
-        float dot = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        float dot = hsum8(acc);
         for (; d < D; d++) dot += qh[d] * ks[d];
         p[s] = dot;
         mx = dot > mx ? dot : mx;

@@ -53,21 +53,28 @@ def _kernel(name: str = "mlxnb_causal_attention"):
     return fn
 
 
-def applies(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
-    """Whether the fused kernel computes this call exactly as mlx-lm's would."""
+def _native(queries: mx.array, keys: mx.array, sinks, cache) -> bool:
+    # What both kernels need: CPU (a GPU has its own fused kernel), float32, no
+    # attention sinks, no quantized KV cache, whole groups of query heads per KV head.
     return (
-        mx.default_device() == mx.cpu  # a GPU has its own fused kernel
-        and isinstance(mask, str)
-        and mask == "causal"
+        mx.default_device() == mx.cpu
         and sinks is None
         and not hasattr(cache, "bits")
         and queries.ndim == 4
-        and queries.shape[0] == 1
-        and keys.shape[0] == 1
-        and queries.shape[2] >= MIN_ROWS
-        and queries.shape[2] <= keys.shape[2]
         and queries.dtype == keys.dtype == mx.float32
         and queries.shape[1] % keys.shape[1] == 0
+    )
+
+
+def applies(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
+    """Whether the fused kernel computes this call exactly as mlx-lm's would."""
+    return (
+        _native(queries, keys, sinks, cache)
+        and isinstance(mask, str)
+        and mask == "causal"
+        and queries.shape[0] == 1
+        and keys.shape[0] == 1
+        and MIN_ROWS <= queries.shape[2] <= keys.shape[2]
     )
 
 
@@ -77,22 +84,19 @@ def applies_to_step(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bo
     A batched decode step: several rows, one query each, every key visible or a
     boolean mask per row (a batched KV cache's left padding), float32.
     """
+    rows = queries.shape[0] if queries.ndim == 4 else 0
     return (
-        mx.default_device() == mx.cpu
-        and sinks is None
-        and not hasattr(cache, "bits")
-        and queries.ndim == 4
-        and queries.shape[0] > 1
+        _native(queries, keys, sinks, cache)
+        and rows > 1
         and queries.shape[2] == 1
-        and keys.shape[0] == queries.shape[0]
-        and queries.dtype == keys.dtype == mx.float32
-        and queries.shape[1] % keys.shape[1] == 0
+        and keys.shape[0] == rows
         and (
             mask is None
             or (
                 isinstance(mask, mx.array)
                 and mask.dtype == mx.bool_
                 and mask.ndim == 4
+                and mask.shape[0] in (1, rows)
                 and mask.shape[1] == mask.shape[2] == 1
                 and mask.shape[-1] == keys.shape[2]
             )
