@@ -15,7 +15,8 @@ RMSNorm classes, plain ``nn.RoPE`` (any offset: an int, one per batch row, or
 an array a model passes), bias-free q/k/v and gate/up projections. Anything
 else (scaled RoPE variants, MoE blocks, biased layers) is left alone.
 
-Prefill chunks' causal attention goes to a fused kernel (`cpu_attention`).
+Prefill chunks' causal attention goes to a fused kernel (`cpu_attention`), and quantized
+layers' products to native kernels (`cpu_quant`), stacked like float ones.
 
 ``MLX_NOTEBOOK_FAST=0`` turns this off (with the sgemv shim, see ``_gemv.c``).
 """
@@ -198,28 +199,40 @@ class TableRoPE(nn.Module):
 
 
 class StackedLinear(nn.Module):
-    """The weights of several bias-free ``nn.Linear`` layers stacked, computed once per input.
+    """The weights of several bias-free linear layers stacked, computed once per input.
 
     Args:
-        linears: Layers that take the same input (same input width).
+        linears: Layers that take the same input (same input width): all ``nn.Linear``,
+            or all `FastQuantizedLinear` with one group size and bit width.
     """
 
     def __init__(self, linears: list) -> None:
         super().__init__()
         self.weight = mx.concatenate([lin.weight for lin in linears], axis=0)
-        mx.eval(self.weight)
+        quant = None
+        if isinstance(linears[0], nn.QuantizedLinear):  # packed rows stack as rows too
+            self.scales = mx.concatenate([lin.scales for lin in linears], axis=0)
+            self.biases = mx.concatenate([lin.biases for lin in linears], axis=0)
+            quant = (linears[0].group_size, linears[0].bits)
+        mx.eval(self.parameters())
         bounds, start = [], 0
         for lin in linears:
             bounds.append((start, start + lin.weight.shape[0]))
             start += lin.weight.shape[0]
         object.__setattr__(self, "bounds", bounds)  # plain data, not parameters
+        object.__setattr__(self, "quant", quant)
         object.__setattr__(self, "_last", (None, None))
 
     def product(self, x: mx.array) -> mx.array:
         """``x @ W.T`` for the stacked ``W``, reused while the same input comes again."""
         seen, y = self._last
         if x is not seen:  # the model calls q, k and v (or gate and up) on one array
-            y = x @ self.weight.T
+            if self.quant is None:
+                y = x @ self.weight.T
+            else:
+                from .cpu_quant import matmul
+
+                y = matmul(x, self.weight, self.scales, self.biases, *self.quant)
             object.__setattr__(self, "_last", (x, y))
         return y
 
@@ -241,10 +254,21 @@ class StackedView(nn.Module):
 _STACKS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
+def _stackable(layers: list) -> bool:
+    from .cpu_quant import FastQuantizedLinear
+
+    if any("bias" in lin for lin in layers if isinstance(lin, nn.Module)):
+        return False
+    if all(type(lin) is nn.Linear for lin in layers):
+        return True
+    kinds = {(lin.group_size, lin.bits) for lin in layers if type(lin) is FastQuantizedLinear}
+    return len(kinds) == 1 and all(type(lin) is FastQuantizedLinear for lin in layers)
+
+
 def _stack(module, counts: dict) -> None:
     for names in _STACKS:
         layers = [module.get(n) for n in names]
-        if not all(type(lin) is nn.Linear and "bias" not in lin for lin in layers):
+        if not _stackable(layers):
             continue
         if len({lin.weight.shape[1] for lin in layers}) != 1:
             continue
@@ -303,8 +327,17 @@ def apply(model, device: str) -> list[str]:
     from .cpu_attention import install
 
     counts: dict[str, int] = {}
+    done = []
+    if hasattr(model, "named_modules"):  # quantized layers first: they may stack then
+        from .cpu_quant import install as install_quant
+
+        swapped, why = install_quant(model)
+        if swapped:
+            done.append(f"{swapped} quantized products native")
+        elif why != "not attempted":
+            done.append(f"quantized products on MLX's kernels: {why}")
     _swap(model, counts, {"one_plus": _one_plus_norms()})
-    done = [f"{n} {name}" for name, n in sorted(counts.items())]
+    done += [f"{n} {name}" for name, n in sorted(counts.items())]
     if hasattr(model, "named_modules") and install(model):
         done.append("fused prefill attention")
     return done

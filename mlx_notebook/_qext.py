@@ -1,0 +1,161 @@
+"""Build and load, once, the MLX extension for quantized products on the CPU (``_qmm_ext.cpp``).
+
+It is an MLX ``Primitive`` compiled against the installed ``mlx`` with nanobind
+in mlx's own domain, so it takes and returns ``mlx.core.array``. Built with the
+system compilers into the cache folder, keyed by the sources, the CPU, and the
+mlx, nanobind and Python versions, and written atomically. Anything missing (a
+compiler, nanobind, mlx's headers) or an mlx built with another nanobind ABI
+leaves quantized models on MLX's own kernels, and `status` says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from ._native import FLAGS, _cache_dir, _cpu_id, fast_enabled
+
+NAME = "_mlxnb_qmm"
+KERNEL = Path(__file__).with_name("_qmm.c")
+GLUE = Path(__file__).with_name("_qmm_ext.cpp")
+NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
+_state: dict = {"module": None, "reason": "not attempted"}
+
+
+def _versions() -> tuple[Path, Path, str] | str:
+    """mlx's package folder, nanobind's, and a version key; or why they are unusable."""
+    try:
+        import mlx.core as mx
+        import nanobind
+    except ImportError as exc:
+        return f"{exc.name} is not installed (pip install nanobind=={NANOBIND})"
+    mlx_dir = Path(mx.__file__).parent
+    if not (mlx_dir / "include" / "mlx" / "primitives.h").is_file():
+        return "this mlx ships no C++ headers"
+    nb_dir = Path(nanobind.__file__).parent
+    key = f"{mx.__version__}|{nanobind.__version__}|{sysconfig.get_config_var('EXT_SUFFIX')}"
+    return mlx_dir, nb_dir, key
+
+
+def _compile(tmp: Path, mlx_dir: Path, nb_dir: Path) -> str | None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cc is None or cxx is None:
+        return "no C/C++ compiler to build it (install gcc and g++)"
+    obj = tmp.with_suffix(".o")
+    for flags in FLAGS:  # fastest first; OpenMP or -march=native may be missing
+        res = subprocess.run(
+            [cc, *flags, "-fPIC", "-c", "-o", str(obj), str(KERNEL)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if res.returncode == 0:
+            break
+    if res.returncode != 0:
+        return "compiling _qmm.c failed: " + (res.stderr.strip().splitlines() or ["?"])[0][:200]
+    omp = ["-fopenmp"] if "-fopenmp" in flags else []
+    cmd = [
+        cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden",
+        "-fno-strict-aliasing", "-DNB_DOMAIN=mlx", "-DNDEBUG", "-DNB_COMPACT_ASSERTIONS",
+        f"-I{sysconfig.get_paths()['include']}", f"-I{nb_dir / 'include'}",
+        f"-I{nb_dir / 'ext' / 'robin_map' / 'include'}", f"-I{mlx_dir / 'include'}",
+        str(nb_dir / "src" / "nb_combined.cpp"), str(GLUE), str(obj),
+        f"-L{mlx_dir / 'lib'}", "-lmlx", f"-Wl,-rpath,{mlx_dir / 'lib'}", *omp, "-o", str(tmp),
+    ]  # fmt: skip
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    finally:
+        obj.unlink(missing_ok=True)
+    if res.returncode != 0:
+        err = [ln for ln in res.stderr.splitlines() if "error" in ln] or res.stderr.splitlines()
+        return "compiling the extension failed: " + (err or ["?"])[0][:200]
+    return None
+
+
+def build() -> tuple[Path | None, str]:
+    """Path of the built extension (building it if needed), or None and the reason."""
+    found = _versions()
+    if isinstance(found, str):
+        return None, found
+    mlx_dir, nb_dir, versions = found
+    src = KERNEL.read_bytes() + GLUE.read_bytes() + versions.encode()
+    key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    out = _cache_dir() / f"{NAME}-{key}" / f"{NAME}{suffix}"
+    if out.is_file():
+        return out, "cached"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    try:
+        why = _compile(Path(tmp), mlx_dir, nb_dir)
+        if why is not None:
+            return None, why
+        os.replace(tmp, out)  # atomic: readers see all or nothing
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"building it failed: {exc}"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out, "built"
+
+
+def _check(mod) -> str | None:
+    """None when the extension computes what mx.quantized_matmul does; else why not."""
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 64), key=mx.random.key(0))
+    x = mx.random.normal((1, 64), key=mx.random.key(1))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    try:
+        got = mod.quant_matmul(x, wq, s, b, 32, 4)
+    except TypeError:
+        return "it was built with a nanobind whose ABI differs from this mlx's"
+    want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4)
+    if not mx.allclose(got, want, rtol=1e-4, atol=1e-4).item():
+        return "its check product differs from mx.quantized_matmul"
+    return None
+
+
+def load():
+    """The loaded extension module, or None (`status` says why). Worker thread only."""
+    if _state["module"] is not None or _state["reason"] != "not attempted":
+        return _state["module"]
+    if not fast_enabled():
+        _state["reason"] = "off (MLX_NOTEBOOK_FAST=0)"
+        return None
+    path, how = build()
+    if path is None:
+        _state["reason"] = how
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(NAME, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except ImportError as exc:
+        _state["reason"] = f"could not load it: {exc}"
+        return None
+    why = _check(mod)
+    if why is not None:
+        _state["reason"] = why
+        return None
+    _state.update(module=mod, reason=f"quantized products run natively ({how})")
+    return mod
+
+
+def status() -> str:
+    """One line: whether quantized products run natively, or why not."""
+    return _state["reason"]
+
+
+def thread_setter():
+    """``f(n)`` setting the extension's threads, or None when it is not loaded."""
+    mod = _state["module"]
+    return None if mod is None else mod.set_threads

@@ -1,0 +1,284 @@
+/* mlx_notebook's CPU fast path for quantized models: x @ W.T with W in MLX's affine
+ * 4-bit or 8-bit layout, computed from the packed weights without unpacking them
+ * to memory.
+ *
+ * MLX's CPU backend runs quantized_matmul as a scalar loop on one thread (about a
+ * third of float32's speed here). A decode step is bound by streaming the
+ * weights, and 4-bit weights are about a sixth of float32's bytes, so:
+ *   - up to SMALL_M rows (decode steps), each weight group is widened to float
+ *     in registers (nibbles -> int32 -> float) and multiplied with every row,
+ *     the weight rows split over OpenMP threads;
+ *   - up to TILE_M rows (verify passes, batched steps), each thread widens 8
+ *     weight rows at a time into a small float tile (cache resident) and runs a
+ *     4 x 2 register-tiled product over it;
+ *   - from TILE_M rows (prefill), 256 weight rows at a time are widened into a
+ *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded).
+ * Activations stay float32, so every path computes the same sums as MLX's
+ * reference up to the order of float additions.
+ *
+ * Layouts (row-major): x [M, K] float32; w [N, K * bits / 32] uint32 (element
+ * k of a row at bits (k % (32 / bits)) * bits of word k / (32 / bits)); scales
+ * and biases [N, K / gs] float32; out [M, N]. Weight = scale * q + bias.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define QMM_AVX2 1
+#endif
+
+enum { SMALL_M = 4, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
+
+static int thread_count; /* 0: OpenMP's default */
+static long calls[3];    /* products per path: register, tile, sgemm */
+
+void mlxnb_qmm_set_threads(int n) { thread_count = n; }
+
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 3 ? calls[path] : -1; }
+
+static int threads_for(long macs) {
+  if (thread_count == 1 || macs < PARALLEL_MIN) return 1;
+#ifdef _OPENMP
+  return thread_count > 0 ? thread_count : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
+static inline void widen_scalar(const uint8_t *p, int bits, float *f) {
+  if (bits == 4)
+    for (int i = 0; i < 16; i++) {
+      f[2 * i] = (float)(p[i] & 15);
+      f[2 * i + 1] = (float)(p[i] >> 4);
+    }
+  else
+    for (int i = 0; i < 32; i++) f[i] = (float)p[i];
+}
+
+#ifdef QMM_AVX2
+typedef struct {
+  __m256 v[4];
+} unit_t;
+
+static inline unit_t widen(const uint8_t *p, int bits) {
+  unit_t u;
+  __m128i a, b;
+  if (bits == 4) {
+    const __m128i low = _mm_set1_epi8(15);
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+    a = _mm_unpacklo_epi8(lo, hi); /* elements 0..15: byte i holds 2i (low), 2i+1 (high) */
+    b = _mm_unpackhi_epi8(lo, hi);
+  } else {
+    a = _mm_loadu_si128((const __m128i *)p);
+    b = _mm_loadu_si128((const __m128i *)(p + 16));
+  }
+  u.v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a));
+  u.v[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)));
+  u.v[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+  u.v[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  return u;
+}
+
+static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* out[m] = sum_g scale_g * (q . x_m over g) + bias_g * xsum[m][g], for M <= 4 rows.
+ * Groups restart their partial sums, so consecutive groups' chains overlap. */
+static inline __attribute__((always_inline)) void row_dots(
+    const int M, int K, int gs, int bits, const uint8_t *w, const float *s, const float *b,
+    const float *x, const float *xsum, float *out, long ldo) {
+  __m256 tot[SMALL_M];
+  const int G = K / gs, ub = 32 * bits / 8; /* bytes per unit */
+  for (int m = 0; m < M; m++) tot[m] = _mm256_setzero_ps();
+  for (int g = 0; g < G; g++) {
+    __m256 part[SMALL_M];
+    for (int m = 0; m < M; m++) part[m] = _mm256_setzero_ps();
+    for (int k = g * gs; k < (g + 1) * gs; k += 32) {
+      unit_t u = widen(w + (long)(k / 32) * ub, bits);
+      for (int m = 0; m < M; m++) {
+        const float *xm = x + (long)m * K + k;
+        part[m] = _mm256_fmadd_ps(u.v[0], _mm256_loadu_ps(xm), part[m]);
+        part[m] = _mm256_fmadd_ps(u.v[1], _mm256_loadu_ps(xm + 8), part[m]);
+        part[m] = _mm256_fmadd_ps(u.v[2], _mm256_loadu_ps(xm + 16), part[m]);
+        part[m] = _mm256_fmadd_ps(u.v[3], _mm256_loadu_ps(xm + 24), part[m]);
+      }
+    }
+    const __m256 sv = _mm256_set1_ps(s[g]);
+    for (int m = 0; m < M; m++) tot[m] = _mm256_fmadd_ps(sv, part[m], tot[m]);
+  }
+  for (int m = 0; m < M; m++) {
+    float r = hsum(tot[m]);
+    const float *xs = xsum + (long)m * G;
+    for (int g = 0; g < G; g++) r += b[g] * xs[g];
+    out[(long)m * ldo] = r;
+  }
+}
+#else
+static void row_dots(int M, int K, int gs, int bits, const uint8_t *w, const float *s,
+                     const float *b, const float *x, const float *xsum, float *out, long ldo) {
+  const int G = K / gs, ub = 32 * bits / 8;
+  float f[32];
+  for (int m = 0; m < M; m++) {
+    float r = 0.0f;
+    for (int g = 0; g < G; g++) {
+      float part = 0.0f;
+      for (int k = g * gs; k < (g + 1) * gs; k += 32) {
+        widen_scalar(w + (long)(k / 32) * ub, bits, f);
+        for (int i = 0; i < 32; i++) part += f[i] * x[(long)m * K + k + i];
+      }
+      r += s[g] * part + b[g] * xsum[(long)m * G + g];
+    }
+    out[(long)m * ldo] = r;
+  }
+}
+#endif
+
+/* Weight rows [n0, n1) as float, row-major with leading dimension K. */
+static void widen_rows(int n0, int n1, int K, int gs, int bits, const uint8_t *w,
+                       const float *s, const float *b, float *dst) {
+  const long rb = (long)K * bits / 8; /* bytes per packed row */
+  const int G = K / gs, ub = 32 * bits / 8;
+  for (int n = n0; n < n1; n++) {
+    const uint8_t *wr = w + n * rb;
+    float *d = dst + (long)(n - n0) * K;
+    for (int k = 0; k < K; k += 32) {
+      const float sc = s[(long)n * G + k / gs], bi = b[(long)n * G + k / gs];
+#ifdef QMM_AVX2
+      unit_t u = widen(wr + (long)(k / 32) * ub, bits);
+      const __m256 sv = _mm256_set1_ps(sc), bv = _mm256_set1_ps(bi);
+      for (int j = 0; j < 4; j++) _mm256_storeu_ps(d + k + 8 * j, _mm256_fmadd_ps(u.v[j], sv, bv));
+#else
+      float f[32];
+      widen_scalar(wr + (long)(k / 32) * ub, bits, f);
+      for (int i = 0; i < 32; i++) d[k + i] = f[i] * sc + bi;
+#endif
+    }
+  }
+}
+
+/* Every row's sum over every group (the bias term's factor). */
+static void group_sums(int M, int K, int gs, const float *x, float *xsum) {
+  const int G = K / gs;
+  for (int m = 0; m < M; m++)
+    for (int g = 0; g < G; g++) {
+      float t = 0.0f;
+      for (int i = 0; i < gs; i++) t += x[(long)m * K + g * gs + i];
+      xsum[(long)m * G + g] = t;
+    }
+}
+
+static void small_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
+                       const float *s, const float *b, float *out) {
+  const int G = K / gs;
+  const long rb = (long)K * bits / 8;
+  float *xsum = malloc(sizeof(float) * M * G);
+  group_sums(M, K, gs, x, xsum);
+  const int nt = threads_for((long)M * N * K);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int n = 0; n < N; n++) {
+    const uint8_t *wr = w + n * rb;
+    const float *sr = s + (long)n * G, *br = b + (long)n * G;
+    switch (M) { /* constant row counts: the accumulators stay in registers */
+    case 1: row_dots(1, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 2: row_dots(2, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 3: row_dots(3, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    default: row_dots(4, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    }
+  }
+  free(xsum);
+}
+
+/* out[m0..m0+4, n0..n0+2] from x rows and a float tile of weight rows (ld K). */
+static void tile_rows(int M, int nw, int K, const float *x, const float *t, float *out, int N) {
+  for (int m0 = 0; m0 < M; m0 += 4) {
+    const int mm = M - m0 < 4 ? M - m0 : 4;
+    for (int j = 0; j < nw; j += 2) {
+      const int jj = nw - j < 2 ? nw - j : 2;
+#ifdef QMM_AVX2
+      __m256 acc[4][2];
+      for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+      const float *t0 = t + (long)j * K, *t1 = t + (long)(j + jj - 1) * K;
+      for (int k = 0; k < K; k += 8) {
+        const __m256 w0 = _mm256_loadu_ps(t0 + k), w1 = _mm256_loadu_ps(t1 + k);
+        for (int a = 0; a < 4; a++) {
+          const __m256 xv = _mm256_loadu_ps(x + (long)(m0 + (a < mm ? a : 0)) * K + k);
+          acc[a][0] = _mm256_fmadd_ps(xv, w0, acc[a][0]);
+          acc[a][1] = _mm256_fmadd_ps(xv, w1, acc[a][1]);
+        }
+      }
+      for (int a = 0; a < mm; a++)
+        for (int c = 0; c < jj; c++) out[(long)(m0 + a) * N + j + c] = hsum(acc[a][c]);
+#else
+      for (int a = 0; a < mm; a++)
+        for (int c = 0; c < jj; c++) {
+          float r = 0.0f;
+          for (int k = 0; k < K; k++) r += x[(long)(m0 + a) * K + k] * t[(long)(j + c) * K + k];
+          out[(long)(m0 + a) * N + j + c] = r;
+        }
+#endif
+    }
+  }
+}
+
+static void tiled(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
+                  const float *s, const float *b, float *out) {
+  const int nt = threads_for((long)M * N * K);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    float *t = malloc(sizeof(float) * TILE_N * K);
+#pragma omp for schedule(static)
+    for (int n0 = 0; n0 < N; n0 += TILE_N) {
+      const int n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
+      widen_rows(n0, n1, K, gs, bits, w, s, b, t);
+      tile_rows(M, n1 - n0, K, x, t, out + n0, N);
+    }
+    free(t);
+  }
+}
+
+/* OpenBLAS's (or MLX's) cblas_sgemm, found when the library is loaded. */
+void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+static void through_sgemm(int M, int N, int K, int gs, int bits, const float *x,
+                          const uint8_t *w, const float *s, const float *b, float *out) {
+  float *t = malloc(sizeof(float) * SGEMM_N * K);
+  for (int n0 = 0; n0 < N; n0 += SGEMM_N) {
+    const int n1 = n0 + SGEMM_N < N ? n0 + SGEMM_N : N;
+    const int nt = threads_for((long)(n1 - n0) * K * 64);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int r = n0; r < n1; r += TILE_N)
+      widen_rows(r, r + TILE_N < n1 ? r + TILE_N : n1, K, gs, bits, w, s, b, t + (long)(r - n0) * K);
+    /* row-major, no-trans x, trans tile: out[:, n0:n1] = x @ t.T */
+    cblas_sgemm(101, 111, 112, M, n1 - n0, K, 1.0f, x, K, t, K, 0.0f, out + n0, N);
+  }
+  free(t);
+}
+
+/* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
+int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
+              const float *s, const float *b, float *out) {
+  if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
+  const uint8_t *wb = (const uint8_t *)w;
+  if (M <= SMALL_M) {
+    calls[0]++;
+    small_rows(M, N, K, gs, bits, x, wb, s, b, out);
+  } else if (M < TILE_M) {
+    calls[1]++;
+    tiled(M, N, K, gs, bits, x, wb, s, b, out);
+  } else {
+    calls[2]++;
+    through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
+  }
+  return 0;
+}
