@@ -2,6 +2,7 @@
 
 - `build_tiny_model`: a random-weight llama with a real byte-level BPE
   tokenizer, written as an mlx-lm model directory.
+- `quantize_model_dir`: an mlx-lm quantized copy of a model directory.
 - `ScriptedModel`: an mlx-lm-compatible module whose next token follows a
   script, for deterministic stop-string, cancel and speculative tests.
 """
@@ -139,6 +140,30 @@ def build_tiny_model(
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(cfg))
     return path
+
+
+def quantize_model_dir(src: str | Path, dst: str | Path, group_size: int, bits: int) -> Path:
+    """Write an mlx-lm quantized copy of the model directory ``src`` to ``dst``.
+
+    Quantized the way ``mlx_lm.convert -q`` does it (affine, every linear layer and
+    the embedding), with the tokenizer files copied as they are.
+
+    Returns:
+        ``dst``, loadable with ``mlx_lm.load``.
+    """
+    import shutil
+
+    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+    src, dst = Path(src), Path(dst)
+    model, config = load_model(src)
+    model, config = quantize_model(model, config, group_size, bits)
+    save_model(dst, model)
+    save_config(config, dst / "config.json")
+    for f in src.iterdir():
+        if f.suffix != ".safetensors" and f.name not in ("config.json",) and f.is_file():
+            shutil.copy(f, dst / f.name)
+    return dst
 
 
 class ScriptedModel:

@@ -334,7 +334,7 @@ def apply(model, device: str) -> list[str]:
         swapped, why = install_quant(model)
         if swapped:
             done.append(f"{swapped} quantized products native")
-        elif why != "not attempted":
+        elif why is not None:
             done.append(f"quantized products on MLX's kernels: {why}")
     _swap(model, counts, {"one_plus": _one_plus_norms()})
     done += [f"{n} {name}" for name, n in sorted(counts.items())]

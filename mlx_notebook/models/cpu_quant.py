@@ -59,19 +59,22 @@ class FastQuantizedEmbedding(nn.QuantizedEmbedding):
 _FAST = {nn.QuantizedLinear: FastQuantizedLinear, nn.QuantizedEmbedding: FastQuantizedEmbedding}
 
 
-def install(model) -> tuple[int, str]:
+def install(model) -> tuple[int, str | None]:
     """Swap the class of every supported quantized layer of ``model`` (CPU only).
 
     Builds the extension on first use (about 15 s, once per machine).
 
     Returns:
-        How many layers were swapped, and the extension's status line.
+        How many layers were swapped, and why none were when the model has such
+        layers but the extension is unavailable (else None).
     """
     layers = [
         m for _, m in model.named_modules() if type(m) in _FAST and supported(m)
     ]  # exactly these classes: a subclass may compute something else
-    if not layers or _qext.load() is None:
+    if not layers:
+        return 0, None
+    if _qext.load() is None:
         return 0, _qext.status()
     for m in layers:
         m.__class__ = _FAST[type(m)]  # same parameters and layout, another product
-    return len(layers), _qext.status()
+    return len(layers), None

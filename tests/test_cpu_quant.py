@@ -1,0 +1,86 @@
+"""Quantized models on the CPU fast path: their layers swapped for native products,
+greedy text equal to mlx-lm's own quantized kernels (or different at a near-tie)."""
+
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+from mlx_notebook.models import cpu_fast, cpu_quant
+from mlx_notebook.testing import quantize_model_dir
+from test_cpu_fast import check_against_mlx_lm
+
+
+@pytest.fixture(scope="module")
+def quantized(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("quantized")
+    return {
+        (gs, bits): str(quantize_model_dir(tiny_dir, root / f"q{gs}-{bits}", gs, bits))
+        for gs, bits in [(32, 4), (64, 4), (64, 8), (32, 3)]
+    }
+
+
+def _load(path):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    model = load(path)[0]
+    model.set_dtype(mx.float32)
+    return model
+
+
+def test_supported_layers_are_swapped_and_stacked_on_cpu_only(quantized):
+    import mlx.nn as nn
+
+    assert cpu_fast.apply(_load(quantized[32, 4]), "gpu") == []
+    model = _load(quantized[32, 4])
+    done = cpu_fast.apply(model, "cpu")
+    # 2 layers x (q, k, v, o, gate, up, down) + the tied embedding
+    assert done[0] == "15 quantized products native"
+    assert "2 q/k/v stacked" in done and "2 gate/up stacked" in done
+    kinds = {type(m) for _, m in model.named_modules()}
+    assert nn.QuantizedLinear not in kinds and nn.QuantizedEmbedding not in kinds
+    assert cpu_quant.FastQuantizedEmbedding in kinds
+
+
+def test_other_bit_widths_keep_mlx_kernels(quantized):
+    import mlx.nn as nn
+
+    model = _load(quantized[32, 3])
+    done = cpu_fast.apply(model, "cpu")
+    assert not any("quantized" in d for d in done)
+    assert nn.QuantizedLinear in {type(m) for _, m in model.named_modules()}
+
+
+def test_switched_off_leaves_quantized_layers_alone(quantized, monkeypatch):
+    import mlx.nn as nn
+
+    monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
+    model = _load(quantized[32, 4])
+    assert cpu_fast.apply(model, "cpu") == []
+    assert nn.QuantizedLinear in {type(m) for _, m in model.named_modules()}
+
+
+def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatch):
+    from mlx_notebook import _qext
+
+    monkeypatch.setattr(_qext, "_state", {"module": None, "reason": "no C/C++ compiler"})
+    done = cpu_fast.apply(_load(quantized[32, 4]), "cpu")
+    assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
+
+
+@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8)])
+def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
+    path = quantized[kind]
+    prompts = ["Hello world. The quick brown fox", "Rivers flow to the sea;", "def main():"]
+    check_against_mlx_lm(engine, path, prompts, 40)
+    (info,) = [m for m in engine.info().models if m.name == path]
+    assert any("quantized products native" in f for f in info.fast_path)
+
+
+@pytest.mark.slow
+def test_greedy_text_matches_mlx_lm_on_the_default_model_in_4_bits(engine):
+    from mlx_notebook.models.default import default_gguf
+    from mlx_notebook.models.gguf import convert_gguf
+
+    path = str(convert_gguf(default_gguf(), "q"))
+    prompts = ["The capital of France is", "Rivers flow", "Once upon a time, in a quiet village,"]
+    check_against_mlx_lm(engine, path, prompts, 48)
