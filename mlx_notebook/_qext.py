@@ -29,7 +29,7 @@ _state: dict = {"module": None, "reason": "not attempted"}
 
 
 def _versions() -> tuple[Path, Path, str] | str:
-    """mlx's package folder, nanobind's, and a version key; or why they are unusable."""
+    """Mlx's package folder, nanobind's, and a version key; or why they are unusable."""
     try:
         import mlx.core as mx
         import nanobind

@@ -2,11 +2,11 @@
 greedy text equal to mlx-lm's own quantized kernels (or different at a near-tie)."""
 
 import pytest
+from test_cpu_fast import check_against_mlx_lm
 
 import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
 from mlx_notebook.models import cpu_fast, cpu_quant
 from mlx_notebook.testing import quantize_model_dir
-from test_cpu_fast import check_against_mlx_lm
 
 
 @pytest.fixture(scope="module")
