@@ -146,7 +146,7 @@ def load():
     if why is not None:
         _state["reason"] = why
         return None
-    _state.update(module=mod, reason=f"quantized products run natively ({how})")
+    _state.update(module=mod, reason=f"on native kernels ({how})")
     return mod
 
 

@@ -84,3 +84,17 @@ def test_greedy_text_matches_mlx_lm_on_the_default_model_in_4_bits(engine):
     path = str(convert_gguf(default_gguf(), "q"))
     prompts = ["The capital of France is", "Rivers flow", "Once upon a time, in a quiet village,"]
     check_against_mlx_lm(engine, path, prompts, 48)
+
+
+def test_status_says_quantized_products_run_natively(engine, quantized):
+    from mlx_notebook.engine import Request
+    from mlx_notebook.engine.threads import governor
+
+    req = Request("Hello", model=quantized[64, 4], chat=False, max_tokens=3)
+    engine.submit(req).result(timeout=60)
+    notes = "\n".join(engine.info().notes)
+    assert "quantized products: on native kernels" in notes
+    from mlx_notebook import _qext
+
+    if governor().setters:  # OpenBLAS is loaded, so threads are governed: this one too
+        assert _qext.thread_setter() in governor().setters

@@ -62,6 +62,21 @@ def test_busy_cores_drop_to_one_thread_and_free_cores_bring_them_back():
     assert m.set_calls  # the libraries were told each time
 
 
+def test_a_library_loaded_later_is_governed_from_the_current_count():
+    m = Machine({2: 0.030, 1: 0.050})
+    gov = make(m)
+    run(gov, m, 50)
+    m.times = {2: 1.0, 1: 0.08}
+    run(gov, m, 20)
+    assert gov.threads == 1
+    late = Machine({})
+    gov.add_setter(late.setter)  # the quantized products' library, with a 4-bit model
+    assert late.set_calls == [1]
+    m.times = {2: 0.030, 1: 0.050}
+    run(gov, m, 600)
+    assert gov.threads == 2 and late.set_calls[-1] == 2  # told of every change since
+
+
 def test_fixed_count_is_never_changed():
     m = Machine({2: 1.0, 1: 0.01})
     gov = ThreadGovernor([m.setter], 2, clock=m.clock, fixed=2)

@@ -83,6 +83,12 @@ class ThreadGovernor:
         """Whether there is anything to govern (libraries loaded, more than one core)."""
         return bool(self.setters) and self.most > 1 and not self.fixed
 
+    def add_setter(self, setter: Callable[[int], object]) -> None:
+        """Govern one more library, starting at the current count."""
+        self.sync()
+        setter(self.threads)
+        self.setters.append(setter)
+
     def _apply(self, n: int) -> None:
         self.sync()  # nothing in flight: the next step is the first with n threads
         for f in self.setters:
@@ -246,6 +252,12 @@ def governor() -> ThreadGovernor:
         _governor = ThreadGovernor(
             setters, most, sync=sync, fixed=fixed if setters else None, meter=others_cores()
         )
+    else:  # a library loaded since (the quantized products, with a quantized model)
+        from .. import _qext
+
+        quant = _qext.thread_setter()
+        if quant is not None and _governor.setters and quant not in _governor.setters:
+            _governor.add_setter(quant)
     return _governor
 
 
