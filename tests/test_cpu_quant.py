@@ -98,3 +98,14 @@ def test_status_says_quantized_products_run_natively(engine, quantized):
 
     if governor().setters:  # OpenBLAS is loaded, so threads are governed: this one too
         assert _qext.thread_setter() in governor().setters
+
+
+def test_default_q4_loads_the_files_own_4_bits_with_its_sampling(engine):
+    from mlx_notebook.engine import Request
+
+    r = engine.submit(Request("Hi", model="default:q4", max_tokens=4)).result(timeout=300)
+    assert r.token_ids
+    (info,) = [m for m in engine.info().models if m.name == "default:q4"]
+    assert "211 quantized products native" in info.fast_path  # 210 4-bit + the 8-bit head
+    lm = engine.registry.peek("default:q4")
+    assert lm.defaults["temperature"] == 0.2  # the bundled model's own sampling

@@ -19,6 +19,15 @@ def test_resolution_order(tmp_path):
     assert resolve("gpt2").kind == "hub"
 
 
+def test_the_default_model_s_precisions_are_specs():
+    assert resolve("default").variant is None  # the device's best
+    assert resolve("default:q4") == resolve(" default:q4 ")
+    assert (resolve("default:q4").variant, resolve("default:q4").key) == ("q", "default:q4")
+    assert resolve("default:f32").variant == "f32"
+    with pytest.raises(ValueError, match="default:q4 or default:f32"):
+        resolve("default:q3")
+
+
 def test_missing_paths_say_so(tmp_path):
     for spec in [str(tmp_path / "nope"), "./nope", "~/nope.gguf", "missing.gguf"]:
         with pytest.raises(FileNotFoundError, match="no such file"):

@@ -24,8 +24,8 @@ def default_variant() -> str:
     overrides the choice.
     """
     v = os.environ.get(VARIANT_ENV)
-    if v in ("f32", "q"):
-        return v
+    if v in ("f32", "q", "q4"):
+        return "q" if v == "q4" else v
     return "f32" if on_cpu() else "q"
 
 
@@ -43,7 +43,7 @@ def load_spec(spec: str):
         from .gguf import convert_gguf
 
         src = default_gguf() if s.kind == "default" else s.path
-        path = convert_gguf(src, variant=default_variant())
+        path = convert_gguf(src, variant=s.variant or default_variant())
     elif s.kind == "dir":
         path = s.path
     else:

@@ -249,7 +249,7 @@ def _defaults(name: str, path) -> dict:
     from .generation import read_defaults
     from .spec import DEFAULT
 
-    if name == DEFAULT:
+    if name == DEFAULT or name.startswith(DEFAULT + ":"):  # default:q4, default:f32
         from .default import SAMPLING
 
         return dict(SAMPLING)

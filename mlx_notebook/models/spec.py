@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT = "default"
+# ``default:q4`` and ``default:f32`` pick a precision of the bundled model (the GGUF's
+# own 4-bit, or float32); plain ``default`` picks the device's best (`default_variant`).
+VARIANTS = {"q4": "q", "f32": "f32"}
 
 
 class ModelNotFound(RuntimeError):
@@ -47,6 +50,7 @@ class Spec:
     kind: str
     key: str
     path: Path | None = None
+    variant: str | None = None
 
 
 def resolve(spec: str) -> Spec:
@@ -58,6 +62,11 @@ def resolve(spec: str) -> Spec:
     spec = spec.strip()
     if spec == DEFAULT:
         return Spec("default", DEFAULT)
+    if spec.startswith(DEFAULT + ":"):
+        name = spec.split(":", 1)[1]
+        if name not in VARIANTS:
+            raise ValueError(f"model: {spec!r}: the bundled model comes as default:q4 or default:f32")
+        return Spec("default", spec, variant=VARIANTS[name])
     p = Path(os.path.expanduser(spec))
     if p.is_dir():
         return Spec("dir", str(p.resolve()), p.resolve())
