@@ -10,8 +10,11 @@ are taken round by round (paired), then their median.
 
 - ours (fast path on / off): the engine on the bundled default model (float32); and
   with the fast path on but MLX's own attention (``MLX_NOTEBOOK_FUSED_ATTENTION=0``).
+- ours, 4-bit: the engine on ``default:q4`` (the GGUF's own 4-bit weights, 8-bit
+  embedding), with the quantized products on the fast path's native kernels.
 - mlx-lm: ``mlx_lm.stream_generate`` on the same converted float32 weights, with
-  OpenBLAS loaded as in the engine and no fast path.
+  OpenBLAS loaded as in the engine and no fast path; and on the 4-bit weights
+  (MLX's own quantized kernels).
 - llama.cpp: llama-cpp-python with 2 threads, on an f32 copy of the same GGUF
   (written here with the ``gguf`` package) and on the Q4_1 file as shipped. It is
   optional (the ``bench`` extra, ~10 minutes to compile); ``--llama-python`` points
@@ -31,6 +34,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+Q4 = "ours, default:q4"
 DECODE_PROMPT = "Describe a rainy afternoon in a small town."
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,18 +43,20 @@ import json, random, sys, time
 import mlx_notebook
 from mlx_notebook.engine import Engine, Request
 prompt_text, n, stops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spec = sys.argv[5]
 eng = Engine.default()
-eng.submit(Request("hi", max_tokens=2)).result()
+eng.submit(Request("hi", model=spec, max_tokens=2)).result()
 greedy = dict(temperature=0, repetition_penalty=1)  # as llama.cpp and mlx-lm run it
-r = eng.submit(Request(prompt_text, max_tokens=n, reuse_cache=False, **greedy)).result()
+r = eng.submit(Request(prompt_text, model=spec, max_tokens=n, reuse_cache=False, **greedy)).result()
 out = {"decode": r.stats.generation_tps, "ids": r.token_ids}
-tok = eng.registry.peek("default").tokenizer
+tok = eng.registry.peek(spec).tokenizer
 long_prompt = tok.decode(tok.encode(open(sys.argv[4]).read())[:1500])
-r = eng.submit(Request(long_prompt, chat=False, max_tokens=1, reuse_cache=False)).result()
+once = dict(model=spec, chat=False, max_tokens=1, reuse_cache=False)
+r = eng.submit(Request(long_prompt, **once)).result()
 out["prefill"], out["chunk"] = r.stats.prompt_tps, r.stats.prefill_chunk
 lat = []
 for _ in range(stops):
-    job = eng.submit(Request(long_prompt, chat=False, max_tokens=1, reuse_cache=False))
+    job = eng.submit(Request(long_prompt, **once))
     next(e for e in job.events(detach=True) if type(e).__name__ == "PrefillProgress")
     time.sleep(random.uniform(0.0, 6.0))
     t0 = time.perf_counter()
@@ -197,18 +203,21 @@ def main() -> None:
     from mlx_notebook.models.gguf import cache_root, convert_gguf
 
     q41 = default_gguf()
-    mlx_dir = convert_gguf(q41, "f32")
+    mlx_dir, q_dir = convert_gguf(q41, "f32"), convert_gguf(q41, "q")
     text = ROOT / "README.md"
     py = sys.executable
+    ours = [py, "-c", OURS, DECODE_PROMPT, str(args.tokens)]
     configs = {
-        "ours, fast path on": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), str(args.stops),
-                                str(text)], {"MLX_NOTEBOOK_FAST": "1"}),
-        "ours, fast path off": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), "0",
-                                 str(text)], {"MLX_NOTEBOOK_FAST": "0"}),
-        "ours, MLX's attention": ([py, "-c", OURS, DECODE_PROMPT, str(args.tokens), "0",
-                                   str(text)], {"MLX_NOTEBOOK_FUSED_ATTENTION": "0"}),
+        "ours, fast path on": ([*ours, str(args.stops), str(text), "default:f32"],
+                               {"MLX_NOTEBOOK_FAST": "1"}),
+        "ours, fast path off": ([*ours, "0", str(text), "default:f32"], {"MLX_NOTEBOOK_FAST": "0"}),
+        "ours, MLX's attention": ([*ours, "0", str(text), "default:f32"],
+                                  {"MLX_NOTEBOOK_FUSED_ATTENTION": "0"}),
+        "ours, default:q4": ([*ours, str(args.stops), str(text), "default:q4"], {}),
         "mlx-lm": ([py, "-c", MLX_LM, str(mlx_dir), DECODE_PROMPT, str(args.tokens), str(text)],
                    {"MLX_NOTEBOOK_FAST": "0"}),
+        "mlx-lm, 4-bit": ([py, "-c", MLX_LM, str(q_dir), DECODE_PROMPT, str(args.tokens),
+                           str(text)], {"MLX_NOTEBOOK_FAST": "0"}),
     }  # fmt: skip
     llama_py = args.llama_python
     if llama_py is None:
@@ -253,17 +262,24 @@ def main() -> None:
     if "llama.cpp f32" in results:
         print(f"  decode, ours / llama.cpp f32:    {ratio(names[0], 'llama.cpp f32', 'decode')}")
         print(f"  decode, ours / llama.cpp Q4_1:   {ratio(names[0], 'llama.cpp Q4_1', 'decode')}")
+        print(f"  decode, q4 / llama.cpp Q4_1:     {ratio(Q4, 'llama.cpp Q4_1', 'decode')}")
+        print(f"  prefill, ours / llama.cpp f32:   {ratio(names[0], 'llama.cpp f32', 'prefill')}")
+        print(f"  prefill, q4 / llama.cpp Q4_1:    {ratio(Q4, 'llama.cpp Q4_1', 'prefill')}")
+    print(f"  decode, q4 / f32 (ours):         {ratio(Q4, names[0], 'decode')}")
+    print(f"  decode, q4 / mlx-lm 4-bit:       {ratio(Q4, 'mlx-lm, 4-bit', 'decode')}")
+    print(f"  prefill, q4 / f32 (ours):        {ratio(Q4, names[0], 'prefill')}")
     print(f"  prefill, ours / mlx-lm:          {ratio(names[0], 'mlx-lm', 'prefill')}")
     print(f"  prefill, fused / MLX's attention: {ratio(names[0], names[2], 'prefill')}")
     same = all(x["ids"] == y["ids"] for x, y in zip(results[names[0]], results[names[1]]))
     print(f"  greedy tokens, fast path on == off: {same}")
-    stops = [s * 1e3 for x in results[names[0]] for s in x["stop"]]
-    if stops:
-        print(
-            f"\nStop mid-prefill (fast path on, {len(stops)} random cancels): median "
-            f"{statistics.median(stops):.0f} ms, max {max(stops):.0f} ms; largest chunk "
-            f"{max(x['chunk'] for x in results[names[0]])} tokens"
-        )
+    for name in (names[0], Q4):
+        stops = [s * 1e3 for x in results[name] for s in x["stop"]]
+        if stops:
+            print(
+                f"\nStop mid-prefill ({name}, {len(stops)} random cancels): median "
+                f"{statistics.median(stops):.0f} ms, max {max(stops):.0f} ms; largest chunk "
+                f"{max(x['chunk'] for x in results[name])} tokens"
+            )
     print(
         f"\nMemory read bandwidth, best of 5 over 512 MB: {one:.1f} GB/s (numpy sum, one "
         f"thread), {gemv:.1f} GB/s (OpenBLAS sgemv, all threads). float32 weights: "

@@ -1,0 +1,90 @@
+"""Quantized products on the CPU: the fast path's kernels against float32 and MLX's own.
+
+Usage:
+    python benchmarks/bench_qmm.py [--rounds 5] [--rows 1,4,16,43]
+
+For every product of the default model's decode step (stacked q/k/v, output,
+stacked gate/up, down, the tied 8-bit LM head) and each row count, the time of
+``x @ dequantize(W).T`` three ways, interleaved within each round: the
+extension's kernels on the packed weights, the float32 product of the same
+weights (OpenBLAS through the fast path's shim), and ``mx.quantized_matmul``
+(MLX's own CPU kernel). Figures are medians over rounds; ratios are paired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+SHAPES = [  # (name, N, K, bits) on SmolLM2-135M, group size 32 as in its GGUF
+    ("q/k/v", 960, 576, 4),
+    ("o", 576, 576, 4),
+    ("gate/up", 3072, 576, 4),
+    ("down", 576, 1536, 4),
+    ("LM head", 49152, 576, 8),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rows", default="1,4,16,43")
+    ap.add_argument("--skip-mlx", action="store_true", help="leave out MLX's slow kernel")
+    args = ap.parse_args()
+
+    from mlx_notebook import _qext  # OpenBLAS and the shim before mlx.core
+
+    ext = _qext.load()
+    if ext is None:
+        raise SystemExit(f"extension unavailable: {_qext.status()}")
+    import mlx.core as mx
+
+    def timed(f, reps):
+        mx.eval(f())
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            mx.eval(f())
+        return (time.perf_counter() - t0) / reps * 1e3
+
+    cases = []
+    for name, n, k, bits in SHAPES:
+        w = mx.random.normal((n, k)) * 0.05
+        wq, s, b = mx.quantize(w, group_size=32, bits=bits)
+        wf = mx.dequantize(wq, s, b, group_size=32, bits=bits)
+        mx.eval(wq, s, b, wf)
+        for m in map(int, args.rows.split(",")):
+            x = mx.random.normal((m, k))
+            mx.eval(x)
+            ways = {
+                "ours": lambda x=x, wq=wq, s=s, b=b, bits=bits: ext.quant_matmul(
+                    x, wq, s, b, 32, bits
+                ),
+                "f32": lambda x=x, wf=wf: x @ wf.T,
+            }
+            if not args.skip_mlx:
+                ways["mlx q"] = lambda x=x, wq=wq, s=s, b=b, bits=bits: mx.quantized_matmul(
+                    x, wq, s, b, transpose=True, group_size=32, bits=bits
+                )
+            cases.append((f"{name} ({n}x{k}, {bits}-bit), {m} rows", ways))
+    times = {c: {w: [] for w in ways} for c, ways in cases}
+    for r in range(args.rounds):
+        for label, ways in cases:
+            order = list(ways)[r % len(ways) :] + list(ways)[: r % len(ways)]
+            for way in order:
+                reps = 3 if way == "mlx q" else 10
+                times[label][way].append(timed(ways[way], reps))
+    print(f"ms per product, median of {args.rounds} rounds; ratios paired round by round")
+    for label, ways in cases:
+        t = times[label]
+        cells = [f"{w} {statistics.median(t[w]):.3f}" for w in ways]
+        rs = [a / b for a, b in zip(t["f32"], t["ours"])]
+        extra = f"; f32/ours {statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
+        if "mlx q" in t:
+            rq = [a / b for a, b in zip(t["mlx q"], t["ours"])]
+            extra += f", mlx q/ours {statistics.median(rq):.1f}x"
+        print(f"  {label}: " + ", ".join(cells) + extra)
+
+
+if __name__ == "__main__":
+    main()
