@@ -67,17 +67,16 @@ typedef struct {
 
 static inline unit_t widen(const uint8_t *p, int bits) {
   unit_t u;
-  __m128i a, b;
-  if (bits == 4) {
-    const __m128i low = _mm_set1_epi8(15);
-    __m128i raw = _mm_loadu_si128((const __m128i *)p);
-    __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-    a = _mm_unpacklo_epi8(lo, hi); /* elements 0..15: byte i holds 2i (low), 2i+1 (high) */
-    b = _mm_unpackhi_epi8(lo, hi);
-  } else {
-    a = _mm_loadu_si128((const __m128i *)p);
-    b = _mm_loadu_si128((const __m128i *)(p + 16));
+  if (bits == 8) { /* zero-extended straight from memory, 8 bytes at a time */
+    for (int j = 0; j < 4; j++)
+      u.v[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * j))));
+    return u;
   }
+  const __m128i low = _mm_set1_epi8(15);
+  __m128i raw = _mm_loadu_si128((const __m128i *)p);
+  __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+  __m128i a = _mm_unpacklo_epi8(lo, hi); /* elements 0..15: byte i holds 2i (low), 2i+1 (high) */
+  __m128i b = _mm_unpackhi_epi8(lo, hi);
   u.v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a));
   u.v[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)));
   u.v[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
@@ -252,13 +251,12 @@ void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, co
 
 static void through_sgemm(int M, int N, int K, int gs, int bits, const float *x,
                           const uint8_t *w, const float *s, const float *b, float *out) {
+  /* Widened on this thread: an OpenMP team here would still be spinning when
+   * OpenBLAS's threads start, and on two cores they would take turns. */
   float *t = malloc(sizeof(float) * SGEMM_N * K);
   for (int n0 = 0; n0 < N; n0 += SGEMM_N) {
     const int n1 = n0 + SGEMM_N < N ? n0 + SGEMM_N : N;
-    const int nt = threads_for((long)(n1 - n0) * K * 64);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int r = n0; r < n1; r += TILE_N)
-      widen_rows(r, r + TILE_N < n1 ? r + TILE_N : n1, K, gs, bits, w, s, b, t + (long)(r - n0) * K);
+    widen_rows(n0, n1, K, gs, bits, w, s, b, t);
     /* row-major, no-trans x, trans tile: out[:, n0:n1] = x @ t.T */
     cblas_sgemm(101, 111, 112, M, n1 - n0, K, 1.0f, x, K, t, K, 0.0f, out + n0, N);
   }
