@@ -33,11 +33,11 @@ def main() -> None:
     ap.add_argument("--skip-mlx", action="store_true", help="leave out MLX's slow kernel")
     args = ap.parse_args()
 
-    from mlx_notebook import _qext  # OpenBLAS and the shim before mlx.core
+    from mlx_notebook import _ext  # OpenBLAS and the shim before mlx.core
 
-    ext = _qext.load()
+    ext = _ext.load()
     if ext is None:
-        raise SystemExit(f"extension unavailable: {_qext.status()}")
+        raise SystemExit(f"extension unavailable: {_ext.status()}")
     import mlx.core as mx
 
     def timed(f, reps):

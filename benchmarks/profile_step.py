@@ -1,6 +1,7 @@
 """Where a decode step and a prefill chunk spend their time, per part of the model.
 
 Usage: python benchmarks/profile_step.py [--context 512] [--chunk 256] [--runs 5] [--rows 1]
+    [--model default:q4]
 
 On the bundled default model as the engine loads it (on CPU: float32, the fast
 path on unless MLX_NOTEBOOK_FAST=0), on the engine's worker thread. Each part
@@ -173,11 +174,12 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=256, help="prefill chunk length")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--rows", type=int, default=1, help="batch rows of the decode step")
+    ap.add_argument("--model", default="default", help="a model spec, e.g. default:q4")
     args = ap.parse_args()
     eng = Engine()
     eng.submit(Request("hi", max_tokens=1)).result()  # load the default model
     work = lambda: profile(  # noqa: E731
-        eng.registry.get("default"), args.context, args.chunk, args.runs, args.rows
+        eng.registry.get(args.model), args.context, args.chunk, args.runs, args.rows
     )
     plain_dec, plain_pre, dec, pre = eng.run_on_worker(work, timeout=1800)
     print(f"default model on {eng.info().device}, context {args.context}, runs {args.runs}")

@@ -102,20 +102,73 @@ def test_a_loaded_model_prefills_through_it_and_decodes_as_before(tiny_dir):
     assert not mx.any(differ & ~ties).item()  # greedy ids equal, or a near-tie
 
 
-def test_verify_passes_go_through_it_and_decode_steps_do_not(tiny_dir):
+def test_decode_steps_and_verify_passes_take_their_kernels(tiny_dir):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlx_notebook import _ext
+    from mlx_notebook.models.loader import load_spec
+
+    _, model, _, _ = load_spec(tiny_dir)
+    ext = _ext.attention()
+    assert ext is not None, _ext.status()  # built here: gcc, g++ and nanobind are installed
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[(5 * i) % 300 + 3 for i in range(40)]]), cache=cache))
+    layers = len(model.model.layers)
+    calls, steps = ca.calls(), ext.attention_calls()
+    logits = model(mx.array([[7]]), cache=cache)  # a decode step, built, not yet run
+    assert ext.attention_calls() == steps  # in MLX's lazy graph: the step stays pipelined
+    mx.eval(logits)
+    assert ext.attention_calls() == steps + layers and ca.calls() == calls + layers
+    mx.eval(model(mx.array([[7, 8, 9, 10, 11]]), cache=cache))  # a verify pass of 4 drafts
+    assert ca.calls() == calls + 2 * layers and ext.attention_calls() == steps + layers
+
+
+def test_a_one_row_decode_step_equals_mlx_attention(tiny_dir):
+    import sys
+
     from mlx_lm.models.cache import make_prompt_cache
 
     from mlx_notebook.models.loader import load_spec
 
     _, model, _, _ = load_spec(tiny_dir)
-    cache = make_prompt_cache(model)
-    mx.eval(model(mx.array([[(5 * i) % 300 + 3 for i in range(40)]]), cache=cache))
-    layers = len(model.model.layers)
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    fused = module.scaled_dot_product_attention
+    prompt = mx.array([[(11 * i) % 300 + 3 for i in range(57)]])
+    got, want = [], []
+    for out, f in ((got, fused), (want, fused.mlxnb_original)):
+        module.scaled_dot_product_attention = f
+        try:
+            cache = make_prompt_cache(model)
+            mx.eval(model(prompt, cache=cache))
+            for t in (5, 9, 200):
+                out.append(model(mx.array([[t]]), cache=cache))
+        finally:
+            module.scaled_dot_product_attention = fused
+    for a, b in zip(got, want):
+        assert mx.allclose(a, b, rtol=1e-4, atol=1e-4).item()
+
+
+def test_without_the_extension_one_row_steps_keep_mlx_and_batches_go_through_numpy(
+    tiny_dir, monkeypatch
+):
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+    from mlx_notebook import _ext
+    from mlx_notebook.models.loader import load_spec
+
+    _, model, _, _ = load_spec(tiny_dir)
+    monkeypatch.setitem(_ext._state, "attention", False)
+    caches = []
+    for n in (9, 4):
+        cache = make_prompt_cache(model)
+        mx.eval(model(mx.array([[(3 * i + n) % 300 + 3 for i in range(n)]]), cache=cache))
+        caches.append(cache)
     calls = ca.calls()
-    mx.eval(model(mx.array([[7]]), cache=cache))  # a decode step: MLX's kernel
+    mx.eval(model(mx.array([[5]]), cache=caches[0]))  # one row: MLX's kernel
     assert ca.calls() == calls
-    mx.eval(model(mx.array([[7, 8, 9, 10, 11]]), cache=cache))  # a verify pass of 4 drafts
-    assert ca.calls() == calls + layers
+    merged = [KVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
+    mx.eval(model(mx.array([[5], [6]]), cache=merged))  # batched: the kernel, via numpy
+    assert ca.calls() == calls + len(model.model.layers)
 
 
 def test_switched_off_by_its_variable(tiny_dir, monkeypatch):
@@ -150,7 +203,7 @@ def test_a_batched_step_equals_mlx_and_reads_the_cache_in_place(masked):
 def test_a_batched_step_takes_only_what_it_computes_exactly():
     q, k = mx.zeros((4, 8, 1, 32)), mx.zeros((4, 2, 20, 32))
     assert ca.applies_to_step(q, k, None, None, None)
-    assert not ca.applies_to_step(q[:1], k[:1], None, None, None)  # one row: MLX's (pipelined)
+    assert ca.applies_to_step(q[:1], k[:1], None, None, None)  # one row: a decode step
     assert not ca.applies_to_step(mx.zeros((4, 8, 2, 32)), k, None, None, None)  # two queries
     assert not ca.applies_to_step(q, k, mx.zeros((4, 1, 1, 20)), None, None)  # additive mask
     assert not ca.applies_to_step(q, k, "causal", None, None)
@@ -173,7 +226,8 @@ def test_a_batched_decode_step_of_a_model_goes_through_it(tiny_dir):
     ids = mx.array([[5], [6], [7]])
     calls = ca.calls()
     got = model(ids, cache=merged)
+    mx.eval(got)
     assert ca.calls() == calls + len(model.model.layers)
-    for i, cache in enumerate(rows):  # each row alone, on MLX's kernel (one row)
+    for i, cache in enumerate(rows):  # each row alone (no padding mask)
         want = model(ids[i : i + 1], cache=cache)
         assert mx.allclose(got[i : i + 1], want, rtol=1e-4, atol=1e-4).item()

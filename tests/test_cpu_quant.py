@@ -60,9 +60,9 @@ def test_switched_off_leaves_quantized_layers_alone(quantized, monkeypatch):
 
 
 def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatch):
-    from mlx_notebook import _qext
+    from mlx_notebook import _ext
 
-    monkeypatch.setattr(_qext, "_state", {"module": None, "reason": "no C/C++ compiler"})
+    monkeypatch.setattr(_ext, "_state", {"module": None, "reason": "no C/C++ compiler"})
     done = cpu_fast.apply(_load(quantized[32, 4]), "cpu")
     assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
 
@@ -94,10 +94,10 @@ def test_status_says_quantized_products_run_natively(engine, quantized):
     engine.submit(req).result(timeout=60)
     notes = "\n".join(engine.info().notes)
     assert "quantized products: on native kernels" in notes
-    from mlx_notebook import _qext
+    from mlx_notebook import _ext
 
     if governor().setters:  # OpenBLAS is loaded, so threads are governed: this one too
-        assert _qext.thread_setter() in governor().setters
+        assert _ext.thread_setter() in governor().setters
 
 
 def test_default_q4_loads_the_files_own_4_bits_with_its_sampling(engine):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import _qext
+from .. import _ext
 from ..models.registry import LoadedModel, Registry
 from . import threads
 from .info import ModelInfo
@@ -53,7 +53,7 @@ def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str
         f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
         threads.describe(),
     ]
-    quant = _qext.status()
+    quant = _ext.status()
     if quant != "not attempted":  # a quantized model was loaded on the CPU
         notes.insert(2, f"quantized products: {quant}")
     for name, state in list(states.items()):

@@ -253,9 +253,9 @@ def governor() -> ThreadGovernor:
             setters, most, sync=sync, fixed=fixed if setters else None, meter=others_cores()
         )
     else:  # a library loaded since (the quantized products, with a quantized model)
-        from .. import _qext
+        from .. import _ext
 
-        quant = _qext.thread_setter()
+        quant = _ext.thread_setter()
         if quant is not None and _governor.setters and quant not in _governor.setters:
             _governor.add_setter(quant)
     return _governor

@@ -9,12 +9,13 @@ scores, one threaded pass per row over only the keys it sees, one sgemm for
 the values. It takes only what it computes as mlx-lm does: one row (no batch
 padding), a plain causal mask, no attention sinks, no quantized KV cache,
 float32, and at least `MIN_ROWS` queries: prefill chunks and speculative verify
-passes. A batched decode step (one query per row, a boolean padding mask per row)
-goes to ``mlxnb_decode_attention`` instead (`batched_step`), which reads the batched
-KV cache's buffer in place. Everything else (a one-row decode step, a chunk's mask
-array, sinks) goes to mlx-lm's own function unchanged. A one-row decode step keeps
-MLX's kernel: one query's attention is cheap there, and the native call evaluates the
-graph up to its layer, which would stop MLX from building the next step meanwhile.
+passes. A decode step (one query per row, a boolean padding mask per row) goes to
+``mlxnb_decode_attention`` instead, which reads the (batched) KV cache's buffer in
+place: as an MLX primitive of the fast path's extension (`_ext`), so the step stays
+in MLX's lazy graph and pipelined, one row or many. Without the extension only
+batched steps take the kernel, through numpy (`batched_step`): that evaluates the
+graph up to the layer, which costs a one-row step more than it saves. Everything
+else (a chunk's mask array, sinks) goes to mlx-lm's own function unchanged.
 ``MLX_NOTEBOOK_FUSED_ATTENTION=0`` leaves it out (the rest of the fast path stays).
 """
 
@@ -27,7 +28,9 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-MIN_ROWS = 2  # one query (a decode step): MLX's kernel, and the step stays pipelined
+from .. import _ext
+
+MIN_ROWS = 2  # one query is a decode step: the step kernel's
 ENV = "MLX_NOTEBOOK_FUSED_ATTENTION"
 
 _P = ctypes.POINTER(ctypes.c_float)
@@ -79,15 +82,15 @@ def applies(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
 
 
 def applies_to_step(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bool:
-    """Whether `batched_step` computes this call exactly as mlx-lm's would.
+    """Whether the decode-step kernel computes this call exactly as mlx-lm's would.
 
-    A batched decode step: several rows, one query each, every key visible or a
-    boolean mask per row (a batched KV cache's left padding), float32.
+    A decode step: one query per row, every key visible or a boolean mask per row
+    (a batched KV cache's left padding), float32.
     """
     rows = queries.shape[0] if queries.ndim == 4 else 0
     return (
         _native(queries, keys, sinks, cache)
-        and rows > 1
+        and rows >= 1
         and queries.shape[2] == 1
         and keys.shape[0] == rows
         and (
@@ -179,7 +182,11 @@ def _fused(original):
         if applies(queries, keys, mask, sinks, cache):
             out = causal_attention(queries, keys, values, scale)
         elif applies_to_step(queries, keys, mask, sinks, cache):
-            out = batched_step(queries, keys, values, scale, mask)
+            ext = _ext.attention()
+            if ext is not None:  # in the graph: the step stays pipelined
+                out = ext.decode_attention(queries, keys, values, mask, scale)
+            elif queries.shape[0] > 1:  # through numpy: worth it for batched rows only
+                out = batched_step(queries, keys, values, scale, mask)
         if out is not None:
             return out
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
@@ -197,6 +204,7 @@ def install(model) -> int:
     """
     if os.environ.get(ENV, "1") == "0" or _kernel() is None:
         return 0
+    _ext.load()  # decode steps' attention as an MLX primitive (built once per machine)
     fused = 0
     names = {type(m).__module__ for _, m in model.named_modules()}
     for mod in filter(None, (sys.modules.get(n) for n in names)):

@@ -4,7 +4,7 @@ MLX's CPU backend runs ``quantized_matmul`` as a scalar loop on one thread, so
 a 4-bit model decodes slower there than its float32 original. On CPU, each
 ``nn.QuantizedLinear`` and ``nn.QuantizedEmbedding`` (a tied LM head) in MLX's
 affine 4- or 8-bit layout becomes a subclass whose product is the extension's
-primitive (`_qext`, kernels in ``_qmm.c``), computed from the packed weights.
+primitive (`_ext`, kernels in ``_qmm.c``), computed from the packed weights.
 Weights, their layout and the computed function stay as they are: activations
 stay float32, so results equal MLX's own kernel up to the order of additions.
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .. import _qext
+from .. import _ext
 
 
 def matmul(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, gs: int, bits: int):
     """``x @ dequantize(w).T`` on the extension's kernels (x float32, any leading shape)."""
-    return _qext.load().quant_matmul(x, w, scales, biases, gs, bits)
+    return _ext.load().quant_matmul(x, w, scales, biases, gs, bits)
 
 
 def supported(layer) -> bool:
@@ -73,8 +73,8 @@ def install(model) -> tuple[int, str | None]:
     ]  # exactly these classes: a subclass may compute something else
     if not layers:
         return 0, None
-    if _qext.load() is None:
-        return 0, _qext.status()
+    if _ext.load() is None:
+        return 0, _ext.status()
     for m in layers:
         m.__class__ = _FAST[type(m)]  # same parameters and layout, another product
     return len(layers), None

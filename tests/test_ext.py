@@ -4,15 +4,15 @@ and refused (with the reason) when it cannot be built or speaks another ABI."""
 import pytest
 
 import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
-from mlx_notebook import _qext
+from mlx_notebook import _ext
 
 PATHS = {1: 0, 3: 0, 4: 0, 5: 1, 17: 1, 31: 1, 32: 2, 70: 2}  # rows -> kernel path
 
 
 @pytest.fixture(scope="module")
 def ext():
-    mod = _qext.load()
-    assert mod is not None, _qext.status()  # gcc, g++ and nanobind are installed here
+    mod = _ext.load()
+    assert mod is not None, _ext.status()  # gcc, g++ and nanobind are installed here
     return mod
 
 
@@ -89,7 +89,7 @@ def test_unsupported_inputs_are_refused(ext, change):
 def test_no_compiler_means_no_extension_and_a_reason(monkeypatch, tmp_path):
     monkeypatch.setenv("MLX_NOTEBOOK_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "/bin/false")
-    path, why = _qext.build()
+    path, why = _ext.build()
     assert path is None and why.startswith("compiling _qmm.c failed")
     assert not list(tmp_path.rglob("*.so"))  # nothing half-written is left
 
@@ -98,7 +98,7 @@ def test_missing_nanobind_is_named(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "nanobind", None)  # import fails
-    assert "nanobind" in _qext._versions()
+    assert "nanobind" in _ext._versions()
 
 
 def test_another_nanobind_abi_is_detected():
@@ -107,4 +107,50 @@ def test_another_nanobind_abi_is_detected():
         def quant_matmul(*args):
             raise TypeError("incompatible function arguments")
 
-    assert "nanobind" in _qext._check(OtherAbi)
+    assert "nanobind" in _ext._check(OtherAbi)
+
+
+@pytest.fixture(scope="module")
+def attention(ext):
+    mod = _ext.attention()
+    assert mod is not None  # the fast path's library is loaded here (OpenBLAS, gcc)
+    return mod
+
+
+@pytest.mark.parametrize("mask_rows", [None, 1, 5])
+@pytest.mark.parametrize("keys", ["cache view", "transposed"])
+def test_decode_attention_equals_mlx(attention, mask_rows, keys):
+    import mlx.core as mx
+
+    rows, size = 5, 70
+    mx.random.seed(4)
+    q = mx.random.normal((rows, 9, 1, 64))
+    kbuf, vbuf = mx.random.normal((2, rows, 3, 256, 64))
+    k, v = kbuf[..., :size, :], vbuf[..., :size, :]  # a KV cache's buffer, sliced: read in place
+    if keys == "transposed":  # last axis not dense: gathered first
+        k = mx.random.normal((rows, 3, 64, size)).transpose(0, 1, 3, 2)
+    mask = None
+    if mask_rows:
+        pad = mx.array([0, 3, 69, 10, 1])[:mask_rows]  # a row that sees one key
+        mask = pad[:, None, None, None] <= mx.arange(size)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+    before = attention.attention_calls()
+    got = attention.decode_attention(q, k, v, mask, 0.125)
+    assert attention.attention_calls() == before  # lazy: a node of MLX's graph
+    assert got.shape == ref.shape and mx.allclose(got, ref, atol=1e-5).item()
+    assert attention.attention_calls() == before + 1
+
+
+def test_decode_attention_refuses_what_it_does_not_compute(attention):
+    import mlx.core as mx
+
+    q, k = mx.zeros((2, 8, 1, 32)), mx.zeros((2, 2, 20, 32))
+    for bad in (
+        (mx.zeros((2, 8, 2, 32)), k, k, None),  # two queries
+        (q, mx.zeros((2, 3, 20, 32)), mx.zeros((2, 3, 20, 32)), None),  # 8 heads, 3 groups
+        (q, k, k, mx.zeros((2, 1, 1, 20))),  # an additive (float) mask
+        (q, k, k, mx.zeros((2, 1, 1, 19), dtype=mx.bool_)),  # the wrong length
+        (q.astype(mx.float16), k.astype(mx.float16), k.astype(mx.float16), None),
+    ):
+        with pytest.raises(ValueError):
+            attention.decode_attention(*bad, 0.1)

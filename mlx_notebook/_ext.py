@@ -1,11 +1,13 @@
-"""Build and load, once, the MLX extension for quantized products on the CPU (``_qmm_ext.cpp``).
+"""Build and load, once, the fast path's MLX extension (``_ext.cpp``): quantized products
+and the attention of decode steps, as MLX primitives on the CPU.
 
-It is an MLX ``Primitive`` compiled against the installed ``mlx`` with nanobind
-in mlx's own domain, so it takes and returns ``mlx.core.array``. Built with the
-system compilers into the cache folder, keyed by the sources, the CPU, and the
-mlx, nanobind and Python versions, and written atomically. Anything missing (a
-compiler, nanobind, mlx's headers) or an mlx built with another nanobind ABI
-leaves quantized models on MLX's own kernels, and `status` says why.
+Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
+it takes and returns ``mlx.core.array``. Built with the system compilers into
+the cache folder, keyed by the sources, the CPU, and the mlx, nanobind and
+Python versions, and written atomically. Anything missing (a compiler,
+nanobind, mlx's headers) or an mlx built with another nanobind ABI leaves
+quantized products and decode attention on MLX's own kernels, and `status`
+says why.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from pathlib import Path
 
 from ._native import FLAGS, _cache_dir, _cpu_id, fast_enabled
 
-NAME = "_mlxnb_qmm"
+NAME = "_mlxnb_ext"
 KERNEL = Path(__file__).with_name("_qmm.c")
-GLUE = Path(__file__).with_name("_qmm_ext.cpp")
+GLUE = Path(__file__).with_name("_ext.cpp")
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
 
@@ -147,7 +149,26 @@ def load():
         _state["reason"] = why
         return None
     _state.update(module=mod, reason=f"on native kernels ({how})")
+    _attention_kernel(mod)
     return mod
+
+
+def _attention_kernel(mod) -> None:
+    # The decode attention kernel is _attn.c's, in the fast path's own library.
+    import ctypes
+
+    from . import _blas
+
+    lib = _blas.native_library()
+    fn = getattr(lib, "mlxnb_decode_attention", None) if lib is not None else None
+    if fn is not None:
+        mod.set_attention_kernel(ctypes.cast(fn, ctypes.c_void_p).value)
+        _state["attention"] = True
+
+
+def attention():
+    """The extension when it can compute decode attention (its kernel is set), else None."""
+    return _state["module"] if _state.get("attention") else None
 
 
 def status() -> str:

@@ -1,0 +1,204 @@
+// MLX primitives for the CPU fast path: quantized products (kernels in _qmm.c) and
+// the attention of a decode step (the kernel in _attn.c, from the fast path's library).
+//
+// A Primitive keeps the work inside MLX's lazy graph: it is scheduled on the CPU
+// stream's thread like MLX's own ops, so decode stays pipelined (a native call
+// through numpy would evaluate the graph first). Built against the installed mlx
+// with nanobind in mlx's domain, so the arrays passed in and out are mlx.core.array.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstdint>
+#include <optional>
+
+#include <stdexcept>
+
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/mlx.h"
+#include "mlx/primitives.h"
+
+extern "C" {
+int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint32_t* w,
+              const float* s, const float* b, float* out);
+void mlxnb_qmm_set_threads(int n);
+long mlxnb_qmm_calls(int path);
+}
+
+namespace nb = nanobind;
+namespace mx = mlx::core;
+
+namespace {
+
+// _attn.c's mlxnb_decode_attention, handed over by address (set_attention_kernel):
+// it lives in the fast path's own library, which this one does not link.
+using decode_fn = int (*)(const float*, const float*, const float*, const unsigned char*,
+                          float*, int, int, int, int, int, long, long, long, long, long, long,
+                          float);
+decode_fn decode_kernel = nullptr;
+long decode_calls = 0;
+
+class QuantMatmul : public mx::Primitive {
+ public:
+  QuantMatmul(mx::Stream s, int group_size, int bits)
+      : mx::Primitive(s), group_size_(group_size), bits_(bits) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& out = outputs[0];
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    const auto& ins = inputs;
+    for (const auto& a : ins)  // quant_matmul made x contiguous; parameters are
+      if (!a.flags().row_contiguous)
+        throw std::invalid_argument("mlxnb_quant_matmul: every input must be row-contiguous");
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    for (auto& a : ins) enc.set_input_array(a);
+    enc.set_output_array(out);
+    const int K = ins[0].shape(-1), N = out.shape(-1), M = ins[0].size() / K;
+    enc.dispatch([x = ins[0], w = ins[1], s = ins[2], b = ins[3], out = mx::array::unsafe_weak_copy(out),
+                  M, N, K, gs = group_size_, bits = bits_]() mutable {
+      mlxnb_qmm(M, N, K, gs, bits, x.data<float>(), w.data<uint32_t>(), s.data<float>(),
+                b.data<float>(), out.data<float>());
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("mlxnb_quant_matmul runs on the CPU only");
+  }
+
+  const char* name() const override { return "MlxnbQuantMatmul"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    auto& o = static_cast<const QuantMatmul&>(other);
+    return group_size_ == o.group_size_ && bits_ == o.bits_;
+  }
+
+ private:
+  int group_size_, bits_;
+};
+
+mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
+                       const mx::array& biases, int group_size, int bits) {
+  if (x.dtype() != mx::float32 || scales.dtype() != mx::float32 ||
+      biases.dtype() != mx::float32 || w.dtype() != mx::uint32)
+    throw std::invalid_argument("quant_matmul: float32 x, scales, biases and uint32 w");
+  if (w.ndim() != 2 || scales.ndim() != 2 || biases.shape() != scales.shape() || x.ndim() < 1)
+    throw std::invalid_argument("quant_matmul: 2-D w, scales and biases");
+  const int K = x.shape(-1), N = w.shape(0);
+  if ((bits != 4 && bits != 8) || group_size % 32 || K % group_size ||
+      w.shape(1) * 32 / bits != K || scales.shape(0) != N || scales.shape(1) * group_size != K)
+    throw std::invalid_argument("quant_matmul: shapes do not match the group size and bits");
+  auto shape = x.shape();
+  shape.back() = N;
+  auto s = mx::default_stream(mx::Device::cpu);
+  // A view (a slice, a transpose) becomes dense rows; a dense x is shared, not copied.
+  auto xc = mx::contiguous(x, false, s);
+  return mx::array(shape, mx::float32, std::make_shared<QuantMatmul>(s, group_size, bits),
+                   {xc, w, scales, biases});
+}
+
+// a's strides when its last axis is dense (a KV cache's buffer, sliced: read in place);
+// otherwise a's elements gathered into buf, densely, and their strides.
+std::vector<int64_t> dense_rows(const mx::array& a, std::vector<float>& buf) {
+  const auto& st = a.strides();
+  if (st[3] == 1) return {st[0], st[1], st[2], 1};
+  const int64_t n0 = a.shape(0), n1 = a.shape(1), n2 = a.shape(2), n3 = a.shape(3);
+  buf.resize(static_cast<size_t>(a.size()));
+  const float* p = a.data<float>();
+  size_t i = 0;
+  for (int64_t x = 0; x < n0; x++)
+    for (int64_t y = 0; y < n1; y++)
+      for (int64_t z = 0; z < n2; z++)
+        for (int64_t w = 0; w < n3; w++)
+          buf[i++] = p[x * st[0] + y * st[1] + z * st[2] + w * st[3]];
+  return {n1 * n2 * n3, n2 * n3, n3, 1};
+}
+
+// softmax(scale * q k^T) v for one query per batch row. q [B, H, 1, D] dense; k and
+// v [B, Hkv, S, D] any view whose last axis is dense (a KV cache's buffer, sliced);
+// an optional boolean mask [B or 1, 1, 1, S], any strides.
+class DecodeAttention : public mx::Primitive {
+ public:
+  DecodeAttention(mx::Stream s, float scale) : mx::Primitive(s), scale_(scale) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& out = outputs[0];
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    for (const auto& a : inputs) enc.set_input_array(a);
+    enc.set_output_array(out);
+    enc.dispatch([ins = inputs, out = mx::array::unsafe_weak_copy(out), scale = scale_]() mutable {
+      const auto &q = ins[0], &k = ins[1], &v = ins[2];
+      const int B = q.shape(0), H = q.shape(1), D = q.shape(3), Hkv = k.shape(1),
+                S = k.shape(2);
+      std::vector<unsigned char> m;
+      if (ins.size() > 3) {  // the mask, read through its strides (often broadcast)
+        const auto& a = ins[3];
+        const auto* p = a.data<bool>();
+        const long sb = a.shape(0) == 1 ? 0 : a.strides()[0], ss = a.strides()[3];
+        m.resize(static_cast<size_t>(B) * S);
+        for (int b = 0; b < B; b++)
+          for (int t = 0; t < S; t++) m[static_cast<size_t>(b) * S + t] = p[b * sb + t * ss];
+      }
+      std::vector<float> kd, vd;
+      auto ks = dense_rows(k, kd), vs = dense_rows(v, vd);
+      decode_kernel(q.data<float>(), kd.empty() ? k.data<float>() : kd.data(),
+                    vd.empty() ? v.data<float>() : vd.data(), m.empty() ? nullptr : m.data(),
+                    out.data<float>(), B, H, Hkv, S, D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
+                    scale);
+      decode_calls++;
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("mlxnb_decode_attention runs on the CPU only");
+  }
+
+  const char* name() const override { return "MlxnbDecodeAttention"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return scale_ == static_cast<const DecodeAttention&>(other).scale_;
+  }
+
+ private:
+  float scale_;
+};
+
+mx::array decode_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                           std::optional<mx::array> mask, float scale) {
+  if (decode_kernel == nullptr) throw std::runtime_error("decode_attention: no kernel set");
+  if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(2) != 1 ||
+      q.shape(0) != k.shape(0) || q.shape(3) != k.shape(3) || k.shape(1) == 0 ||
+      q.shape(1) % k.shape(1) || q.dtype() != mx::float32 || k.dtype() != mx::float32 ||
+      v.dtype() != mx::float32)
+    throw std::invalid_argument("decode_attention: q [B, H, 1, D], k and v [B, Hkv, S, D], float32");
+  auto s = mx::default_stream(mx::Device::cpu);
+  // The kernel reads rows of D floats through strides: q is made dense here; k and v
+  // are read in place when their last axis is dense (a KV cache), else gathered.
+  std::vector<mx::array> ins = {mx::contiguous(q, false, s), k, v};
+  if (mask) {
+    const auto& a = *mask;
+    if (a.dtype() != mx::bool_ || a.ndim() != 4 || a.shape(1) != 1 || a.shape(2) != 1 ||
+        a.shape(3) != k.shape(2) || (a.shape(0) != 1 && a.shape(0) != k.shape(0)))
+      throw std::invalid_argument("decode_attention: a boolean mask [B or 1, 1, 1, S]");
+    ins.push_back(a);
+  }
+  return mx::array(q.shape(), mx::float32, std::make_shared<DecodeAttention>(s, scale), ins);
+}
+
+}  // namespace
+
+NB_MODULE(_mlxnb_ext, m) {
+  m.def("quant_matmul", &quant_matmul, nb::arg("x"), nb::arg("w"), nb::arg("scales"),
+        nb::arg("biases"), nb::arg("group_size"), nb::arg("bits"),
+        "x @ dequantize(w, scales, biases).T for MLX's affine 4- or 8-bit layout, on the CPU.");
+  m.def("set_threads", &mlxnb_qmm_set_threads, nb::arg("n"),
+        "Threads for the products (0: OpenMP's default).");
+  m.def("calls", &mlxnb_qmm_calls, nb::arg("path"),
+        "Products computed so far by one path: 0 registers, 1 tiles, 2 sgemm.");
+  m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("mask").none(), nb::arg("scale"),
+        "softmax(scale * q k^T, mask) v for one query per batch row, on the CPU.");
+  m.def(
+      "set_attention_kernel", [](uintptr_t f) { decode_kernel = reinterpret_cast<decode_fn>(f); },
+      nb::arg("address"), "The address of _attn.c's mlxnb_decode_attention.");
+  m.def("attention_calls", [] { return decode_calls; }, "Decode attentions computed so far.");
+}
