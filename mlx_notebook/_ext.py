@@ -1,6 +1,6 @@
-"""Build and load, once, the fast path's MLX extension (``_ext.cpp``): quantized products
-and the attention of decode steps, as MLX primitives on the CPU.
+"""Build and load, once, the fast path's MLX extension (``_ext.cpp``).
 
+Its MLX primitives compute quantized products and decode steps' attention on the CPU.
 Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
 it takes and returns ``mlx.core.array``. Built with the system compilers into
 the cache folder, keyed by the sources, the CPU, and the mlx, nanobind and

@@ -65,7 +65,9 @@ def resolve(spec: str) -> Spec:
     if spec.startswith(DEFAULT + ":"):
         name = spec.split(":", 1)[1]
         if name not in VARIANTS:
-            raise ValueError(f"model: {spec!r}: the bundled model comes as default:q4 or default:f32")
+            raise ValueError(
+                f"model: {spec!r}: the bundled model comes as default:q4 or default:f32"
+            )
         return Spec("default", spec, variant=VARIANTS[name])
     p = Path(os.path.expanduser(spec))
     if p.is_dir():
