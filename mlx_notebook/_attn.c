@@ -28,6 +28,7 @@ typedef int v8i __attribute__((vector_size(32), aligned(4)));
 
 extern int mlxnb_thread_count; /* set by the thread governor (_gemv.c) */
 static long calls;
+enum { STEP_PARALLEL_MIN = 1 << 20 }; /* multiply-adds of a decode step's attention */
 long mlxnb_attention_calls(void) { return calls; }
 
 static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
@@ -149,7 +150,10 @@ int mlxnb_decode_attention(const float *q, const float *k, const float *v,
 #ifdef _OPENMP
   nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
 #endif
-#pragma omp parallel for num_threads(nt) schedule(static)
+  /* A short step (one row, a short context) is over before a second thread would
+   * start, and a spinning one takes the core the next step's graph is built on. */
+  if ((long)B * H * S * D < STEP_PARALLEL_MIN) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int bg = 0; bg < B * Hkv; bg++) {
     const int b = bg / Hkv, g = bg % Hkv;
     const float *kb = k + b * ksb + g * ksh, *vb = v + b * vsb + g * vsh;

@@ -36,6 +36,12 @@
 
 enum { SMALL_M = 4, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
 
+/* A decode step's products (up to 4 rows) take one thread unless they are this large
+ * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
+ * step's 150 small products takes the core that the Python thread building the
+ * next step needs, and decoding got slower (76 tok/s against 100 on one thread). */
+enum { SMALL_PARALLEL_MIN = 1 << 23 };
+
 static int thread_count; /* 0: OpenMP's default */
 static long calls[3];    /* products per path: register, tile, sgemm */
 
@@ -254,7 +260,8 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     x = xp;
   }
 #endif
-  const int nt = threads_for((long)M * N * K);
+  const long macs = (long)M * N * K;
+  const int nt = macs >= SMALL_PARALLEL_MIN ? threads_for(macs) : 1;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int n = 0; n < N; n++) {
     const uint8_t *wr = w + n * rb;
