@@ -109,3 +109,25 @@ def test_default_q4_loads_the_files_own_4_bits_with_its_sampling(engine):
     assert "211 quantized products native" in info.fast_path  # 210 4-bit + the 8-bit head
     lm = engine.registry.peek("default:q4")
     assert lm.defaults["temperature"] == 0.2  # the bundled model's own sampling
+
+
+def test_the_default_model_is_its_4_bit_weights_on_cpu_when_the_kernels_are_there(monkeypatch):
+    from mlx_notebook import _ext
+    from mlx_notebook.models.loader import VARIANT_ENV, default_variant
+
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    assert _ext.load() is not None and default_variant() == "q"
+    monkeypatch.setattr(_ext, "_state", {"module": None, "reason": "no C/C++ compiler"})
+    assert default_variant() == "f32"  # MLX's own 4-bit kernel is a scalar loop on CPU
+    for value, want in (("f32", "f32"), ("q4", "q"), ("q", "q")):
+        monkeypatch.setenv(VARIANT_ENV, value)
+        assert default_variant() == want
+
+
+def test_a_quantized_model_is_described_by_its_bit_widths(engine, quantized):
+    from mlx_notebook.engine import Request
+
+    path = quantized[64, 8]
+    engine.submit(Request("Hi", model=path, chat=False, max_tokens=2)).result(timeout=60)
+    (info,) = [m for m in engine.info().models if m.name == path]
+    assert info.dtype == "8-bit, float32"

@@ -216,6 +216,7 @@ def _config_context(path) -> int | None:
 
 def describe(name: str, model, tokenizer, path) -> LoadedModel:
     """Measure a model for the registry."""
+    import mlx.nn as nn
     from mlx.utils import tree_flatten
 
     params = tree_flatten(model.parameters())
@@ -225,6 +226,11 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
 
         nbytes += buffer_bytes(model)
     dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")
+    if hasattr(model, "named_modules"):  # quantized layers: their widths first ("4/8-bit")
+        quantized = (nn.QuantizedLinear, nn.QuantizedEmbedding)
+        bits = sorted({m.bits for _, m in model.named_modules() if isinstance(m, quantized)})
+        if bits:
+            dtype = f"{'/'.join(map(str, bits))}-bit, {dtype}"
     vocab = tokenizer.get_vocab()
     args = getattr(model, "args", None)
     context = getattr(args, "max_position_embeddings", None) or _config_context(path)
