@@ -18,10 +18,9 @@ import os
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 from pathlib import Path
 
-from ._native import FLAGS, _cache_dir, _cpu_id, fast_enabled
+from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_that_compiles
 
 NAME = "_mlxnb_ext"
 KERNEL = Path(__file__).with_name("_qmm.c")
@@ -51,15 +50,7 @@ def _compile(tmp: Path, mlx_dir: Path, nb_dir: Path) -> str | None:
     if cc is None or cxx is None:
         return "no C/C++ compiler to build it (install gcc and g++)"
     obj = tmp.with_suffix(".o")
-    for flags in FLAGS:  # fastest first; OpenMP or -march=native may be missing
-        res = subprocess.run(
-            [cc, *flags, "-fPIC", "-c", "-o", str(obj), str(KERNEL)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if res.returncode == 0:
-            break
+    res, flags = first_that_compiles(lambda f: [cc, *f, "-fPIC", "-c", "-o", str(obj), str(KERNEL)])
     if res.returncode != 0:
         return "compiling _qmm.c failed: " + (res.stderr.strip().splitlines() or ["?"])[0][:200]
     omp = ["-fopenmp"] if "-fopenmp" in flags else []
@@ -93,20 +84,7 @@ def build() -> tuple[Path | None, str]:
     out = _cache_dir() / f"{NAME}-{key}" / f"{NAME}{suffix}"
     if out.is_file():
         return out, "cached"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        why = _compile(Path(tmp), mlx_dir, nb_dir)
-        if why is not None:
-            return None, why
-        os.replace(tmp, out)  # atomic: readers see all or nothing
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"building it failed: {exc}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out, "built"
+    return build_atomically(out, lambda tmp: _compile(tmp, mlx_dir, nb_dir))
 
 
 def _check(mod) -> str | None:

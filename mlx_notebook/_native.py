@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 FAST_ENV = "MLX_NOTEBOOK_FAST"
@@ -46,6 +47,45 @@ def _cache_dir() -> Path:
     )
 
 
+def first_that_compiles(command: Callable[[tuple[str, ...]], list[str]], timeout: float = 120):
+    """Run ``command(flags)`` for each of `FLAGS`, fastest first, until one compiles.
+
+    Returns:
+        The last run's ``CompletedProcess`` and its flags.
+    """
+    for flags in FLAGS:  # OpenMP or -march=native may be missing
+        res = subprocess.run(command(flags), capture_output=True, text=True, timeout=timeout)
+        if res.returncode == 0:
+            break
+    return res, flags
+
+
+def build_atomically(out: Path, build: Callable[[Path], str | None]) -> tuple[Path | None, str]:
+    """Run ``build(tmp)`` beside ``out``, then move the result into place atomically.
+
+    Args:
+        out: The file to make.
+        build: Writes the file it is given; returns None, or why it failed.
+
+    Returns:
+        ``(out, "built")``, or None and the reason (nothing half-written is left).
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    try:
+        why = build(Path(tmp))
+        if why is not None:
+            return None, why
+        os.replace(tmp, out)  # atomic: readers see all or nothing
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"building it failed: {exc}"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out, "built"
+
+
 def build_gemv() -> tuple[Path | None, str]:
     """Path of the built library (building it if needed), or None and the reason."""
     src = b"".join(s.read_bytes() for s in SOURCES)
@@ -57,27 +97,23 @@ def build_gemv() -> tuple[Path | None, str]:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None, "no C compiler to build it (install gcc)"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        # Fastest flags first; OpenMP or -march=native may be missing.
-        for flags in FLAGS:
-            res = subprocess.run(
-                [cc, *flags, "-shared", "-fPIC", "-o", tmp, *map(str, SOURCES), "-lm"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            if res.returncode == 0:
-                break
+
+    def build(tmp: Path) -> str | None:
+        res, _ = first_that_compiles(
+            lambda flags: [
+                cc,
+                *flags,
+                "-shared",
+                "-fPIC",
+                "-o",
+                str(tmp),
+                *map(str, SOURCES),
+                "-lm",
+            ],
+            timeout=60,
+        )
         if res.returncode != 0:
-            first = (res.stderr.strip().splitlines() or ["failed"])[0][:200]
-            return None, f"building it failed: {first}"
-        os.replace(tmp, out)  # atomic: readers see all or nothing
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"building it failed: {exc}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out, "built"
+            return "building it failed: " + (res.stderr.strip().splitlines() or ["failed"])[0][:200]
+        return None
+
+    return build_atomically(out, build)
