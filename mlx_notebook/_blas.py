@@ -132,11 +132,6 @@ def thread_setters() -> list:
     lib = _state.get("_lib")
     if lib is not None and hasattr(lib, "mlxnb_set_threads"):
         out.append(lib.mlxnb_set_threads)
-    from . import _ext
-
-    quant = _ext.thread_setter()  # loaded with the first quantized model
-    if quant is not None:
-        out.append(quant)
     return out
 
 

@@ -252,12 +252,11 @@ def governor() -> ThreadGovernor:
         _governor = ThreadGovernor(
             setters, most, sync=sync, fixed=fixed if setters else None, meter=others_cores()
         )
-    else:  # a library loaded since (the quantized products, with a quantized model)
-        from .. import _ext
+    from .. import _ext
 
-        quant = _ext.thread_setter()
-        if quant is not None and _governor.setters and quant not in _governor.setters:
-            _governor.add_setter(quant)
+    quant = _ext.thread_setter()  # the fast path's extension, loaded with a model
+    if quant is not None and _governor.setters and quant not in _governor.setters:
+        _governor.add_setter(quant)
     return _governor
 
 
