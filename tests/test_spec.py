@@ -24,7 +24,7 @@ def test_the_default_model_s_precisions_are_specs():
     assert resolve("default:q4") == resolve(" default:q4 ")
     assert (resolve("default:q4").variant, resolve("default:q4").key) == ("q", "default:q4")
     assert resolve("default:f32").variant == "f32"
-    with pytest.raises(ValueError, match="default:q4 or :f32"):
+    with pytest.raises(ValueError, match="default:q4 or default:f32"):
         resolve("default:q3")
 
 
