@@ -2,12 +2,12 @@
  * 4-bit or 8-bit layout, computed from the packed weights without unpacking them
  * to memory.
  *
- * MLX's CPU backend runs quantized_matmul as a scalar loop on one thread (about a
- * third of float32's speed here). A decode step is bound by streaming the
- * weights, and 4-bit weights are about a sixth of float32's bytes, so:
- *   - up to SMALL_M rows (decode steps), each weight group is widened to float
- *     in registers (nibbles -> int32 -> float) and multiplied with every row,
- *     the weight rows split over OpenMP threads;
+ * MLX's CPU backend runs quantized_matmul as a scalar loop on one thread (about half
+ * of float32's decode speed here), although 4-bit weights are about a sixth of
+ * float32's bytes to stream. Here:
+ *   - up to SMALL_M rows (decode steps, verify passes of up to 7 drafts), each
+ *     weight group is widened to float in registers (nibbles -> int32 -> float)
+ *     and multiplied with every row (one thread but for LM heads: see below);
  *   - up to TILE_M rows (verify passes, batched steps), each thread widens 8
  *     weight rows at a time into a small float tile (cache resident) and runs a
  *     4 x 2 register-tiled product over it;
@@ -34,9 +34,9 @@
 #define QMM_AVX512 1
 #endif
 
-enum { SMALL_M = 4, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
+enum { SMALL_M = 8, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
 
-/* A decode step's products (up to 4 rows) take one thread unless they are this large
+/* A decode step's products (and a verify pass's) take one thread unless they are this large
  * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
  * step's 150 small products takes the core that the Python thread building the
  * next step needs, and decoding got slower (76 tok/s against 100 on one thread). */
@@ -151,7 +151,7 @@ static inline __attribute__((always_inline)) void row_dots512(
 }
 #endif
 
-/* out[m] = sum_g scale_g * (q . x_m over g) + bias_g * xsum[m][g], for M <= 4 rows.
+/* out[m] = sum_g scale_g * (q . x_m over g) + bias_g * xsum[m][g], for M <= SMALL_M rows.
  * Groups restart their partial sums, so consecutive groups' chains overlap. */
 static inline __attribute__((always_inline)) void row_dots(
     const int M, int K, int gs, int bits, const uint8_t *w, const float *s, const float *b,
@@ -270,7 +270,11 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     case 1: ROW_DOTS(1, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
     case 2: ROW_DOTS(2, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
     case 3: ROW_DOTS(3, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    default: ROW_DOTS(4, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 4: ROW_DOTS(4, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 5: ROW_DOTS(5, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 6: ROW_DOTS(6, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 7: ROW_DOTS(7, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    default: ROW_DOTS(8, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
     }
   }
   free(xsum);
@@ -311,7 +315,8 @@ static void tile_rows(int M, int nw, int K, const float *x, const float *t, floa
 
 static void tiled(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                   const float *s, const float *b, float *out) {
-  const int nt = threads_for((long)M * N * K);
+  const long macs = (long)M * N * K; /* a verify pass is a decode step too: see small_rows */
+  const int nt = macs >= SMALL_PARALLEL_MIN ? threads_for(macs) : 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     float *t = malloc(sizeof(float) * TILE_N * K);

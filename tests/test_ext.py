@@ -6,7 +6,7 @@ import pytest
 import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
 from mlx_notebook import _ext
 
-PATHS = {1: 0, 3: 0, 4: 0, 5: 1, 17: 1, 31: 1, 32: 2, 70: 2}  # rows -> kernel path
+PATHS = {1: 0, 3: 0, 5: 0, 8: 0, 9: 1, 17: 1, 31: 1, 32: 2, 70: 2}  # rows -> kernel path
 
 
 @pytest.fixture(scope="module")
