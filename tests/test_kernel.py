@@ -389,7 +389,8 @@ def test_chat_ui_by_comm_messages_keeps_the_kernel_free(kernel):
         "%chat ui's widget",
         lambda: [c for c in kernel.widgets("AnyModel", _anywidget_id=CHAT_UI) if c not in before],
     )[0]
-    assert kernel.value(notes, "title") == "notes · default"
+    # The widget's comm can open before its state arrives (CI under load saw '' here once).
+    kernel.wait_for("its title", lambda: kernel.value(notes, "title") == "notes · default", 30)
     kernel.idle(msg_id)
     saved = [d for d in kernel.display_ids(msg_id) if "saved transcript" in str(
         kernel.displays.get(d, {}).get("text/html", ""))]  # fmt: skip
