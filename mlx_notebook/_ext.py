@@ -150,7 +150,7 @@ def attention():
 
 
 def status() -> str:
-    """One line: whether quantized products run natively, or why not."""
+    """One line: whether the extension's kernels are in use, or why not."""
     return _state["reason"]
 
 

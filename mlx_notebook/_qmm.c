@@ -39,7 +39,7 @@ enum { SMALL_M = 8, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 
 /* A decode step's products (and a verify pass's) take one thread unless they are this large
  * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
  * step's 150 small products takes the core that the Python thread building the
- * next step needs, and decoding got slower (76 tok/s against 100 on one thread). */
+ * next step needs, and decoding got slower than on one thread. */
 enum { SMALL_PARALLEL_MIN = 1 << 23 };
 
 static int thread_count; /* 0: OpenMP's default */

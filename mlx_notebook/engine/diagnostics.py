@@ -53,9 +53,9 @@ def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str
         f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
         threads.describe(),
     ]
-    quant = _ext.status()
-    if quant != "not attempted":  # a quantized model was loaded on the CPU
-        notes.insert(2, f"quantized products: {quant}")
+    ext = _ext.status()
+    if ext != "not attempted":  # a model was loaded on the CPU with the fast path on
+        notes.insert(2, f"MLX extension (quantized products, decode attention): {ext}")
     for name, state in list(states.items()):
         c, x = state.cache, state.suffix
         notes.append(

@@ -19,6 +19,8 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from .. import _ext
+
 ENV = "MLX_NOTEBOOK_THREADS"  # "auto" (default), or a fixed count such as "1" or "2"
 
 
@@ -252,9 +254,7 @@ def governor() -> ThreadGovernor:
         _governor = ThreadGovernor(
             setters, most, sync=sync, fixed=fixed if setters else None, meter=others_cores()
         )
-    from .. import _ext
-
-    quant = _ext.thread_setter()  # the fast path's extension, loaded with a model
+    quant = _ext.thread_setter()  # the fast path's extension, loaded with a CPU model
     if quant is not None and _governor.setters and quant not in _governor.setters:
         _governor.add_setter(quant)
     return _governor
