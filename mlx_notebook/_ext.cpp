@@ -7,6 +7,7 @@
 // with nanobind in mlx's domain, so the arrays passed in and out are mlx.core.array.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
@@ -22,6 +23,19 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint3
               const float* s, const float* b, float* out);
 void mlxnb_qmm_set_threads(int n);
 long mlxnb_qmm_calls(int path);
+typedef struct {
+  int N, K, gs, bits;
+  const void* w;
+  const float *scales, *biases;
+} mlxnb_linear_t;
+int mlxnb_layer_in(int B, int E, const float* x, const float* norm_w, float eps,
+                   const mlxnb_linear_t* qkv, int H, int Hkv, int D, int traditional,
+                   const float* cos, const float* sin, int rope_rows, float* q, float* k,
+                   float* v);
+int mlxnb_layer_out(int B, int E, const float* a, const float* x, const mlxnb_linear_t* o,
+                    const float* norm_w, float eps, const mlxnb_linear_t* gate_up,
+                    const mlxnb_linear_t* down, float* out);
+long mlxnb_layer_calls(void);
 }
 
 namespace nb = nanobind;
@@ -184,6 +198,210 @@ mx::array decode_attention(const mx::array& q, const mx::array& k, const mx::arr
   return mx::array(q.shape(), mx::float32, std::make_shared<DecodeAttention>(s, scale), ins);
 }
 
+// An array's elements densely in row-major order: its own buffer when it is
+// row-contiguous, else gathered (through its strides) into buf.
+template <typename T>
+const T* dense(const mx::array& a, std::vector<T>& buf) {
+  if (a.flags().row_contiguous) return a.data<T>();
+  buf.resize(a.size());
+  const T* p = a.data<T>();
+  const int nd = a.ndim();
+  std::vector<int> idx(nd, 0);
+  for (size_t i = 0; i < a.size(); i++) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += idx[d] * a.strides()[d];
+    buf[i] = p[off];
+    for (int d = nd - 1; d >= 0 && ++idx[d] == a.shape(d); d--) idx[d] = 0;
+  }
+  return buf.data();
+}
+
+// A parameter as given when it is dense already (loaded weights are), else made so.
+mx::array dense_param(const mx::array& a, mx::Stream s) {
+  return a.is_available() && a.flags().row_contiguous ? a : mx::contiguous(a, false, s);
+}
+
+// One bias-free linear layer's arrays: [w] (float32 [N, K]) or [w, scales, biases]
+// (MLX's affine 4/8-bit layout); bits and the group size follow from the shapes.
+struct Lin {
+  int N = 0, K = 0, gs = 0, bits = 0;
+  int arrays() const { return bits ? 3 : 1; }
+  mlxnb_linear_t at(const mx::array* a) const {
+    return {N, K, gs, bits, bits ? static_cast<const void*>(a[0].data<uint32_t>())
+                                 : static_cast<const void*>(a[0].data<float>()),
+            bits ? a[1].data<float>() : nullptr, bits ? a[2].data<float>() : nullptr};
+  }
+};
+
+Lin describe(const std::vector<mx::array>& l, int K, const char* what) {
+  auto bad = [&] { return std::invalid_argument(std::string("fused layer: ") + what +
+                                                " is not [w] float32 [N, K] or [w, scales, biases] 4/8-bit"); };
+  Lin d;
+  d.K = K;
+  if (l.size() == 1) {
+    if (l[0].dtype() != mx::float32 || l[0].ndim() != 2 || l[0].shape(1) != K) throw bad();
+    d.N = l[0].shape(0);
+    return d;
+  }
+  if (l.size() != 3 || l[0].dtype() != mx::uint32 || l[0].ndim() != 2 || l[1].ndim() != 2 ||
+      l[1].dtype() != mx::float32 || l[2].dtype() != mx::float32 || l[2].shape() != l[1].shape() ||
+      l[1].shape(0) != l[0].shape(0) || l[1].shape(1) == 0 || K % l[1].shape(1))
+    throw bad();
+  d.N = l[0].shape(0);
+  d.gs = K / l[1].shape(1);
+  if (l[0].shape(1) * 32 % K) throw bad();
+  d.bits = l[0].shape(1) * 32 / K;
+  if ((d.bits != 4 && d.bits != 8) || d.gs % 32 || d.K * d.bits != l[0].shape(1) * 32) throw bad();
+  return d;
+}
+
+// Allocates every output and registers the arrays with the stream's encoder.
+mx::cpu::CommandEncoder& prepare(mx::Stream s, const std::vector<mx::array>& ins,
+                                 std::vector<mx::array>& outs) {
+  auto& enc = mx::cpu::get_command_encoder(s);
+  for (auto& o : outs) o.set_data(mx::allocator::malloc(o.nbytes()));
+  for (const auto& a : ins) enc.set_input_array(a);
+  for (auto& o : outs) enc.set_output_array(o);
+  return enc;
+}
+
+// A decode step's input half of a llama-style layer (_layer.c's mlxnb_layer_in).
+// Inputs: x [B, 1, E], the norm's weight, cos and sin rows, then the q/k/v arrays.
+struct InParams {
+  float eps;
+  int H, Hkv, D;
+  bool trad;
+  Lin qkv;
+  bool operator==(const InParams& o) const {
+    return eps == o.eps && H == o.H && Hkv == o.Hkv && D == o.D && trad == o.trad &&
+           qkv.N == o.qkv.N && qkv.K == o.qkv.K && qkv.gs == o.qkv.gs && qkv.bits == o.qkv.bits;
+  }
+};
+
+class LayerIn : public mx::Primitive {
+ public:
+  LayerIn(mx::Stream s, InParams p) : mx::Primitive(s), p_(p) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& enc = prepare(stream(), inputs, outputs);
+    enc.dispatch([ins = inputs, q = mx::array::unsafe_weak_copy(outputs[0]),
+                  k = mx::array::unsafe_weak_copy(outputs[1]),
+                  v = mx::array::unsafe_weak_copy(outputs[2]), p = p_]() mutable {
+      std::vector<float> xb, cb, sb;
+      const int E = p.qkv.K, B = ins[0].size() / E, width = p.trad ? p.D : p.D / 2;
+      auto lin = p.qkv.at(&ins[4]);
+      mlxnb_layer_in(B, E, dense(ins[0], xb), ins[1].data<float>(), p.eps, &lin, p.H, p.Hkv, p.D,
+                     p.trad, dense(ins[2], cb), dense(ins[3], sb),
+                     static_cast<int>(ins[2].size() / width), q.data<float>(), k.data<float>(),
+                     v.data<float>());
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("mlxnb_layer_in runs on the CPU only");
+  }
+
+  const char* name() const override { return "MlxnbLayerIn"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return p_ == static_cast<const LayerIn&>(other).p_;
+  }
+
+ private:
+  InParams p_;
+};
+
+std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, float eps,
+                                const std::vector<mx::array>& qkv, const mx::array& cos,
+                                const mx::array& sin, bool traditional, int n_heads,
+                                int n_kv_heads) {
+  if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 ||
+      norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
+    throw std::invalid_argument("layer_in: x [B, 1, E] float32 and a norm weight [E]");
+  const int B = x.shape(0), E = x.shape(2);
+  auto lin = describe(qkv, E, "q/k/v");
+  const int heads = n_heads + 2 * n_kv_heads;
+  if (n_heads < 1 || n_kv_heads < 1 || lin.N % heads || (lin.N / heads) % 2)
+    throw std::invalid_argument("layer_in: q/k/v rows are not (H + 2 Hkv) heads of even width");
+  const int D = lin.N / heads, width = traditional ? D : D / 2;
+  for (const auto* t : {&cos, &sin})
+    if (t->dtype() != mx::float32 || (t->size() != static_cast<size_t>(width) &&
+                                      t->size() != static_cast<size_t>(B) * width))
+      throw std::invalid_argument("layer_in: cos and sin hold 1 or B rows of the RoPE width");
+  auto s = mx::default_stream(mx::Device::cpu);
+  std::vector<mx::array> ins = {x, dense_param(norm_w, s), cos, sin};
+  for (const auto& a : qkv) ins.push_back(dense_param(a, s));
+  return mx::array::make_arrays(
+      {{B, n_heads, 1, D}, {B, n_kv_heads, 1, D}, {B, n_kv_heads, 1, D}},
+      {mx::float32, mx::float32, mx::float32},
+      std::make_shared<LayerIn>(s, InParams{eps, n_heads, n_kv_heads, D, traditional, lin}), ins);
+}
+
+// A decode step's output half (_layer.c's mlxnb_layer_out). Inputs: the attention's
+// output a [B, H, 1, D], the layer's input x [B, 1, E], the norm's weight, then the
+// arrays of o, gate/up (stacked) and down.
+struct OutParams {
+  float eps;
+  Lin o, gu, down;
+  bool operator==(const OutParams& p) const {
+    auto same = [](const Lin& a, const Lin& b) {
+      return a.N == b.N && a.K == b.K && a.gs == b.gs && a.bits == b.bits;
+    };
+    return eps == p.eps && same(o, p.o) && same(gu, p.gu) && same(down, p.down);
+  }
+};
+
+class LayerOut : public mx::Primitive {
+ public:
+  LayerOut(mx::Stream s, OutParams p) : mx::Primitive(s), p_(p) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& enc = prepare(stream(), inputs, outputs);
+    enc.dispatch([ins = inputs, out = mx::array::unsafe_weak_copy(outputs[0]), p = p_]() mutable {
+      std::vector<float> ab, xb;
+      const int E = p.o.N, B = ins[1].size() / E;
+      auto o = p.o.at(&ins[3]);
+      auto gu = p.gu.at(&ins[3 + p.o.arrays()]);
+      auto down = p.down.at(&ins[3 + p.o.arrays() + p.gu.arrays()]);
+      mlxnb_layer_out(B, E, dense(ins[0], ab), dense(ins[1], xb), &o, ins[2].data<float>(), p.eps,
+                      &gu, &down, out.data<float>());
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("mlxnb_layer_out runs on the CPU only");
+  }
+
+  const char* name() const override { return "MlxnbLayerOut"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return p_ == static_cast<const LayerOut&>(other).p_;
+  }
+
+ private:
+  OutParams p_;
+};
+
+mx::array layer_out(const mx::array& a, const mx::array& x, const std::vector<mx::array>& o,
+                    const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
+                    const std::vector<mx::array>& down) {
+  if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 || a.dtype() != mx::float32 ||
+      a.ndim() != 4 || a.shape(0) != x.shape(0) || a.shape(2) != 1 ||
+      norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
+    throw std::invalid_argument("layer_out: a [B, H, 1, D], x [B, 1, E] float32, a norm weight [E]");
+  const int E = x.shape(2);
+  auto lo = describe(o, a.shape(1) * a.shape(3), "o");
+  auto lgu = describe(gate_up, E, "gate/up");
+  if (lo.N != E || lgu.N % 2) throw std::invalid_argument("layer_out: o or gate/up rows");
+  auto ld = describe(down, lgu.N / 2, "down");
+  if (ld.N != E) throw std::invalid_argument("layer_out: down's rows are not E");
+  auto s = mx::default_stream(mx::Device::cpu);
+  std::vector<mx::array> ins = {a, x, dense_param(norm_w, s)};
+  for (const auto* l : {&o, &gate_up, &down})
+    for (const auto& w : *l) ins.push_back(dense_param(w, s));
+  return mx::array(x.shape(), mx::float32, std::make_shared<LayerOut>(s, OutParams{eps, lo, lgu, ld}), ins);
+}
+
 }  // namespace
 
 NB_MODULE(_mlxnb_ext, m) {
@@ -200,5 +418,13 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def(
       "set_attention_kernel", [](uintptr_t f) { decode_kernel = reinterpret_cast<decode_fn>(f); },
       nb::arg("address"), "The address of _attn.c's mlxnb_decode_attention.");
+  m.def("layer_in", &layer_in, nb::arg("x"), nb::arg("norm_weight"), nb::arg("eps"),
+        nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("traditional"),
+        nb::arg("n_heads"), nb::arg("n_kv_heads"),
+        "A decode step's RMSNorm, stacked q/k/v product and RoPE: [q, k, v], each [B, heads, 1, D].");
+  m.def("layer_out", &layer_out, nb::arg("a"), nb::arg("x"), nb::arg("o"),
+        nb::arg("norm_weight"), nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
+        "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm).");
+  m.def("layer_calls", &mlxnb_layer_calls, "Fused layer halves computed so far.");
   m.def("attention_calls", [] { return decode_calls; }, "Decode attentions computed so far.");
 }

@@ -23,7 +23,7 @@ from pathlib import Path
 from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_that_compiles
 
 NAME = "_mlxnb_ext"
-KERNEL = Path(__file__).with_name("_qmm.c")
+KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
 GLUE = Path(__file__).with_name("_ext.cpp")
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
@@ -49,23 +49,28 @@ def _compile(tmp: Path, mlx_dir: Path, nb_dir: Path) -> str | None:
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if cc is None or cxx is None:
         return "no C/C++ compiler to build it (install gcc and g++)"
-    obj = tmp.with_suffix(".o")
-    res, flags = first_that_compiles(lambda f: [cc, *f, "-fPIC", "-c", "-o", str(obj), str(KERNEL)])
-    if res.returncode != 0:
-        return "compiling _qmm.c failed: " + (res.stderr.strip().splitlines() or ["?"])[0][:200]
+    objs = [tmp.with_name(f"{tmp.stem}-{src.stem}.o") for src in KERNELS]
+    flags: tuple = ()
+    for src, obj in zip(KERNELS, objs):
+        cmd = lambda f, src=src, obj=obj: [cc, *f, "-fPIC", "-c", "-o", str(obj), str(src)]  # noqa: E731
+        res, flags = first_that_compiles(cmd)
+        if res.returncode != 0:
+            err = (res.stderr.strip().splitlines() or ["?"])[0][:200]
+            return f"compiling {src.name} failed: {err}"
     omp = ["-fopenmp"] if "-fopenmp" in flags else []
     cmd = [
         cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden",
         "-fno-strict-aliasing", "-DNB_DOMAIN=mlx", "-DNDEBUG", "-DNB_COMPACT_ASSERTIONS",
         f"-I{sysconfig.get_paths()['include']}", f"-I{nb_dir / 'include'}",
         f"-I{nb_dir / 'ext' / 'robin_map' / 'include'}", f"-I{mlx_dir / 'include'}",
-        str(nb_dir / "src" / "nb_combined.cpp"), str(GLUE), str(obj),
+        str(nb_dir / "src" / "nb_combined.cpp"), str(GLUE), *map(str, objs),
         f"-L{mlx_dir / 'lib'}", "-lmlx", f"-Wl,-rpath,{mlx_dir / 'lib'}", *omp, "-o", str(tmp),
     ]  # fmt: skip
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     finally:
-        obj.unlink(missing_ok=True)
+        for obj in objs:
+            obj.unlink(missing_ok=True)
     if res.returncode != 0:
         err = [ln for ln in res.stderr.splitlines() if "error" in ln] or res.stderr.splitlines()
         return "compiling the extension failed: " + (err or ["?"])[0][:200]
@@ -78,7 +83,7 @@ def build() -> tuple[Path | None, str]:
     if isinstance(found, str):
         return None, found
     mlx_dir, nb_dir, versions = found
-    src = KERNEL.read_bytes() + GLUE.read_bytes() + versions.encode()
+    src = b"".join(k.read_bytes() for k in KERNELS) + GLUE.read_bytes() + versions.encode()
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     out = _cache_dir() / f"{NAME}-{key}" / f"{NAME}{suffix}"

@@ -76,7 +76,8 @@ def test_loaded_models_report_the_fast_path(engine, tiny_dir):
     engine.submit(Request("hi", model=tiny_dir, chat=False, max_tokens=2)).result(timeout=30)
     (m,) = engine.info().models
     assert m.fast_path == (
-        "5 RMSNorm", "2 RoPE", "2 gate/up stacked", "2 q/k/v stacked", "fused prefill attention"
+        "5 RMSNorm", "2 RoPE", "2 gate/up stacked", "2 q/k/v stacked", "fused prefill attention",
+        "2 layers' decode steps fused",
     )  # fmt: skip
 
 

@@ -88,11 +88,14 @@ def _fit_dtype(model) -> None:
     # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
     import mlx.core as mx
 
-    from . import cpu_fast
+    from . import cpu_fast, cpu_layer
 
     cpu = on_cpu()
     if cpu:
         model.set_dtype(mx.float32)
         mx.eval(model.parameters())
     changes = cpu_fast.apply(model, "cpu" if cpu else "gpu")
+    fused = cpu_layer.install(model) if changes else 0  # on the fast path's modules only
+    if fused:
+        changes.append(f"{fused} layers' decode steps fused")
     object.__setattr__(model, "_mlxnb_fast", changes)  # not a parameter: kept off the tree

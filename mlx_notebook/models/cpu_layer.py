@@ -1,0 +1,173 @@
+"""The CPU fast path's decode step for llama-style layers: two native calls per layer.
+
+After the fast path's other swaps, one decode step of a 135M llama is still about
+50 MLX graph nodes per layer (norms, the stacked products and their slices,
+reshapes, transposes, RoPE, the attention, residual adds, SwiGLU), and MLX's CPU
+backend spends a few microseconds scheduling each: about as long as the
+products themselves. On CPU, each layer whose parts are exactly mlx-lm's llama
+modules, as the fast path left them, gets a subclass whose decode step (one
+token per row, a KV cache) is:
+
+- ``layer_in``: RMSNorm, the stacked q/k/v product and RoPE, one primitive;
+- the cache's own ``update_and_fetch`` and the fast path's attention, unchanged;
+- ``layer_out``: the output product and residual, RMSNorm, the stacked gate/up
+  product, SwiGLU, the down product and residual, one primitive.
+
+Both are primitives of the fast path's extension (`_ext`, kernels in ``_layer.c``):
+in MLX's lazy graph, so the step stays pipelined. They compute mlx-lm's
+functions in float32 in the same order, with sums added in another order. Prefill
+chunks, verify passes, quantized KV caches and anything else take the layer's own
+``__call__``. ``MLX_NOTEBOOK_FUSED_LAYERS=0`` leaves layers alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .. import _ext
+from .cpu_fast import FusedRMSNorm, StackedLinear, StackedView, TableRoPE
+from .cpu_quant import FastQuantizedLinear
+
+ENV = "MLX_NOTEBOOK_FUSED_LAYERS"
+
+
+def _arrays(layer) -> list[mx.array] | None:
+    """A bias-free linear layer's arrays as the primitives take them, or None."""
+    if isinstance(layer, StackedLinear):
+        return [layer.weight] if layer.quant is None else [layer.weight, layer.scales, layer.biases]
+    if "bias" in layer:
+        return None
+    if type(layer) is nn.Linear:
+        return [layer.weight]
+    if type(layer) is FastQuantizedLinear:
+        return [layer.weight, layer.scales, layer.biases]
+    return None
+
+
+def _stack_of(*views) -> StackedLinear | None:
+    """The one stack ``views`` are, in order, all of; else None."""
+    if not all(isinstance(v, StackedView) for v in views):
+        return None
+    stack = views[0]._stack
+    ok = all(v._stack is stack and v._span == stack.bounds[i] for i, v in enumerate(views))
+    return stack if ok and len(stack.bounds) == len(views) else None
+
+
+def _norm(m) -> bool:
+    return isinstance(m, FusedRMSNorm) and not m.one_plus
+
+
+def eligible(block) -> bool:
+    """Whether ``block`` is mlx-lm's llama layer exactly, with parts the kernels compute."""
+    llama = sys.modules.get("mlx_lm.models.llama")
+    if llama is None or type(block) is not llama.TransformerBlock:
+        return False
+    attn, mlp = block.self_attn, block.mlp
+    if type(attn) is not llama.Attention or type(mlp) is not llama.MLP:
+        return False
+    qkv = _stack_of(attn.q_proj, attn.k_proj, attn.v_proj)
+    gate_up = _stack_of(mlp.gate_proj, mlp.up_proj)
+    rope = attn.rope
+    return (
+        _norm(block.input_layernorm)
+        and _norm(block.post_attention_layernorm)
+        and qkv is not None
+        and gate_up is not None
+        and all(_arrays(m) is not None for m in (qkv, gate_up, attn.o_proj, mlp.down_proj))
+        and isinstance(rope, TableRoPE)
+        and rope.dims == attn.head_dim
+        and qkv.bounds[0][1] == attn.n_heads * attn.head_dim
+    )
+
+
+def _rope_rows(rope: TableRoPE, offset, rows: int):
+    """cos and sin rows ``[1 or B, width]`` of this step's positions, or None."""
+    t = rope._table
+    if isinstance(offset, int):
+        key = (offset, rope.traditional)
+        memo = getattr(t, "mlxnb_step", None)
+        if memo is None or memo[0] != key:  # taken once per step, shared by every layer
+            t.grow(offset + 1)
+            c, s = (t.cos2, t.sin2) if rope.traditional else (t.cos, t.sin)
+            memo = (key, (c[offset], s[offset]))
+            t.mlxnb_step = memo
+        return memo[1]
+    pinned = t.pinned
+    if not isinstance(offset, mx.array) or not pinned or pinned[0] != rows:
+        return None
+    memo = getattr(t, "mlxnb_pinned", None)
+    if memo is None or memo[0] is not pinned:  # once per batched step
+        flat = lambda a: a.reshape(rows, -1)  # noqa: E731
+        memo = (pinned, {True: (flat(pinned[3]), flat(pinned[4])),
+                         False: (flat(pinned[1]), flat(pinned[2]))})  # fmt: skip
+        t.mlxnb_pinned = memo
+    return memo[1][rope.traditional]
+
+
+def _step(block, x: mx.array, mask, cache):
+    """The decode step through the two primitives, or None where it does not apply."""
+    if x.ndim != 3 or x.shape[1] != 1 or x.dtype != mx.float32 or cache is None:
+        return None
+    if hasattr(cache, "bits") or not hasattr(cache, "update_and_fetch"):  # quantized KV
+        return None
+    attn, mlp = block.self_attn, block.mlp
+    rows = _rope_rows(attn.rope, cache.offset, x.shape[0])
+    ext = _ext.load()
+    if rows is None or ext is None or mx.default_device() != mx.cpu:
+        return None
+    norm1, norm2 = block.input_layernorm, block.post_attention_layernorm
+    q, k, v = ext.layer_in(
+        x, norm1.weight, norm1.eps, _arrays(attn.q_proj._stack), *rows,
+        attn.rope.traditional, attn.n_heads, attn.n_kv_heads,
+    )  # fmt: skip
+    k, v = cache.update_and_fetch(k, v)
+    sdpa = sys.modules[type(attn).__module__].scaled_dot_product_attention
+    a = sdpa(q, k, v, cache=cache, scale=attn.scale, mask=mask)
+    return ext.layer_out(
+        a, x, _arrays(attn.o_proj), norm2.weight, norm2.eps,
+        _arrays(mlp.gate_proj._stack), _arrays(mlp.down_proj),
+    )  # fmt: skip
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _fused_class(base: type) -> type:
+    """``base`` with a decode step through the primitives (one subclass per base)."""
+    if base not in _CLASSES:
+
+        def __call__(self, x, mask=None, cache=None):
+            out = _step(self, x, mask, cache)
+            return base.__call__(self, x, mask, cache) if out is None else out
+
+        _CLASSES[base] = type(f"DecodeFused{base.__name__}", (base,), {"__call__": __call__})
+    return _CLASSES[base]
+
+
+def install(model) -> int:
+    """Give every eligible layer of ``model`` the fused decode step (CPU only).
+
+    Returns:
+        How many layers have it (0 without the extension or with the variable off).
+    """
+    if os.environ.get(ENV, "1") == "0" or not hasattr(model, "named_modules"):
+        return 0
+    blocks = [m for _, m in model.named_modules() if eligible(m)]
+    if not blocks or _ext.load() is None:
+        return 0
+    for b in blocks:
+        b.__class__ = _fused_class(type(b))
+    return len(blocks)
+
+
+def calls() -> int:
+    """Fused layer halves computed in this process."""
+    mod = _ext.load()
+    return 0 if mod is None else int(mod.layer_calls())
+
+
+__all__ = ["ENV", "calls", "eligible", "install"]

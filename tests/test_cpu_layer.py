@@ -1,0 +1,200 @@
+"""Fused decode steps of llama layers: the two primitives against MLX's own operations,
+and models whose layers take them against the same models without."""
+
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+from mlx_notebook import _ext
+from mlx_notebook.models import cpu_fast, cpu_layer
+
+
+@pytest.fixture(scope="module")
+def ext():
+    mod = _ext.load()
+    assert mod is not None, _ext.status()  # gcc, g++ and nanobind are installed here
+    return mod
+
+
+def _weights(n, k, quant, seed):
+    """A linear layer's arrays for the primitive, and the float weight MLX uses."""
+    import mlx.core as mx
+
+    w = mx.random.normal((n, k), key=mx.random.key(seed)) * k**-0.5
+    if quant is None:
+        return [w], w
+    gs, bits = quant
+    wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+    return [wq, s, b], mx.dequantize(wq, s, b, group_size=gs, bits=bits)
+
+
+def _rms(x, w, eps):
+    import mlx.core as mx
+
+    return x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + eps) * w
+
+
+QUANTS = [None, (32, 4), (64, 8)]
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("traditional", [True, False])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_layer_in_equals_norm_product_and_rope(ext, quant, traditional, rows):
+    import mlx.core as mx
+
+    E, H, Hkv, D, eps, base = 128, 4, 2, 32, 1e-5, 10000.0
+    arrays, w = _weights((H + 2 * Hkv) * D, E, quant, seed=1)
+    x = mx.random.normal((rows, 1, E), key=mx.random.key(2))
+    nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(3))
+    positions = [7, 130, 0][:rows]
+    table = cpu_fast.RopeTable(D, base, 1.0)
+    cos, sin = (table.cos2, table.sin2) if traditional else (table.cos, table.sin)
+    idx = mx.array(positions)
+    before = ext.layer_calls()
+    q, k, v = ext.layer_in(x, nw, eps, arrays, cos[idx], sin[idx], traditional, H, Hkv)
+    assert ext.layer_calls() == before  # lazy: computed when evaluated, once for all three
+    mx.eval(q, k, v)
+    assert ext.layer_calls() == before + 1
+    y = _rms(x, nw, eps) @ w.T
+    split = lambda a, n: a.reshape(rows, 1, n, D).transpose(0, 2, 1, 3)  # noqa: E731
+    rq, rk = split(y[..., : H * D], H), split(y[..., H * D : (H + Hkv) * D], Hkv)
+    rv = split(y[..., (H + Hkv) * D :], Hkv)
+    rope = lambda a, p: mx.fast.rope(a, D, traditional=traditional, base=base, scale=1.0, offset=p)  # noqa: E731
+    rq = mx.concatenate([rope(rq[i : i + 1], p) for i, p in enumerate(positions)])
+    rk = mx.concatenate([rope(rk[i : i + 1], p) for i, p in enumerate(positions)])
+    for got, want in ((q, rq), (k, rk), (v, rv)):
+        assert got.shape == want.shape
+        assert mx.allclose(got, want, atol=2e-5, rtol=1e-4).item()
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows):
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    E, H, D, F, eps = 128, 4, 32, 192, 1e-5
+    o, wo = _weights(E, H * D, quant, seed=4)
+    gu, wgu = _weights(2 * F, E, quant, seed=5)
+    down, wd = _weights(E, F, quant, seed=6)
+    # The attention's output as a strided view: the primitive reads it through its strides.
+    a = mx.random.normal((rows, 1, H, D), key=mx.random.key(7)).transpose(0, 2, 1, 3)
+    x = mx.random.normal((rows, 1, E), key=mx.random.key(8))
+    nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(9))
+    got = ext.layer_out(a, x, o, nw, eps, gu, down)
+    h = x + a.transpose(0, 2, 1, 3).reshape(rows, 1, -1) @ wo.T
+    g = _rms(h, nw, eps) @ wgu.T
+    want = h + (nn.silu(g[..., :F]) * g[..., F:]) @ wd.T
+    assert got.shape == want.shape
+    assert mx.allclose(got, want, atol=2e-5, rtol=1e-4).item()
+
+
+def test_layers_refuse_what_they_do_not_compute(ext):
+    import mlx.core as mx
+
+    x, nw = mx.zeros((1, 1, 64)), mx.ones((64,))
+    cs = mx.zeros((16,))
+    with pytest.raises(ValueError, match="heads"):  # 100 rows are not (4 + 2 * 2) heads
+        ext.layer_in(x, nw, 1e-5, [mx.zeros((100, 64))], cs, cs, True, 4, 2)
+    with pytest.raises(ValueError, match="RoPE width"):
+        ext.layer_in(x, nw, 1e-5, [mx.zeros((128, 64))], cs[:3], cs[:3], True, 4, 2)
+    with pytest.raises(ValueError, match="B, 1, E"):  # a prefill chunk: the layer's own call
+        ext.layer_in(mx.zeros((1, 2, 64)), nw, 1e-5, [mx.zeros((128, 64))], cs, cs, True, 4, 2)
+    with pytest.raises(ValueError, match="4/8-bit"):  # 3-bit weights
+        wq, s, b = mx.quantize(mx.zeros((128, 64)), group_size=32, bits=3)
+        ext.layer_in(x, nw, 1e-5, [wq, s, b], cs, cs, True, 4, 2)
+
+
+def _model(path, fast=True):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    model = load(path)[0]
+    model.set_dtype(mx.float32)
+    if fast:
+        cpu_fast.apply(model, "cpu")
+    return model
+
+
+def _decode(model, prompt, n):
+    """Greedy ids and every step's logits, one token at a time after the prompt."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    logits = model(mx.array([prompt]), cache=cache)[:, -1]
+    ids, steps = [], []
+    for _ in range(n):
+        t = mx.argmax(logits, axis=-1)
+        ids.append(t.item())
+        logits = model(t[:, None], cache=cache)[:, -1]
+        steps.append(logits)
+    mx.eval(steps)
+    return ids, steps
+
+
+@pytest.mark.parametrize("quant", [None, (32, 4), (64, 8)])
+def test_fused_model_decodes_what_its_unfused_twin_does(ext, tiny_dir, tmp_path, quant):
+    import mlx.core as mx
+
+    from mlx_notebook.testing import quantize_model_dir
+
+    path = tiny_dir if quant is None else str(quantize_model_dir(tiny_dir, tmp_path / "q", *quant))
+    fused, plain = _model(path), _model(path)
+    assert cpu_layer.install(fused) == 2 and cpu_layer.install(fused) == 0  # once
+    prompt, n = [5, 17, 99, 3, 42, 8], 24
+    before = ext.layer_calls()
+    ids, steps = _decode(fused, prompt, n)
+    assert ext.layer_calls() - before == 2 * 2 * n  # two halves, two layers, every step only
+    want_ids, want = _decode(plain, prompt, n)
+    assert ids == want_ids
+    for got, ref in zip(steps, want):  # float32 sums in another order
+        err = (mx.abs(got - ref).max() / mx.abs(ref).max()).item()
+        assert err < 1e-4, err
+
+
+def test_batched_steps_read_the_pinned_rope_rows(ext, tiny_dir):
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    fused, plain = _model(tiny_dir), _model(tiny_dir)
+    cpu_layer.install(fused)
+    prompts = [[5, 17, 99], [8, 1, 2, 3, 4, 60, 61]]
+    outs = {}
+    for name, model in (("fused", fused), ("plain", plain)):
+        caches = []
+        for p in prompts:
+            c = [KVCache() for _ in model.layers]
+            model(mx.array([p]), cache=c)
+            caches.append(c)
+        batch = [KVCache.merge([cs[i] for cs in caches]) for i in range(len(model.layers))]
+        tables = cpu_fast.rope_tables(model)
+        for t in tables:
+            t.pin([len(p) for p in prompts])
+        before = ext.layer_calls()
+        outs[name] = model(mx.array([[7], [9]]), cache=batch)
+        mx.eval(outs[name])
+        outs[name + " calls"] = ext.layer_calls() - before
+        for t in tables:
+            t.pin(None)
+    assert outs["fused calls"] == 2 * 2 and outs["plain calls"] == 0
+    assert mx.allclose(outs["fused"], outs["plain"], atol=1e-4, rtol=1e-4).item()
+
+
+def test_other_families_and_the_switch_keep_their_own_layers(tmp_path, tiny_dir, monkeypatch):
+    from mlx_notebook.families import build_family
+
+    for family in ("gemma3_text", "qwen3", "qwen2"):
+        model = _model(str(build_family(family, tmp_path / family)))
+        assert cpu_layer.install(model) == 0
+    monkeypatch.setenv(cpu_layer.ENV, "0")
+    assert cpu_layer.install(_model(tiny_dir)) == 0
+    monkeypatch.delenv(cpu_layer.ENV)
+    assert cpu_layer.install(_model(tiny_dir, fast=False)) == 0  # not on the fast path's modules
+
+
+def test_the_engine_names_the_fused_layers(engine, tiny_dir):
+    from mlx_notebook.engine import Request
+
+    engine.submit(Request("Hello", model=tiny_dir, chat=False, max_tokens=4)).result(timeout=300)
+    assert "2 layers' decode steps fused" in engine.info().models[-1].fast_path
