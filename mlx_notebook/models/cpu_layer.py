@@ -85,7 +85,7 @@ def eligible(block) -> bool:
 
 
 def _rope_rows(rope: TableRoPE, offset, rows: int):
-    """cos and sin rows ``[1 or B, width]`` of this step's positions, or None."""
+    """The cos and sin rows ``[1 or B, width]`` of this step's positions, or None."""
     t = rope._table
     if isinstance(offset, int):
         key = (offset, rope.traditional)
