@@ -103,3 +103,33 @@ def test_stop_thinking_shows_while_reasoning_and_asks_the_job():
     job.emit(Token(" Paris", 6, False, 1))
     view.refresh()
     assert view.think_button.layout.display == "none"  # the answer has begun
+
+
+def test_the_final_refresh_renders_state_that_changed_after_the_last_event():
+    # A Sweep's verdict needs its pacing to have ended, which comes after the last
+    # run's Finished: the final refresh must render again although no event is new.
+    from mlx_notebook.notebook.view import LiveView
+
+    class Verdict:
+        final = False
+
+        def apply_from(self, index, ev):
+            pass
+
+        def html(self):
+            return "verdict" if self.final else "running"
+
+        def plain(self):
+            return self.html()
+
+    renderer = Verdict()
+    job = Job(Request("x"), 1)
+    view = LiveView(renderer, start_thread=False).attach(job, sealed=False)
+    job.emit(Started())
+    job.emit(Finished("", "length"))
+    view.refresh()
+    assert view.html.value == "running"  # every event is rendered
+    renderer.final = True  # pacing ends: no event says so
+    view.seal()
+    view.finish()
+    assert view.html.value == "verdict"

@@ -210,6 +210,9 @@ class LiveView:
 
     def finish(self) -> None:
         """The final refresh; then the button goes and the document is finalized."""
+        # Re-rendered even without new events: a renderer may read state that changed
+        # after the last event (a Sweep's verdict waits for its pacing to end).
+        self._dirty = True
         self.refresh()  # with the complete text
         if self.on_done is not None:
             try:
