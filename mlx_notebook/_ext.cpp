@@ -22,6 +22,7 @@ extern "C" {
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint32_t* w,
               const float* s, const float* b, float* out);
 void mlxnb_qmm_set_threads(int n);
+void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
 typedef struct {
   int N, K, gs, bits;
@@ -410,6 +411,8 @@ NB_MODULE(_mlxnb_ext, m) {
         "x @ dequantize(w, scales, biases).T for MLX's affine 4- or 8-bit layout, on the CPU.");
   m.def("set_threads", &mlxnb_qmm_set_threads, nb::arg("n"),
         "Threads for the products (0: OpenMP's default).");
+  m.def("set_small_parallel_min", &mlxnb_qmm_set_small_parallel_min, nb::arg("macs"),
+        "The smallest product of up to 31 rows split over threads (multiply-adds).");
   m.def("calls", &mlxnb_qmm_calls, nb::arg("path"),
         "Products computed so far by one path: 0 registers, 1 tiles, 2 sgemm.");
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),

@@ -40,7 +40,8 @@ enum { SMALL_M = 8, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 
  * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
  * step's 150 small products takes the core that the Python thread building the
  * next step needs, and decoding got slower than on one thread. */
-enum { SMALL_PARALLEL_MIN = 1 << 23 };
+static long small_parallel_min = 1L << 23;
+void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 
 static int thread_count; /* 0: OpenMP's default */
 static long calls[3];    /* products per path: register, tile, sgemm */
@@ -261,7 +262,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
   }
 #endif
   const long macs = (long)M * N * K;
-  const int nt = macs >= SMALL_PARALLEL_MIN ? threads_for(macs) : 1;
+  const int nt = macs >= small_parallel_min ? threads_for(macs) : 1;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int n = 0; n < N; n++) {
     const uint8_t *wr = w + n * rb;
@@ -316,7 +317,7 @@ static void tile_rows(int M, int nw, int K, const float *x, const float *t, floa
 static void tiled(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                   const float *s, const float *b, float *out) {
   const long macs = (long)M * N * K; /* a verify pass is a decode step too: see small_rows */
-  const int nt = macs >= SMALL_PARALLEL_MIN ? threads_for(macs) : 1;
+  const int nt = macs >= small_parallel_min ? threads_for(macs) : 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     float *t = malloc(sizeof(float) * TILE_N * K);

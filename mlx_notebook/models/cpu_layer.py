@@ -108,29 +108,46 @@ def _rope_rows(rope: TableRoPE, offset, rows: int):
     return memo[1][rope.traditional]
 
 
+class _Plan:
+    """A fused layer's parts, found once (its modules: parameters are read at each step)."""
+
+    def __init__(self, block) -> None:
+        attn, mlp = block.self_attn, block.mlp
+        self.norm1, self.norm2 = block.input_layernorm, block.post_attention_layernorm
+        self.eps1, self.eps2 = self.norm1.eps, self.norm2.eps
+        self.linears = (attn.q_proj._stack, attn.o_proj, mlp.gate_proj._stack, mlp.down_proj)
+        # which arrays each product takes: the weight, or the weight, scales and biases
+        self.keys = tuple(("weight",) if len(_arrays(m)) == 1 else _QUANT for m in self.linears)
+        self.rope, self.scale = attn.rope, attn.scale
+        self.heads = (attn.n_heads, attn.n_kv_heads)
+        self.attention_module = sys.modules[type(attn).__module__]
+
+    def arrays(self, i: int) -> list[mx.array]:
+        m = self.linears[i]
+        return [m[k] for k in self.keys[i]]  # Module is a dict: plain lookups
+
+
+_QUANT = ("weight", "scales", "biases")
+
+
 def _step(block, x: mx.array, mask, cache):
     """The decode step through the two primitives, or None where it does not apply."""
     if x.ndim != 3 or x.shape[1] != 1 or x.dtype != mx.float32 or cache is None:
         return None
     if hasattr(cache, "bits") or not hasattr(cache, "update_and_fetch"):  # quantized KV
         return None
-    attn, mlp = block.self_attn, block.mlp
-    rows = _rope_rows(attn.rope, cache.offset, x.shape[0])
+    p = block._mlxnb_plan
+    rows = _rope_rows(p.rope, cache.offset, x.shape[0])
     ext = _ext.load()
-    if rows is None or ext is None or mx.default_device() != mx.cpu:
+    if rows is None or ext is None:
         return None
-    norm1, norm2 = block.input_layernorm, block.post_attention_layernorm
     q, k, v = ext.layer_in(
-        x, norm1.weight, norm1.eps, _arrays(attn.q_proj._stack), *rows,
-        attn.rope.traditional, attn.n_heads, attn.n_kv_heads,
-    )  # fmt: skip
+        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.rope.traditional, *p.heads
+    )
     k, v = cache.update_and_fetch(k, v)
-    sdpa = sys.modules[type(attn).__module__].scaled_dot_product_attention
-    a = sdpa(q, k, v, cache=cache, scale=attn.scale, mask=mask)
-    return ext.layer_out(
-        a, x, _arrays(attn.o_proj), norm2.weight, norm2.eps,
-        _arrays(mlp.gate_proj._stack), _arrays(mlp.down_proj),
-    )  # fmt: skip
+    sdpa = p.attention_module.scaled_dot_product_attention  # the fast path's, if swapped in
+    a = sdpa(q, k, v, cache=cache, scale=p.scale, mask=mask)
+    return ext.layer_out(a, x, p.arrays(1), p.norm2["weight"], p.eps2, p.arrays(2), p.arrays(3))
 
 
 _CLASSES: dict[type, type] = {}
@@ -160,6 +177,7 @@ def install(model) -> int:
     if not blocks or _ext.load() is None:
         return 0
     for b in blocks:
+        object.__setattr__(b, "_mlxnb_plan", _Plan(b))  # plain data, not parameters
         b.__class__ = _fused_class(type(b))
     return len(blocks)
 
