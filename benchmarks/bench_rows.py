@@ -34,7 +34,10 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
+    from mlx_notebook.models import cpu_fast
+
     model = lm.model
+    tables = cpu_fast.rope_tables(model)  # the engine pins each batched step's RoPE rows
 
     def filled(seed: int):
         cache = make_prompt_cache(model)
@@ -57,7 +60,11 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
             trim_prompt_cache(solo, n)
         else:
             cache = batches[n]
+            for t in tables:
+                t.pin([context] * n)
             out = model(mx.array([[101]] * n), cache=cache)
+            for t in tables:
+                t.pin(None)
             mx.eval(mx.argmax(out, axis=-1))
             trim_prompt_cache(cache, 1)  # so every repeat sees the same context
 

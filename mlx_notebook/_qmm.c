@@ -7,11 +7,12 @@
  * float32's bytes to stream. Here:
  *   - up to SMALL_M rows (decode steps, verify passes of up to 7 drafts), each
  *     weight group is widened to float in registers (nibbles -> int32 -> float)
- *     and multiplied with every row (one thread but for LM heads: see below);
- *   - up to TILE_M rows (verify passes, batched steps), each thread widens 8
- *     weight rows at a time into a small float tile (cache resident) and runs a
- *     4 x 2 register-tiled product over it;
- *   - from TILE_M rows (prefill), 256 weight rows at a time are widened into a
+ *     and multiplied with every row (one thread but for LM heads: see below); one
+ *     row takes four weight rows at a time, so that its sums are independent chains;
+ *   - up to SGEMM_M rows (long verify passes, batched steps), the same 8 rows at a
+ *     time (measured against widening 8-row float tiles: 4.2x against 5.5x a one-row
+ *     step at 9 rows, 4.9x against 6.0x at 16, bench_rows.py);
+ *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
  *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded).
  * Activations stay float32, so every path computes the same sums as MLX's
  * reference up to the order of float additions.
@@ -34,7 +35,7 @@
 #define QMM_AVX512 1
 #endif
 
-enum { SMALL_M = 8, TILE_M = 32, TILE_N = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
+enum { SMALL_M = 8, SGEMM_M = 32, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
 
 /* A decode step's products (and a verify pass's) take one thread unless they are this large
  * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
@@ -44,7 +45,7 @@ static long small_parallel_min = 1L << 23;
 void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 
 static int thread_count; /* 0: OpenMP's default */
-static long calls[3];    /* products per path: register, tile, sgemm */
+static long calls[3];    /* products per path: registers, 8-row passes, sgemm */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
@@ -149,6 +150,46 @@ static inline __attribute__((always_inline)) void row_dots512(
   }
   for (int m = 0; m < M; m++)
     out[(long)m * ldo] = _mm512_reduce_add_ps(tot[m]) + bias_dot(b, xsum + (long)m * G, G);
+}
+
+/* One input row against four weight rows (rows r0 + i * rb bytes apart): a decode
+ * step's products. With one input row, row_dots512's sums form a single chain of
+ * dependent FMAs (latency-bound); four weight rows, with two group sums each
+ * (alternating groups), keep eight chains in flight. */
+static inline __attribute__((always_inline)) void four_rows512(
+    int K, int gs, int bits, const uint8_t *w, long rb, const float *s, const float *b,
+    const float *x, const float *xsum, float *out) {
+  enum { R = 4 };
+  const int G = K / gs, ub = 32 * bits / 8;
+  const __m128i low = _mm_set1_epi8(15);
+  __m512 tot[R][2];
+  for (int r = 0; r < R; r++) tot[r][0] = tot[r][1] = _mm512_setzero_ps();
+  for (int g = 0; g < G; g++) {
+    __m512 part[R];
+    for (int r = 0; r < R; r++) part[r] = _mm512_setzero_ps();
+    for (int k = g * gs; k < (g + 1) * gs; k += 32) {
+      const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+      for (int r = 0; r < R; r++) {
+        const uint8_t *p = w + r * rb + (long)(k / 32) * ub;
+        __m128i a, c;
+        if (bits == 4) {
+          __m128i raw = _mm_loadu_si128((const __m128i *)p);
+          a = _mm_and_si128(raw, low);
+          c = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+        } else {
+          a = _mm_loadu_si128((const __m128i *)p);
+          c = _mm_loadu_si128((const __m128i *)(p + 16));
+        }
+        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(a)), x0, part[r]);
+        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c)), x1, part[r]);
+      }
+    }
+    for (int r = 0; r < R; r++)
+      tot[r][g & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + g]), part[r], tot[r][g & 1]);
+  }
+  for (int r = 0; r < R; r++)
+    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(tot[r][0], tot[r][1])) +
+             bias_dot(b + (long)r * G, xsum, G);
 }
 #endif
 
@@ -263,8 +304,20 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #endif
   const long macs = (long)M * N * K;
   const int nt = macs >= small_parallel_min ? threads_for(macs) : 1;
+  int n_done = 0;
+#ifdef QMM_AVX512
+  if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
+    const int blocks = N / 4;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int n = 0; n < N; n++) {
+    for (int i = 0; i < blocks; i++) {
+      const long n = 4L * i;
+      four_rows512(K, gs, bits, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
+    }
+    n_done = 4 * blocks;
+  }
+#endif
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int n = n_done; n < N; n++) {
     const uint8_t *wr = w + n * rb;
     const float *sr = s + (long)n * G, *br = b + (long)n * G;
     switch (M) { /* constant row counts: the accumulators stay in registers */
@@ -280,55 +333,6 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
   }
   free(xsum);
   free(xp);
-}
-
-/* out[m0..m0+4, n0..n0+2] from x rows and a float tile of weight rows (ld K). */
-static void tile_rows(int M, int nw, int K, const float *x, const float *t, float *out, int N) {
-  for (int m0 = 0; m0 < M; m0 += 4) {
-    const int mm = M - m0 < 4 ? M - m0 : 4;
-    for (int j = 0; j < nw; j += 2) {
-      const int jj = nw - j < 2 ? nw - j : 2;
-#ifdef QMM_AVX2
-      __m256 acc[4][2];
-      for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
-      const float *t0 = t + (long)j * K, *t1 = t + (long)(j + jj - 1) * K;
-      for (int k = 0; k < K; k += 8) {
-        const __m256 w0 = _mm256_loadu_ps(t0 + k), w1 = _mm256_loadu_ps(t1 + k);
-        for (int a = 0; a < 4; a++) {
-          const __m256 xv = _mm256_loadu_ps(x + (long)(m0 + (a < mm ? a : 0)) * K + k);
-          acc[a][0] = _mm256_fmadd_ps(xv, w0, acc[a][0]);
-          acc[a][1] = _mm256_fmadd_ps(xv, w1, acc[a][1]);
-        }
-      }
-      for (int a = 0; a < mm; a++)
-        for (int c = 0; c < jj; c++) out[(long)(m0 + a) * N + j + c] = hsum(acc[a][c]);
-#else
-      for (int a = 0; a < mm; a++)
-        for (int c = 0; c < jj; c++) {
-          float r = 0.0f;
-          for (int k = 0; k < K; k++) r += x[(long)(m0 + a) * K + k] * t[(long)(j + c) * K + k];
-          out[(long)(m0 + a) * N + j + c] = r;
-        }
-#endif
-    }
-  }
-}
-
-static void tiled(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
-                  const float *s, const float *b, float *out) {
-  const long macs = (long)M * N * K; /* a verify pass is a decode step too: see small_rows */
-  const int nt = macs >= small_parallel_min ? threads_for(macs) : 1;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    float *t = malloc(sizeof(float) * TILE_N * K);
-#pragma omp for schedule(static)
-    for (int n0 = 0; n0 < N; n0 += TILE_N) {
-      const int n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
-      widen_rows(n0, n1, K, gs, bits, w, s, b, t);
-      tile_rows(M, n1 - n0, K, x, t, out + n0, N);
-    }
-    free(t);
-  }
 }
 
 /* OpenBLAS's (or MLX's) cblas_sgemm, found when the library is loaded. */
@@ -357,9 +361,12 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   if (M <= SMALL_M) {
     calls[0]++;
     small_rows(M, N, K, gs, bits, x, wb, s, b, out);
-  } else if (M < TILE_M) {
+  } else if (M < SGEMM_M) { /* 8 rows at a time through the registers */
     calls[1]++;
-    tiled(M, N, K, gs, bits, x, wb, s, b, out);
+    for (int m0 = 0; m0 < M; m0 += SMALL_M) {
+      const int mm = M - m0 < SMALL_M ? M - m0 : SMALL_M;
+      small_rows(mm, N, K, gs, bits, x + (long)m0 * K, wb, s, b, out + (long)m0 * N);
+    }
   } else {
     calls[2]++;
     through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
