@@ -225,3 +225,81 @@ def test_greedy_speculative_with_repetition_penalty_is_exact(engine, tiny_dir, d
                 repetition_penalty=1.5,
             )
             assert r.token_ids == base, (draft, k)
+
+
+class _Scripted:
+    """A draft source proposing (wrong) drafts after the given history lengths only,
+    noting how many passes the main model had run each time it was asked."""
+
+    needs_prefill = False
+    label = "test"
+
+    def __init__(self, seq, at=()):
+        self.seq, self.at, self.asked = seq, set(at), []
+
+    def prefill(self, prompt, check, progress):
+        pass
+
+    def propose(self, history, k):
+        self.asked.append((len(history), self.seq.passes))
+        return [1, 1][:k] if len(history) in self.at else []
+
+
+def _run(tiny_dir, n, at=(), cancel_after=None):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    from mlx_notebook.engine.errors import Cancelled
+    from mlx_notebook.engine.sequence import CachedSequence
+    from mlx_notebook.engine.speculative import DraftCounters, speculative_tokens
+
+    model = load(tiny_dir)[0]
+    prompt = [5, 17, 99, 3, 42, 8]
+    ref, cache_seq = [], CachedSequence(model)
+    y = mx.argmax(cache_seq.forward(prompt)[0, -1:], axis=-1)
+    for _ in range(n):  # plain greedy decoding, one synchronous step at a time
+        ref.append(y.item())
+        y = mx.argmax(cache_seq.forward([ref[-1]])[0], axis=-1)
+    seq = CachedSequence(model)
+    mx.eval(seq.forward(prompt[:-1]))
+    source, history, calls = _Scripted(seq, {len(prompt) + i for i in at}), list(prompt), [0]
+
+    def check():
+        calls[0] += 1
+        if cancel_after is not None and calls[0] > cancel_after:
+            raise Cancelled()
+
+    out = []
+    try:
+        for t, _ in speculative_tokens(
+            seq, history, source, num_draft=2, sampler=None, processors=None, max_tokens=n,
+            check=check, stream=mx.default_stream(mx.default_device()),
+            counters=DraftCounters(), greedy=True,
+        ):  # fmt: skip
+            out.append(t)
+    except Cancelled:
+        pass
+    return ref, out, seq, source, history
+
+
+def test_rounds_without_drafts_queue_the_next_step_before_reading_a_token(tiny_dir):
+    ref, out, seq, source, history = _run(tiny_dir, 12)
+    assert out == ref
+    # Asked after each token: the step for the next one was already queued then (one pass
+    # for the prefill, one per token so far, one queued), as plain decoding pipelines.
+    after = [(h, p) for h, p in source.asked if h > 6]
+    assert after and all(p == 1 + (h - 6) + 1 for h, p in after), source.asked
+    assert seq.consistent() and seq.tokens == history[:-1]  # the last token is not fed
+
+
+def test_a_draft_after_plain_steps_drops_the_queued_step_and_text_stays_exact(tiny_dir):
+    ref, out, seq, source, history = _run(tiny_dir, 16, at=(3, 4, 9))
+    assert out == ref
+    assert seq.consistent() and seq.tokens == history[:-1]
+
+
+def test_a_cancel_between_pipelined_steps_leaves_the_cache_as_recorded(tiny_dir):
+    ref, out, seq, source, history = _run(tiny_dir, 16, cancel_after=5)
+    assert 0 < len(out) < 16 and out == ref[: len(out)]
+    assert seq.consistent()
+    assert seq.tokens == history[: len(seq.tokens)] and len(seq.tokens) >= len(history) - 1

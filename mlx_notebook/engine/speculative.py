@@ -92,6 +92,9 @@ def speculative_tokens(
     """
     n = 0
     gov = governor()
+    # Rounds with no draft run as plain decoding does, each step queued before the last
+    # one's token is read; a draft found then costs the queued step (the cache rewinds).
+    pipelined = seq.rewinds_anywhere and not processors and constraint is None and recorder is None
     with mx.stream(stream):
         forced = forced_tokens(seq, history, constraint, max_tokens, recorder) if constraint else ()
         for item in forced:
@@ -119,6 +122,14 @@ def speculative_tokens(
             check()
             # Leave room for the main model's own token after the drafts.
             drafts = source.propose(history, min(num_draft, max_tokens - n - 1))
+            if not drafts and pipelined:  # nothing to verify: plain steps, pipelined
+                got = []
+                drafts = yield from _plain_steps(
+                    seq, history, source, num_draft, sampler, greedy, max_tokens - n, check, got
+                )
+                n += len(got)
+                if n >= max_tokens:
+                    return
             if drafts:  # a cache that cannot trim comes back here instead
                 seq.checkpoint()
             sampled = _verify(
@@ -192,3 +203,63 @@ def _verify(
     first = len(history) - 1
     rows = [sampler(logprobs[i : i + 1], first + i) for i in range(logprobs.shape[0])]
     return mx.concatenate(rows).tolist()
+
+
+def _next_token(seq: CachedSequence, ids, position: int, sampler: KeyedSampler, greedy: bool):
+    """The lazy token after feeding ``ids`` (a recorded list, or a lazy token array)."""
+    logits = seq.forward(ids)[0]
+    if greedy:
+        return mx.argmax(logits, axis=-1)
+    return sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True), position)
+
+
+def _plain_steps(
+    seq: CachedSequence,
+    history: list[int],
+    source: DraftSource,
+    num_draft: int,
+    sampler: KeyedSampler,
+    greedy: bool,
+    limit: int,
+    check: CancelCheck,
+    got: list[int],
+):
+    """Decode one token at a time while ``source`` proposes nothing, pipelined.
+
+    Each step is queued on the previous step's lazy token before that token is read,
+    so MLX computes it while Python reads, yields and asks the source: what plain
+    decoding does, and what a verify pass of no drafts cannot. Cancel points see the
+    cache holding ``history`` exactly (the queued step's own token is not fed yet).
+
+    Yields:
+        ``(token, False)`` for each token, appended to ``history`` and ``got``.
+
+    Returns:
+        The drafts the source proposed after the last token (the cache holds
+        ``history[:-1]`` again, as a verify round expects), or [] at ``limit``.
+    """
+    gov = governor()
+    y = _next_token(seq, [history[-1]], len(history) - 1, sampler, greedy)
+    mx.async_eval(y)
+    while True:
+        more = len(got) + 1 < limit
+        nxt = None
+        if more:  # queued on the lazy token: computed while this one is read
+            nxt = _next_token(seq, y, len(history), sampler, greedy)
+            mx.async_eval(nxt)
+        t = y.item()
+        if more:
+            seq.record([t])  # fed to the cache as the queued step's input
+        history.append(t)
+        got.append(t)
+        gov.step()
+        yield t, False
+        if not more:
+            # The last token is not fed: the cache holds history[:-1], as after a round.
+            return []
+        check()
+        drafts = source.propose(history, min(num_draft, limit - len(got) - 1))
+        if drafts:  # the queued step is dropped: back to history[:-1] for the verify pass
+            seq.trim_to(len(history) - 1)
+            return drafts
+        y = nxt
