@@ -113,6 +113,20 @@ static inline float bias_dot(const float *b, const float *xs, int G) {
 }
 
 #ifdef QMM_AVX512
+/* One unit's 32 weights as two 16-byte halves, ready to widen: a 4-bit unit's low
+ * nibbles (even elements) and high nibbles (odd ones), or an 8-bit unit's two halves. */
+typedef struct {
+  __m128i a, c;
+} unit_bytes;
+
+static inline unit_bytes unit_bytes512(const uint8_t *p, int bits) {
+  if (bits == 4) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)p), low = _mm_set1_epi8(15);
+    return (unit_bytes){_mm_and_si128(raw, low), _mm_and_si128(_mm_srli_epi16(raw, 4), low)};
+  }
+  return (unit_bytes){_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + 16))};
+}
+
 /* The same as row_dots below, 16 lanes wide: a 4-bit unit's nibbles are widened in
  * place (low nibbles = even elements, high = odd), so x comes permuted to match
  * (`permute_units`); 8-bit units are in order. Half the instructions per weight. */
@@ -121,24 +135,14 @@ static inline __attribute__((always_inline)) void row_dots512(
     const float *x, const float *xsum, float *out, long ldo) {
   __m512 tot[SMALL_M];
   const int G = K / gs, ub = 32 * bits / 8;
-  const __m128i low = _mm_set1_epi8(15);
   for (int m = 0; m < M; m++) tot[m] = _mm512_setzero_ps();
   for (int g = 0; g < G; g++) {
     __m512 part[SMALL_M];
     for (int m = 0; m < M; m++) part[m] = _mm512_setzero_ps();
     for (int k = g * gs; k < (g + 1) * gs; k += 32) {
-      const uint8_t *p = w + (long)(k / 32) * ub;
-      __m128i a, c;
-      if (bits == 4) {
-        __m128i raw = _mm_loadu_si128((const __m128i *)p);
-        a = _mm_and_si128(raw, low);
-        c = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-      } else {
-        a = _mm_loadu_si128((const __m128i *)p);
-        c = _mm_loadu_si128((const __m128i *)(p + 16));
-      }
-      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(a));
-      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c));
+      const unit_bytes u = unit_bytes512(w + (long)(k / 32) * ub, bits);
+      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a));
+      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c));
       for (int m = 0; m < M; m++) {
         const float *xm = x + (long)m * K + k;
         part[m] = _mm512_fmadd_ps(f0, _mm512_loadu_ps(xm), part[m]);
@@ -161,7 +165,6 @@ static inline __attribute__((always_inline)) void four_rows512(
     const float *x, const float *xsum, float *out) {
   enum { R = 4 };
   const int G = K / gs, ub = 32 * bits / 8;
-  const __m128i low = _mm_set1_epi8(15);
   __m512 tot[R][2];
   for (int r = 0; r < R; r++) tot[r][0] = tot[r][1] = _mm512_setzero_ps();
   for (int g = 0; g < G; g++) {
@@ -170,18 +173,9 @@ static inline __attribute__((always_inline)) void four_rows512(
     for (int k = g * gs; k < (g + 1) * gs; k += 32) {
       const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
       for (int r = 0; r < R; r++) {
-        const uint8_t *p = w + r * rb + (long)(k / 32) * ub;
-        __m128i a, c;
-        if (bits == 4) {
-          __m128i raw = _mm_loadu_si128((const __m128i *)p);
-          a = _mm_and_si128(raw, low);
-          c = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-        } else {
-          a = _mm_loadu_si128((const __m128i *)p);
-          c = _mm_loadu_si128((const __m128i *)(p + 16));
-        }
-        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(a)), x0, part[r]);
-        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c)), x1, part[r]);
+        const unit_bytes u = unit_bytes512(w + r * rb + (long)(k / 32) * ub, bits);
+        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), x0, part[r]);
+        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), x1, part[r]);
       }
     }
     for (int r = 0; r < R; r++)
