@@ -1,13 +1,14 @@
 """Build and load, once, the fast path's MLX extension (``_ext.cpp``).
 
-Its MLX primitives compute quantized products and decode steps' attention on the CPU.
+Its MLX primitives compute quantized products, decode steps' attention, and the two
+fused halves of a llama layer's decode step (``_layer.c``) on the CPU.
 Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
 it takes and returns ``mlx.core.array``. Built with the system compilers into
 the cache folder, keyed by the sources, the CPU, and the mlx, nanobind and
 Python versions, and written atomically. Anything missing (a compiler,
 nanobind, mlx's headers) or an mlx built with another nanobind ABI leaves
-quantized products and decode attention on MLX's own kernels, and `status`
-says why.
+quantized products, decode attention and decoder layers on MLX's own operations, and
+`status` says why.
 """
 
 from __future__ import annotations
