@@ -93,7 +93,8 @@ def test_status_says_quantized_products_run_natively(engine, quantized):
     req = Request("Hello", model=quantized[64, 4], chat=False, max_tokens=3)
     engine.submit(req).result(timeout=60)
     notes = "\n".join(engine.info().notes)
-    assert "MLX extension (quantized products, decode attention, fused layers): on native kernels" in notes
+    what = "quantized products, decode attention, fused layers"
+    assert f"MLX extension ({what}): on native kernels" in notes
     from mlx_notebook import _ext
 
     if governor().setters:  # OpenBLAS is loaded, so threads are governed: this one too

@@ -55,7 +55,8 @@ def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str
     ]
     ext = _ext.status()
     if ext != "not attempted":  # a model was loaded on the CPU with the fast path on
-        notes.insert(2, f"MLX extension (quantized products, decode attention, fused layers): {ext}")
+        what = "quantized products, decode attention, fused layers"
+        notes.insert(2, f"MLX extension ({what}): {ext}")
     for name, state in list(states.items()):
         c, x = state.cache, state.suffix
         notes.append(
