@@ -36,6 +36,9 @@
 #endif
 
 enum { SMALL_M = 8, SGEMM_M = 32, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
+#ifndef PREFETCH_ROWS
+#define PREFETCH_ROWS 16
+#endif
 
 /* A decode step's products (and a verify pass's) take one thread unless they are this large
  * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
@@ -159,7 +162,11 @@ static inline __attribute__((always_inline)) void row_dots512(
 /* One input row against four weight rows (rows r0 + i * rb bytes apart): a decode
  * step's products. With one input row, row_dots512's sums form a single chain of
  * dependent FMAs (latency-bound); four weight rows, with two group sums each
- * (alternating groups), keep eight chains in flight. */
+ * (alternating groups), keep eight chains in flight. The bias term is added to the
+ * vector sum, so each row takes one horizontal reduction. Its caller prefetches the
+ * rows PREFETCH_ROWS ahead: with both, a one-row product of GGUF's 4-bit blocks
+ * streamed 23 against 15.5 Gweights/s on one core (a 113M-weight product, measured
+ * alone with a C harness; the README has the model's figures). */
 static inline __attribute__((always_inline)) void four_rows512(
     int K, int gs, int bits, const uint8_t *w, long rb, const float *s, const float *b,
     const float *x, const float *xsum, float *out) {
@@ -181,9 +188,15 @@ static inline __attribute__((always_inline)) void four_rows512(
     for (int r = 0; r < R; r++)
       tot[r][g & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + g]), part[r], tot[r][g & 1]);
   }
-  for (int r = 0; r < R; r++)
-    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(tot[r][0], tot[r][1])) +
-             bias_dot(b + (long)r * G, xsum, G);
+  for (int r = 0; r < R; r++) { /* the bias term joins the vector sum: one reduction */
+    __m512 acc = _mm512_add_ps(tot[r][0], tot[r][1]);
+    const float *br = b + (long)r * G;
+    for (int g = 0; g < G; g += 16) {
+      const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
+    }
+    out[r] = _mm512_reduce_add_ps(acc);
+  }
 }
 #endif
 
@@ -305,7 +318,21 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int i = 0; i < blocks; i++) {
       const long n = 4L * i;
-      four_rows512(K, gs, bits, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
+      if (n + PREFETCH_ROWS + 4 <= N) { /* rows ahead: small matrices end before the
+                                         * hardware prefetcher has ramped up */
+        const char *p = (const char *)(w + (n + PREFETCH_ROWS) * rb);
+        for (long o = 0; o < 4 * rb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+        const char *q = (const char *)(s + (n + PREFETCH_ROWS) * G);
+        const char *c = (const char *)(b + (n + PREFETCH_ROWS) * G);
+        for (long o = 0; o < 4L * G * 4; o += 64) {
+          _mm_prefetch(q + o, _MM_HINT_T0);
+          _mm_prefetch(c + o, _MM_HINT_T0);
+        }
+      }
+      if (bits == 4 && gs == 32) /* GGUF's 4-bit blocks: constants unroll the group loop */
+        four_rows512(K, 32, 4, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
+      else
+        four_rows512(K, gs, bits, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
     }
     n_done = 4 * blocks;
   }
