@@ -164,9 +164,8 @@ static inline __attribute__((always_inline)) void row_dots512(
  * dependent FMAs (latency-bound); four weight rows, with two group sums each
  * (alternating groups), keep eight chains in flight. The bias term is added to the
  * vector sum, so each row takes one horizontal reduction. Its caller prefetches the
- * rows PREFETCH_ROWS ahead: with both, a one-row product of GGUF's 4-bit blocks
- * streamed 23 against 15.5 Gweights/s on one core (a 113M-weight product, measured
- * alone with a C harness; the README has the model's figures). */
+ * rows PREFETCH_ROWS ahead (small matrices end before the hardware prefetcher has
+ * ramped up). The README has the measured decode figures. */
 static inline __attribute__((always_inline)) void four_rows512(
     int K, int gs, int bits, const uint8_t *w, long rb, const float *s, const float *b,
     const float *x, const float *xsum, float *out) {
