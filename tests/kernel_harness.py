@@ -7,6 +7,22 @@ import time
 
 from jupyter_client.manager import KernelManager
 
+# Registers "endless", a model that never ends by itself, in a kernel (format with tiny=).
+# The tiny random model's text reaches end-of-sequence, and at fused-layer speed it can
+# finish before a test clicks Stop.
+ENDLESS = """
+import mlx_notebook
+from pathlib import Path
+from mlx_lm.utils import load_tokenizer
+from mlx_notebook.testing import ScriptedModel
+tok = load_tokenizer(Path({tiny!r}))
+words = tok.encode(" and on", add_special_tokens=False)
+eng = mlx_notebook.Engine.default()
+eng.call(lambda: eng.registry.register("endless", ScriptedModel(
+    len(tok.get_vocab()), lambda p, t: words[p % len(words)], delay_s=0.01
+), tok)).result()
+"""
+
 
 class Harness:
     """Starts a kernel, records widget state from iopub, clicks buttons by comm message."""

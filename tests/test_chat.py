@@ -200,15 +200,17 @@ def test_two_conversations_and_a_generate_between_keep_their_caches(default_engi
 
 @pytest.mark.kernel
 def test_chat_cells_in_a_real_kernel(tiny_dir, tmp_path):
-    from kernel_harness import Harness
+    from kernel_harness import ENDLESS, Harness
 
     k = Harness()
     try:
         assert k.execute("%load_ext mlx_notebook")["status"] == "ok"
+        # A model that cannot end its reply before Stop is clicked (the tiny one can).
+        assert k.execute(ENDLESS.format(tiny=tiny_dir))["status"] == "ok"
 
         def cell(body, line=""):
             before = set(k.state)
-            mid = k.execute(f"%%chat -m {tiny_dir} -n 3000 {line}\n{body}", wait=False)
+            mid = k.execute(f"%%chat -m endless -n 3000 {line}\n{body}", wait=False)
             assert k.reply(mid, 30)["status"] == "ok"
             return mid, before
 

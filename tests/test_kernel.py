@@ -3,25 +3,9 @@
 import time
 
 import pytest
-from kernel_harness import Harness
+from kernel_harness import ENDLESS, Harness
 
 pytestmark = pytest.mark.kernel
-
-
-# A model that never ends by itself: the tiny random model's greedy text can reach
-# end-of-sequence when prefill chunks (sized by time) differ on a busy machine.
-ENDLESS = """
-import mlx_notebook
-from pathlib import Path
-from mlx_lm.utils import load_tokenizer
-from mlx_notebook.testing import ScriptedModel
-tok = load_tokenizer(Path({tiny!r}))
-words = tok.encode(" and on", add_special_tokens=False)
-eng = mlx_notebook.Engine.default()
-eng.call(lambda: eng.registry.register("endless", ScriptedModel(
-    len(tok.get_vocab()), lambda p, t: words[p % len(words)], delay_s=0.01
-), tok)).result()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +350,10 @@ def test_chat_ui_by_comm_messages_keeps_the_kernel_free(kernel):
         "the chat widget",
         lambda: [c for c in kernel.widgets("AnyModel", _anywidget_id=CHAT_UI) if c not in before],
     )[0]
-    assert "mlxnb-live" in kernel.value(ui, "_dom_classes")  # paired with its saved transcript
+    # Paired with its saved transcript; the class comes in an update after the comm opens.
+    kernel.wait_for(
+        "the live class", lambda: "mlxnb-live" in (kernel.value(ui, "_dom_classes") or [])
+    )
     kernel.custom(ui, {"type": "send", "text": "Hello"})
     kernel.wait_for("streaming", lambda: "tokens" in (kernel.value(ui, "live") or ""), 60)
     assert kernel.value(ui, "busy") is True

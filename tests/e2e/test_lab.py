@@ -49,14 +49,16 @@ def scripted_cell(name, text, delay=0.0):
 
 
 MAIN = [
-    "%%generate -m {tiny} -n 100000 --raw -f text\nHello",  # 1: stream, then Stop
-    "1+1",  # 2
-    scripted_cell("evil", EVIL),  # 3
-    "%%generate -m evil --raw\ngo",  # 4: markdown, hostile
-    scripted_cell("poet", POEM, delay=0.04),  # 5
-    "%%generate -m poet --raw -o poem\ngo",  # 6: line structure and font
+    # 1: a long text (~60 s): the tiny random model can end before Stop is clicked
+    scripted_cell("stream", "Streaming text arrives a token at a time. " * 300, delay=0.02),
+    "%%generate -m stream -n 100000 --raw -f text\ngo",  # 2: stream, then Stop
+    "1+1",  # 3
+    scripted_cell("evil", EVIL),  # 4
+    "%%generate -m evil --raw\ngo",  # 5: markdown, hostile
+    scripted_cell("poet", POEM, delay=0.04),  # 6
+    "%%generate -m poet --raw -o poem\ngo",  # 7: line structure and font
     (
-        "import mlx_notebook\n"  # 7
+        "import mlx_notebook\n"  # 8
         "panel = mlx_notebook.Panel(model=TINY, draft_source='lookup', "
         "lookup_ngram=1, chat=False, max_tokens=40)\npanel"
     ),
@@ -82,7 +84,8 @@ def test_generate_stream_stop_and_escaping(lab, artifacts):
     page = lab(MAIN)
     run_done(page, 0)
 
-    cell = run_cell(page, 1)
+    run_done(page, 1, 30)
+    cell = run_cell(page, 2)
     view = cell.locator(".mlxnb-view")
     step("view rendered (widget manager loaded)", lambda: view.count() == 1, 60)
     step(
@@ -109,15 +112,15 @@ def test_generate_stream_stop_and_escaping(lab, artifacts):
     assert "stopped" in out.locator(".stats").inner_text()  # the word the header uses
     page.screenshot(path=str(artifacts / "stopped.png"), full_page=False)
 
-    follow = run_cell(page, 2)
+    follow = run_cell(page, 3)
     step(
         "next cell prints 2",
         lambda: follow.locator(".jp-OutputArea-output").inner_text().strip() == "2",
         20,
     )
 
-    run_done(page, 3, 30)
-    evil = run_cell(page, 4)
+    run_done(page, 4, 30)
+    evil = run_cell(page, 5)
     step("hostile output finished", lambda: "done" in state_word(evil), 30)
     shown = evil.locator(".mlxnb").inner_text()
     assert '<img src=x onerror="window.__pwned=1">' in shown and "<script>" in shown
@@ -134,8 +137,8 @@ def test_generate_stream_stop_and_escaping(lab, artifacts):
 def test_line_breaks_and_font_survive_the_end_of_generation(lab):
     page = lab(MAIN)
     run_done(page, 0)
-    run_done(page, 5, 30)
-    cell = run_cell(page, 6)
+    run_done(page, 6, 30)
+    cell = run_cell(page, 7)
     view = cell.locator(".mlxnb-view")
     step("poem streaming", lambda: view.count() == 1 and "\n" in view.locator(".md").inner_text())
     font = "e => e.isConnected ? getComputedStyle(e).fontFamily : ''"
@@ -283,7 +286,7 @@ def test_saved_notebook_reopens_without_a_kernel(
 def test_panel_compare(lab, artifacts):
     page = lab(MAIN)
     run_done(page, 0)
-    cell = run_cell(page, 7)
+    cell = run_cell(page, 8)
     panel = cell.locator(".mlxnb-panel")
     step("panel rendered", lambda: panel.count() == 1, 60)
     prompt = panel.locator("textarea").first
