@@ -84,6 +84,20 @@ def scripted(engine, tiny_tokenizer):
     return register
 
 
+@pytest.fixture
+def endless(engine, tiny_tokenizer):
+    """Registers "endless": " and on" forever, a token per 5 ms; returns the name.
+
+    For tests that stop a reply: the tiny random model ends its text by itself, and fast
+    enough that a busy machine could see it finish before the test stops it.
+    """
+    words = tiny_tokenizer.encode(" and on", add_special_tokens=False)
+    vocab = len(tiny_tokenizer.get_vocab())
+    model = ScriptedModel(vocab, lambda pos, tok: words[pos % len(words)], delay_s=0.005)
+    engine.call(lambda: engine.registry.register("endless", model, tiny_tokenizer)).result()
+    return "endless"
+
+
 def encode(tok, text):
     return tok.encode(text, add_special_tokens=False)
 

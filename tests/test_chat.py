@@ -31,8 +31,8 @@ def test_each_turn_sends_the_whole_conversation(chat):
     assert req.chat and req.max_tokens == 12
 
 
-def test_a_stopped_reply_is_kept_marked_and_the_next_turn_continues(engine, tiny_dir):
-    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+def test_a_stopped_reply_is_kept_marked_and_the_next_turn_continues(engine, endless):
+    c = Chat(endless, backend=engine, max_tokens=2000)
     turn = c.send("Hello")
     for ev in turn.job.events(detach=True):
         if isinstance(ev, Token) and ev.index == 5:
@@ -58,8 +58,8 @@ def test_undo_reset_fork(chat):
     assert chat.undo() == []
 
 
-def test_busy_empty_and_unknown_options_start_nothing(engine, tiny_dir):
-    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+def test_busy_empty_and_unknown_options_start_nothing(engine, endless):
+    c = Chat(endless, backend=engine, max_tokens=2000)
     turn = c.send("Hello")
     with pytest.raises(ChatBusy):
         c.send("again")
@@ -70,7 +70,7 @@ def test_busy_empty_and_unknown_options_start_nothing(engine, tiny_dir):
     with pytest.raises(ValueError, match="unknown request field"):
         c.send("hi", bogus=1)
     with pytest.raises(ValueError, match="unknown request field"):
-        Chat(tiny_dir, bogus=1)
+        Chat(endless, bogus=1)
 
 
 def test_an_error_takes_the_exchange_back(engine, tmp_path):
@@ -342,8 +342,8 @@ def test_delete_removes_a_whole_exchange(chat):
         chat.delete(7)
 
 
-def test_delete_stops_a_running_reply_in_the_exchange(engine, tiny_dir):
-    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+def test_delete_stops_a_running_reply_in_the_exchange(engine, endless):
+    c = Chat(endless, backend=engine, max_tokens=2000)
     turn = c.send("Hello")
     c.delete(0)
     assert turn.done and turn.finish_reason == "cancelled" and c.messages == []

@@ -4,8 +4,8 @@ from mlx_notebook.chat import Chat
 from mlx_notebook.engine import Token
 
 
-def test_a_turn_reports_its_state_and_settles_once(engine, tiny_dir):
-    c = Chat(tiny_dir, backend=engine, max_tokens=2000)
+def test_a_turn_reports_its_state_and_settles_once(engine, endless):
+    c = Chat(endless, backend=engine, max_tokens=2000)
     settled = []
     c.add_listener(lambda what, turn: settled.append(turn) if what == "settle" else None)
     turn = c.send("Hello")
