@@ -159,6 +159,17 @@ static inline __attribute__((always_inline)) void row_dots512(
     out[(long)m * ldo] = _mm512_reduce_add_ps(tot[m]) + bias_dot(b, xsum + (long)m * G, G);
 }
 
+/* A row's sum: its vector accumulator plus the bias term (bias . x's group sums), added
+ * in the vector before the one horizontal reduction. */
+static inline __attribute__((always_inline)) float finish_row512(__m512 acc, const float *br,
+                                                                 const float *xsum, int G) {
+  for (int g = 0; g < G; g += 16) {
+    const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 /* One input row against four weight rows (rows r0 + i * rb bytes apart): a decode
  * step's products. With one input row, row_dots512's sums form a single chain of
  * dependent FMAs (latency-bound); four weight rows, with two group sums each
@@ -187,15 +198,8 @@ static inline __attribute__((always_inline)) void four_rows512(
     for (int r = 0; r < R; r++)
       tot[r][g & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + g]), part[r], tot[r][g & 1]);
   }
-  for (int r = 0; r < R; r++) { /* the bias term joins the vector sum: one reduction */
-    __m512 acc = _mm512_add_ps(tot[r][0], tot[r][1]);
-    const float *br = b + (long)r * G;
-    for (int g = 0; g < G; g += 16) {
-      const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
-    }
-    out[r] = _mm512_reduce_add_ps(acc);
-  }
+  for (int r = 0; r < R; r++)
+    out[r] = finish_row512(_mm512_add_ps(tot[r][0], tot[r][1]), b + (long)r * G, xsum, G);
 }
 
 #ifdef __AVX512VBMI__
@@ -245,15 +249,8 @@ static inline __attribute__((always_inline)) void two_rows_q4(
       tot[r][u & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + u]), part, tot[r][u & 1]);
     }
   }
-  for (int r = 0; r < R; r++) { /* the bias term joins the vector sum: one reduction */
-    __m512 acc = _mm512_add_ps(tot[r][0], tot[r][1]);
-    const float *br = b + (long)r * G;
-    for (int g = 0; g < G; g += 16) {
-      const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
-    }
-    out[r] = _mm512_reduce_add_ps(acc);
-  }
+  for (int r = 0; r < R; r++)
+    out[r] = finish_row512(_mm512_add_ps(tot[r][0], tot[r][1]), b + (long)r * G, xsum, G);
 }
 #endif
 #endif
