@@ -179,10 +179,19 @@ def test_sampling_speculative_runs_and_is_seeded(engine, tiny_dir):
     assert run() == run()
 
 
-def test_seeded_sampling_gives_the_same_text_with_every_draft_source(engine, tiny_dir, draft_dir):
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        dict(temperature=0.7, top_p=0.9, repetition_penalty=1.1, seed=11),
+        dict(temperature=0.7, seed=11),  # no processors: rounds without drafts pipeline
+    ],
+    ids=["processors", "plain"],
+)
+def test_seeded_sampling_gives_the_same_text_with_every_draft_source(
+    engine, tiny_dir, draft_dir, sampling
+):
     # Each position draws with its own key, so a verify pass samples exactly the token
     # normal decoding samples there: speculation keeps seeded sampling's text.
-    sampling = dict(temperature=0.7, top_p=0.9, repetition_penalty=1.1, seed=11)
     base = greedy(engine, tiny_dir, max_tokens=48, **sampling)
     assert base.token_ids != greedy(engine, tiny_dir, max_tokens=48).token_ids  # it samples
     assert (

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
-from .decode import KeyedSampler, Processor, TokenStream, forced_tokens
+from .decode import KeyedSampler, Processor, TokenStream, forced_tokens, make_step
 from .drafts import DraftSource
 from .prefill import CancelCheck, Progress
 from .sequence import CachedSequence
@@ -205,14 +205,6 @@ def _verify(
     return mx.concatenate(rows).tolist()
 
 
-def _next_token(seq: CachedSequence, ids, position: int, sampler: KeyedSampler, greedy: bool):
-    """The lazy token after feeding ``ids`` (a recorded list, or a lazy token array)."""
-    logits = seq.forward(ids)[0]
-    if greedy:
-        return mx.argmax(logits, axis=-1)
-    return sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True), position)
-
-
 def _plain_steps(
     seq: CachedSequence,
     history: list[int],
@@ -239,13 +231,15 @@ def _plain_steps(
         ``history[:-1]`` again, as a verify round expects), or [] at ``limit``.
     """
     gov = governor()
-    y = _next_token(seq, [history[-1]], len(history) - 1, sampler, greedy)
+    step = make_step(seq, sampler, None, history, greedy)
+    y = step(mx.array(history[-1:], dtype=mx.uint32))
+    seq.record(history[-1:])
     mx.async_eval(y)
     while True:
         more = len(got) + 1 < limit
         nxt = None
         if more:  # queued on the lazy token: computed while this one is read
-            nxt = _next_token(seq, y, len(history), sampler, greedy)
+            nxt = step(y)
             mx.async_eval(nxt)
         t = y.item()
         if more:
