@@ -44,6 +44,25 @@ def test_table_rope_matches_mlx(traditional, dims, scale, offset):
     assert max_diff(ref(x, offset=offset), fast(x, offset=offset)) < tol
 
 
+def test_step_rows_are_taken_once_per_step_and_pinned_rows_answer_batches():
+    import mlx.core as mx
+
+    t = cpu_fast.RopeTable(64, 10000.0, 1.0)
+    for traditional, (c, s) in ((False, (t.cos, t.sin)), (True, (t.cos2, t.sin2))):
+        rows = t.step_rows(37, 1, traditional)
+        assert rows is t.step_rows(37, 1, traditional)  # every layer shares them
+        assert mx.array_equal(rows[0], c[37]) and mx.array_equal(rows[1], s[37])
+    assert t.step_rows(3000, 1, False)[0].shape == (32,) and t.size >= 3001  # grown
+    offsets = mx.array([4, 9])
+    assert t.step_rows(offsets, 2, True) is None  # positions in an array: not read
+    t.pin([4, 9])
+    cos, sin = t.step_rows(offsets, 2, True)
+    assert cos.shape == (2, 64) and mx.array_equal(sin[1], t.sin2[9])
+    assert t.step_rows(offsets, 3, True) is None  # pinned for another batch
+    t.pin(None)
+    assert t.step_rows(offsets, 2, True) is None
+
+
 def _swappable_model():
     from mlx_lm.models import llama
 

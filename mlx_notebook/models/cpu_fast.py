@@ -96,6 +96,8 @@ class RopeTable:
         self.dims, self.base, self.scale = dims, base, scale
         self.size = 0
         self.pinned: tuple | None = None
+        self._flat: dict[bool, tuple] = {}  # the pinned rows as [B, dims], by layout
+        self._step: tuple = (None, {})  # (offset, {layout: its cos and sin rows})
         self.grow(2048)
 
     def pin(self, positions: list[int] | None) -> None:
@@ -106,12 +108,38 @@ class RopeTable:
                 holds), or None to stop using pinned rows.
         """
         if positions is None:
-            self.pinned = None
+            self.pinned, self._flat = None, {}
             return
         self.grow(max(positions) + 1)
         idx = mx.array(positions)
         rows = [t[idx][:, None, None] for t in (self.cos, self.sin, self.cos2, self.sin2)]
         self.pinned = (len(positions), *rows)  # each (B, 1, 1, D)
+        flat = [r.reshape(len(positions), -1) for r in rows]
+        self._flat = {False: (flat[0], flat[1]), True: (flat[2], flat[3])}
+
+    def step_rows(self, offset, rows: int, traditional: bool) -> tuple | None:
+        """The cos and sin rows ``[1 or B, dims]`` of one decode step's positions, or None.
+
+        Every layer of a step asks for the same rows, so they are taken once per step.
+
+        Args:
+            offset: The cache's offset: an int, or one per batch row (an array), which
+                only pinned rows answer (reading it would stall the pipeline).
+            rows: The step's batch rows.
+            traditional: The interleaved layout (`TableRoPE.traditional`).
+        """
+        if isinstance(offset, int):
+            at, memo = self._step
+            if at != offset:
+                self.grow(offset + 1)
+                at, memo = self._step = (offset, {})
+            if traditional not in memo:
+                c, s = (self.cos2, self.sin2) if traditional else (self.cos, self.sin)
+                memo[traditional] = (c[offset], s[offset])
+            return memo[traditional]
+        if not isinstance(offset, mx.array) or not self.pinned or self.pinned[0] != rows:
+            return None
+        return self._flat[traditional]
 
     def angles(self, positions: mx.array, traditional: bool) -> tuple[mx.array, mx.array]:
         """The cos and sin rows of any integer ``positions`` (any shape), as the table has them."""

@@ -22,6 +22,7 @@ chunks, verify passes, quantized KV caches and anything else take the layer's ow
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -84,30 +85,6 @@ def eligible(block) -> bool:
     )
 
 
-def _rope_rows(rope: TableRoPE, offset, rows: int):
-    """The cos and sin rows ``[1 or B, width]`` of this step's positions, or None."""
-    t = rope._table
-    if isinstance(offset, int):
-        key = (offset, rope.traditional)
-        memo = getattr(t, "mlxnb_step", None)
-        if memo is None or memo[0] != key:  # taken once per step, shared by every layer
-            t.grow(offset + 1)
-            c, s = (t.cos2, t.sin2) if rope.traditional else (t.cos, t.sin)
-            memo = (key, (c[offset], s[offset]))
-            t.mlxnb_step = memo
-        return memo[1]
-    pinned = t.pinned
-    if not isinstance(offset, mx.array) or not pinned or pinned[0] != rows:
-        return None
-    memo = getattr(t, "mlxnb_pinned", None)
-    if memo is None or memo[0] is not pinned:  # once per batched step
-        flat = lambda a: a.reshape(rows, -1)  # noqa: E731
-        memo = (pinned, {True: (flat(pinned[3]), flat(pinned[4])),
-                         False: (flat(pinned[1]), flat(pinned[2]))})  # fmt: skip
-        t.mlxnb_pinned = memo
-    return memo[1][rope.traditional]
-
-
 class _Plan:
     """A fused layer's parts, found once (its modules: parameters are read at each step)."""
 
@@ -119,6 +96,8 @@ class _Plan:
         # which arrays each product takes: the weight, or the weight, scales and biases
         self.keys = tuple(("weight",) if len(_arrays(m)) == 1 else _QUANT for m in self.linears)
         self.rope, self.scale = attn.rope, attn.scale
+        self.table, self.traditional = attn.rope._table, attn.rope.traditional
+        self.ext = _ext.load()  # not None: `install` checked
         self.heads = (attn.n_heads, attn.n_kv_heads)
         self.attention_module = sys.modules[type(attn).__module__]
 
@@ -130,19 +109,25 @@ class _Plan:
 _QUANT = ("weight", "scales", "biases")
 
 
+@functools.cache
+def _plain_cache(kind: type) -> bool:
+    """Whether a cache class keeps float keys and values (a quantized KV cache has ``bits``)."""
+    return hasattr(kind, "update_and_fetch") and not hasattr(kind, "bits")
+
+
 def _step(block, x: mx.array, mask, cache):
     """The decode step through the two primitives, or None where it does not apply."""
     if x.ndim != 3 or x.shape[1] != 1 or x.dtype != mx.float32 or cache is None:
         return None
-    if hasattr(cache, "bits") or not hasattr(cache, "update_and_fetch"):  # quantized KV
+    if not _plain_cache(type(cache)):
         return None
     p = block._mlxnb_plan
-    rows = _rope_rows(p.rope, cache.offset, x.shape[0])
-    ext = _ext.load()
-    if rows is None or ext is None:
+    rows = p.table.step_rows(cache.offset, x.shape[0], p.traditional)
+    if rows is None:
         return None
+    ext = p.ext
     q, k, v = ext.layer_in(
-        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.rope.traditional, *p.heads
+        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads
     )
     k, v = cache.update_and_fetch(k, v)
     sdpa = p.attention_module.scaled_dot_product_attention  # the fast path's, if swapped in
