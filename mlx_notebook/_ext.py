@@ -1,4 +1,4 @@
-"""Build and load, once, the fast path's MLX extension (``_ext.cpp``).
+"""Build and load, once, the fast path's MLX extension (``_ext.cpp``, ``_ext_layer.cpp``).
 
 Its MLX primitives compute quantized products, decode steps' attention, and the two
 fused halves of a llama layer's decode step (``_layer.c``) on the CPU.
@@ -25,7 +25,8 @@ from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_
 
 NAME = "_mlxnb_ext"
 KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
-GLUE = Path(__file__).with_name("_ext.cpp")
+GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp"))
+HEADER = Path(__file__).with_name("_ext.h")
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
 
@@ -64,7 +65,7 @@ def _compile(tmp: Path, mlx_dir: Path, nb_dir: Path) -> str | None:
         "-fno-strict-aliasing", "-DNB_DOMAIN=mlx", "-DNDEBUG", "-DNB_COMPACT_ASSERTIONS",
         f"-I{sysconfig.get_paths()['include']}", f"-I{nb_dir / 'include'}",
         f"-I{nb_dir / 'ext' / 'robin_map' / 'include'}", f"-I{mlx_dir / 'include'}",
-        str(nb_dir / "src" / "nb_combined.cpp"), str(GLUE), *map(str, objs),
+        str(nb_dir / "src" / "nb_combined.cpp"), *map(str, GLUE), *map(str, objs),
         f"-L{mlx_dir / 'lib'}", "-lmlx", f"-Wl,-rpath,{mlx_dir / 'lib'}", *omp, "-o", str(tmp),
     ]  # fmt: skip
     try:
@@ -84,7 +85,7 @@ def build() -> tuple[Path | None, str]:
     if isinstance(found, str):
         return None, found
     mlx_dir, nb_dir, versions = found
-    src = b"".join(k.read_bytes() for k in KERNELS) + GLUE.read_bytes() + versions.encode()
+    src = b"".join(k.read_bytes() for k in (*KERNELS, *GLUE, HEADER)) + versions.encode()
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     out = _cache_dir() / f"{NAME}-{key}" / f"{NAME}{suffix}"

@@ -154,3 +154,24 @@ def test_decode_attention_refuses_what_it_does_not_compute(attention):
     ):
         with pytest.raises(ValueError):
             attention.decode_attention(*bad, 0.1)
+
+
+def test_every_native_source_ships_in_the_package():
+    # Compiled on first use from the installed package: a source left out of the
+    # package data leaves a pip-installed copy (not an editable one) on MLX's path.
+    import fnmatch
+    from pathlib import Path
+
+    import tomllib
+
+    from mlx_notebook import _ext, _native
+
+    root = Path(__file__).parents[1]
+    conf = tomllib.loads((root / "pyproject.toml").read_text())
+    globs = conf["tool"]["setuptools"]["package-data"]["mlx_notebook"]
+    sources = [*_native.SOURCES, *_ext.KERNELS, *_ext.GLUE, _ext.HEADER]
+    for src in sources:
+        assert src.is_file(), src
+        assert any(fnmatch.fnmatch(src.name, g) for g in globs), (src.name, globs)
+    shipped = {p.name for g in globs for p in (root / "mlx_notebook").glob(g)}
+    assert {"_qmm.c", "_layer.c", "_ext.cpp", "_ext_layer.cpp", "_ext.h"} <= shipped

@@ -1,0 +1,102 @@
+// Shared by the extension's compilation units (_ext.cpp, _ext_layer.cpp): the C
+// kernels' declarations and what every CPU primitive here needs.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/mlx.h"
+#include "mlx/primitives.h"
+
+extern "C" {
+int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint32_t* w,
+              const float* s, const float* b, float* out);
+void mlxnb_qmm_set_threads(int n);
+void mlxnb_qmm_set_small_parallel_min(long macs);
+long mlxnb_qmm_calls(int path);
+typedef struct {
+  int N, K, gs, bits;
+  const void* w;
+  const float *scales, *biases;
+} mlxnb_linear_t;
+int mlxnb_layer_in(int B, int E, const float* x, const float* norm_w, float eps,
+                   const mlxnb_linear_t* qkv, int H, int Hkv, int D, int traditional,
+                   const float* cos, const float* sin, int rope_rows, float* q, float* k,
+                   float* v);
+int mlxnb_layer_out(int B, int E, const float* a, const float* x, const mlxnb_linear_t* o,
+                    const float* norm_w, float eps, const mlxnb_linear_t* gate_up,
+                    const mlxnb_linear_t* down, float* out);
+long mlxnb_layer_calls(void);
+}
+
+namespace mlxnb {
+
+namespace mx = mlx::core;
+
+// A primitive that runs on the CPU only, with its parameters P (compared with ==):
+// the overrides MLX asks of every primitive, written once.
+template <typename P>
+class CpuPrimitive : public mx::Primitive {
+ public:
+  CpuPrimitive(mx::Stream s, P p, const char* name) : mx::Primitive(s), p_(p), name_(name) {}
+
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error(std::string(name_) + " runs on the CPU only");
+  }
+
+  const char* name() const override { return name_; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return typeid(other) == typeid(*this) && static_cast<const CpuPrimitive&>(other).p_ == p_;
+  }
+
+ protected:
+  P p_;
+
+ private:
+  const char* name_;
+};
+
+// Allocates every output and registers the arrays with the stream's encoder.
+inline mx::cpu::CommandEncoder& prepare(mx::Stream s, const std::vector<mx::array>& ins,
+                                        std::vector<mx::array>& outs) {
+  auto& enc = mx::cpu::get_command_encoder(s);
+  for (auto& o : outs) o.set_data(mx::allocator::malloc(o.nbytes()));
+  for (const auto& a : ins) enc.set_input_array(a);
+  for (auto& o : outs) enc.set_output_array(o);
+  return enc;
+}
+
+// An array's elements densely in row-major order: its own buffer when it is
+// row-contiguous, else gathered (through its strides) into buf.
+template <typename T>
+const T* dense(const mx::array& a, std::vector<T>& buf) {
+  if (a.flags().row_contiguous) return a.data<T>();
+  buf.resize(a.size());
+  const T* p = a.data<T>();
+  const int nd = a.ndim();
+  std::vector<int> idx(nd, 0);
+  for (size_t i = 0; i < a.size(); i++) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += idx[d] * a.strides()[d];
+    buf[i] = p[off];
+    for (int d = nd - 1; d >= 0 && ++idx[d] == a.shape(d); d--) idx[d] = 0;
+  }
+  return buf.data();
+}
+
+// A parameter as given when it is dense already (loaded weights are), else made so.
+inline mx::array dense_param(const mx::array& a, mx::Stream s) {
+  return a.is_available() && a.flags().row_contiguous ? a : mx::contiguous(a, false, s);
+}
+
+// Registers the fused layer halves (_ext_layer.cpp) on the module.
+void bind_layers(nanobind::module_& m);
+
+}  // namespace mlxnb
