@@ -96,7 +96,7 @@ def test_loaded_models_report_the_fast_path(engine, tiny_dir):
     (m,) = engine.info().models
     assert m.fast_path == (
         "5 RMSNorm", "2 RoPE", "2 gate/up stacked", "2 q/k/v stacked", "fused prefill attention",
-        "2 layers' decode steps fused",
+        "2 layers fused",
     )  # fmt: skip
 
 

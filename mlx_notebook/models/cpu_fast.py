@@ -117,6 +117,12 @@ class RopeTable:
         flat = [r.reshape(len(positions), -1) for r in rows]
         self._flat = {False: (flat[0], flat[1]), True: (flat[2], flat[3])}
 
+    def span(self, offset: int, n: int, traditional: bool) -> tuple[mx.array, mx.array]:
+        """The cos and sin rows ``[n, width]`` of positions ``offset`` .. ``offset + n - 1``."""
+        self.grow(offset + n)
+        c, s = (self.cos2, self.sin2) if traditional else (self.cos, self.sin)
+        return c[offset : offset + n], s[offset : offset + n]
+
     def step_rows(self, offset, rows: int, traditional: bool) -> tuple | None:
         """The cos and sin rows ``[1 or B, dims]`` of one decode step's positions, or None.
 
@@ -214,9 +220,7 @@ class TableRoPE(nn.Module):
             cos, sin = t.angles(pos, self.traditional)
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, D)
         else:
-            t.grow(offset + n)
-            cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
-            cos, sin = cos[offset : offset + n], sin[offset : offset + n]
+            cos, sin = t.span(offset, n, self.traditional)
         if cos.dtype != x.dtype:
             cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
         rotate = _ROTATE[self.traditional]

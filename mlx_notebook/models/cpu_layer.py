@@ -1,12 +1,14 @@
-"""The CPU fast path's decode step for llama-style layers: two native calls per layer.
+"""The CPU fast path's llama-style layers: two native calls per layer, plus the attention.
 
 After the fast path's other swaps, one decode step of a 135M llama is still about
 50 MLX graph nodes per layer (norms, the stacked products and their slices,
 reshapes, transposes, RoPE, the attention, residual adds, SwiGLU), and MLX's CPU
 backend spends a few microseconds scheduling each: about as long as the
-products themselves. On CPU, each layer whose parts are exactly mlx-lm's llama
-modules, as the fast path left them, gets a subclass whose decode step (one
-token per row, a KV cache) is:
+products themselves. In a prefill chunk, MLX's single-threaded elementwise work
+(SwiGLU's sigmoid above all) cost as much as the products. On CPU, each layer whose
+parts are exactly mlx-lm's llama modules, as the fast path left them, gets a subclass
+whose pass over a KV cache (a decode step of one token per row, or one row's chunk
+of tokens: prefill, a verify pass) is:
 
 - ``layer_in``: RMSNorm, the stacked q/k/v product and RoPE, one primitive;
 - the cache's own ``update_and_fetch`` and the fast path's attention, unchanged;
@@ -14,10 +16,11 @@ token per row, a KV cache) is:
   product, SwiGLU, the down product and residual, one primitive.
 
 Both are primitives of the fast path's extension (`_ext`, kernels in ``_layer.c``):
-in MLX's lazy graph, so the step stays pipelined. They compute mlx-lm's
-functions in float32 in the same order, with sums added in another order. Prefill
-chunks, verify passes, quantized KV caches and anything else take the layer's own
-``__call__``. ``MLX_NOTEBOOK_FUSED_LAYERS=0`` leaves layers alone.
+in MLX's lazy graph, so the step stays pipelined. A chunk's tokens go through them as
+rows. They compute mlx-lm's functions in float32 in the same order, with sums added
+in another order and e^x from a polynomial (about 1 ulp). Several rows of several
+tokens, quantized KV caches and anything else take the layer's own ``__call__``.
+``MLX_NOTEBOOK_FUSED_LAYERS=0`` leaves layers alone.
 """
 
 from __future__ import annotations
@@ -116,23 +119,37 @@ def _plain_cache(kind: type) -> bool:
 
 
 def _step(block, x: mx.array, mask, cache):
-    """The decode step through the two primitives, or None where it does not apply."""
-    if x.ndim != 3 or x.shape[1] != 1 or x.dtype != mx.float32 or cache is None:
+    """The layer through the two primitives, or None where they do not apply.
+
+    A decode step (one token per row) or a chunk of one row's tokens (prefill, a verify
+    pass), whose tokens go through the primitives as rows.
+    """
+    if x.ndim != 3 or x.dtype != mx.float32 or cache is None or not _plain_cache(type(cache)):
         return None
-    if not _plain_cache(type(cache)):
-        return None
+    B, L, E = x.shape
     p = block._mlxnb_plan
-    rows = p.table.step_rows(cache.offset, x.shape[0], p.traditional)
+    if L == 1:
+        rows = p.table.step_rows(cache.offset, B, p.traditional)
+    elif B == 1 and isinstance(cache.offset, int):
+        rows = p.table.span(cache.offset, L, p.traditional)
+        x = x.reshape(L, 1, E)
+    else:
+        return None
     if rows is None:
         return None
     ext = p.ext
     q, k, v = ext.layer_in(
         x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads
     )
+    if L > 1:  # rows back to one sequence: [1, heads, L, D], as mlx-lm's attention has it
+        q, k, v = (t.reshape(1, L, t.shape[1], -1).transpose(0, 2, 1, 3) for t in (q, k, v))
     k, v = cache.update_and_fetch(k, v)
     sdpa = p.attention_module.scaled_dot_product_attention  # the fast path's, if swapped in
     a = sdpa(q, k, v, cache=cache, scale=p.scale, mask=mask)
-    return ext.layer_out(a, x, p.arrays(1), p.norm2["weight"], p.eps2, p.arrays(2), p.arrays(3))
+    if L > 1:
+        a = a.transpose(0, 2, 1, 3).reshape(L, -1, 1, a.shape[-1])
+    out = ext.layer_out(a, x, p.arrays(1), p.norm2["weight"], p.eps2, p.arrays(2), p.arrays(3))
+    return out.reshape(1, L, E) if L > 1 else out
 
 
 _CLASSES: dict[type, type] = {}

@@ -97,5 +97,5 @@ def _fit_dtype(model) -> None:
     changes = cpu_fast.apply(model, "cpu" if cpu else "gpu")
     fused = cpu_layer.install(model) if changes else 0  # on the fast path's modules only
     if fused:
-        changes.append(f"{fused} layers' decode steps fused")
+        changes.append(f"{fused} layers fused")
     object.__setattr__(model, "_mlxnb_fast", changes)  # not a parameter: kept off the tree
