@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import sys
 import warnings
 
@@ -33,6 +34,7 @@ _state: dict = {
     "reason": "not attempted",
     "gemv": False,
     "gemv_reason": "not attempted",
+    "sgemm": "",  # the kernels of a second OpenBLAS that computes sgemm ("": none)
 }
 _warned = False
 
@@ -69,9 +71,72 @@ def preload() -> None:
     except OSError as exc:
         _state["reason"] = f"could not load {paths[0]}: {exc}"
         return
+    _state["_path"] = paths[0]
     _load_gemv(blas)  # before OpenBLAS joins the global scope, so MLX binds to it
     ctypes.CDLL(paths[0], mode=ctypes.RTLD_GLOBAL)  # promotes the loaded library
     _state.update(active=True, path=paths[0], reason="loaded before mlx.core", _blas=blas)
+
+
+SGEMM_ENV = "MLX_NOTEBOOK_BLAS_SGEMM"  # "0": one OpenBLAS for every product
+AVX512 = {"avx512f", "avx512dq", "avx512bw", "avx512vl"}  # what its SkylakeX kernels use
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _core(lib) -> str:
+    """The kernels an OpenBLAS chose ("Haswell", "SkylakeX", ...), or ""."""
+    fn = getattr(lib, "openblas_get_corename", None)
+    if fn is None:
+        return ""
+    fn.restype = ctypes.c_char_p
+    return (fn() or b"").decode()
+
+
+def _sgemm_library(path: str, blas):
+    """A second OpenBLAS, with AVX-512 kernels, for sgemm; or None where none is wanted.
+
+    Debian's OpenBLAS (0.3.21) gives AMD's AVX-512 CPUs its AVX2 (Haswell) kernels.
+    Its AVX-512 (SkylakeX) sgemm prefilled 1.3-1.5x faster on such a CPU, but its
+    sgemv decoded about 10% slower: so a copy of the library, loaded with
+    ``OPENBLAS_CORETYPE=SkylakeX``, computes the shim's sgemm (prefill chunks,
+    attention, 25 rows and more) and the first keeps sgemv. Only on a CPU with
+    AVX-512 whose OpenBLAS runs AVX2 kernels (also when ``OPENBLAS_CORETYPE`` asked
+    for them: the first library keeps them); ``MLX_NOTEBOOK_BLAS_SGEMM=0`` keeps one.
+    """
+    if os.environ.get(SGEMM_ENV) == "0":
+        return None
+    if _core(blas).lower() not in ("haswell", "zen") or not AVX512 <= _cpu_flags():
+        return None
+    from ._native import _cache_dir
+
+    st = os.stat(path)
+    copy = _cache_dir() / f"libopenblas-skylakex-{st.st_size}-{int(st.st_mtime)}.so"
+    before = os.environ.get("OPENBLAS_CORETYPE")
+    try:
+        if not copy.exists():  # another path, so the loader keeps a second instance
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            tmp = copy.with_name(f".{copy.name}.{os.getpid()}")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, copy)
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"  # read once, as it loads
+        lib = ctypes.CDLL(str(copy), mode=ctypes.RTLD_LOCAL)
+    except OSError:
+        return None
+    finally:
+        if before is None:
+            os.environ.pop("OPENBLAS_CORETYPE", None)
+        else:
+            os.environ["OPENBLAS_CORETYPE"] = before
+    return lib if _core(lib).lower() == "skylakex" else None
 
 
 def _load_gemv(blas) -> None:
@@ -84,8 +149,9 @@ def _load_gemv(blas) -> None:
     if path is None:
         _state["gemv_reason"] = how
         return
+    fast = _sgemm_library(_state["_path"], blas)
     try:
-        sgemm = ctypes.cast(blas.cblas_sgemm, ctypes.c_void_p)
+        sgemm = ctypes.cast((fast or blas).cblas_sgemm, ctypes.c_void_p)
         sgemv = ctypes.cast(blas.cblas_sgemv, ctypes.c_void_p)
         lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         lib.mlxnb_gemv_init(sgemm, sgemv)  # before anything can call it
@@ -94,11 +160,13 @@ def _load_gemv(blas) -> None:
         return
     lib.mlxnb_gemv_forwarded.restype = ctypes.c_long
     lib.mlxnb_small_forwarded.restype = ctypes.c_long
+    kernels = f"OpenBLAS's {_core(fast)} sgemm, " if fast is not None else ""
     _state.update(
         gemv=True,
-        gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel ({how})",
+        gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel, "
+        f"{kernels}({how})",
     )
-    _state["_lib"] = lib
+    _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, _core(fast) if fast else ""
 
 
 def native_library():
@@ -119,16 +187,16 @@ def few_row_calls() -> int:
 
 
 def status() -> dict:
-    """``{"active", "path", "reason", "gemv", "gemv_reason"}``: OpenBLAS and the sgemv shim."""
+    """``{"active", "path", "reason", "gemv", "gemv_reason", "sgemm"}``: OpenBLAS, the shim."""
     return {k: v for k, v in _state.items() if not k.startswith("_")}
 
 
 def thread_setters() -> list:
     """Functions ``f(n)`` that set the threads of the loaded CPU libraries (none: [])."""
     out = []
-    blas = _state.get("_blas")
-    if blas is not None and hasattr(blas, "openblas_set_num_threads"):
-        out.append(blas.openblas_set_num_threads)
+    for blas in (_state.get("_blas"), _state.get("_sgemm")):
+        if blas is not None and hasattr(blas, "openblas_set_num_threads"):
+            out.append(blas.openblas_set_num_threads)
     lib = _state.get("_lib")
     if lib is not None and hasattr(lib, "mlxnb_set_threads"):
         out.append(lib.mlxnb_set_threads)

@@ -112,3 +112,36 @@ def test_no_compiler_means_no_fast_path_and_generation_still_works(tmp_path, tin
     status, reason = json.loads(out.stdout.splitlines()[-1])
     assert status["gemv"] is False and "building it failed" in status["gemv_reason"]
     assert status["active"] is True and reason == "length"
+
+
+@needs_openblas
+@pytest.mark.parametrize("switch", ["", "0"])
+def test_avx512_sgemm_from_a_second_openblas_where_the_first_runs_avx2(switch):
+    # Debian's OpenBLAS gives AMD's AVX-512 CPUs AVX2 kernels (here also asked for by
+    # OPENBLAS_CORETYPE): a second copy computes sgemm with AVX-512 ones; sgemv stays.
+    code = (
+        "import json, os, numpy as np, mlx_notebook; import mlx.core as mx; "
+        "from mlx_notebook import _blas; "
+        "a = np.random.default_rng(0).standard_normal((300, 576), dtype=np.float32); "
+        "b = np.random.default_rng(1).standard_normal((1536, 576), dtype=np.float32); "
+        "got = np.array(mx.array(a) @ mx.array(b).T); "
+        "err = float(np.abs(got - a @ b.T).max()); "
+        "print(json.dumps([_blas.status(), os.environ['OPENBLAS_CORETYPE'], err]))"
+    )
+    env = dict(MLX_NOTEBOOK_BLAS="", OPENBLAS_CORETYPE="Haswell", MLX_NOTEBOOK_BLAS_SGEMM=switch)
+    status, coretype, err = json.loads(run(code, **env).stdout.splitlines()[-1])
+    avx512 = _blas.AVX512 <= _blas._cpu_flags()
+    assert status["sgemm"] == ("SkylakeX" if avx512 and switch == "" else "")
+    assert ("SkylakeX sgemm" in status["gemv_reason"]) == bool(status["sgemm"])
+    assert coretype == "Haswell" and err < 1e-2  # the variable is as it was
+
+
+def test_no_second_openblas_without_avx512_or_where_the_first_has_its_kernels(monkeypatch):
+    blas = _blas._state.get("_blas")
+    if blas is None:
+        pytest.skip("OpenBLAS is not loaded")
+    monkeypatch.setattr(_blas, "_cpu_flags", lambda: {"avx2", "fma"})
+    assert _blas._sgemm_library(_blas._state["_path"], blas) is None
+    monkeypatch.setattr(_blas, "_cpu_flags", lambda: set(_blas.AVX512))
+    monkeypatch.setattr(_blas, "_core", lambda lib: "SkylakeX")
+    assert _blas._sgemm_library(_blas._state["_path"], blas) is None
