@@ -163,8 +163,7 @@ def _load_gemv(blas) -> None:
     kernels = f"OpenBLAS's {_core(fast)} sgemm, " if fast is not None else ""
     _state.update(
         gemv=True,
-        gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel, "
-        f"{kernels}({how})",
+        gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel, {kernels}({how})",
     )
     _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, _core(fast) if fast else ""
 
