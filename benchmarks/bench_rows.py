@@ -1,6 +1,6 @@
 """What a forward pass costs as its rows grow: verify passes and batched decode steps.
 
-Usage: python benchmarks/bench_rows.py [--rounds 5] [--context 256]
+Usage: python benchmarks/bench_rows.py [--rounds 5] [--context 256] [--model default:f32]
 
 On the bundled default model as the engine loads it (on CPU: float32, the fast path
 on unless MLX_NOTEBOOK_FAST=0), on the engine's worker thread, after ``--context``
@@ -93,12 +93,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--model", default="default", help="a model spec, e.g. default:f32")
     args = ap.parse_args()
     eng = Engine()
-    eng.submit(Request("hi", max_tokens=1)).result()  # load the default model
-    work = lambda: measure(eng.registry.get("default"), args.context, args.rounds, args.repeats)  # noqa: E731
+    eng.submit(Request("hi", model=args.model, max_tokens=1)).result()  # load the model
+    work = lambda: measure(eng.registry.get(args.model), args.context, args.rounds, args.repeats)  # noqa: E731
     costs = eng.run_on_worker(work, timeout=3600)
-    print(f"default model on {eng.info().device}, context {args.context}, {args.rounds} rounds")
+    print(f"{args.model} on {eng.info().device}, context {args.context}, {args.rounds} rounds")
     for name, xs in costs.items():
         mid, lo, hi = statistics.median(xs), min(xs), max(xs)
         unit = "" if "ms" in name else "x"
