@@ -49,6 +49,19 @@ def test_sizer_caps_by_time_and_throughput_and_grows_gradually():
     assert cost(n, 2000) <= 0.1 * ChunkSizer.MARGIN + 1e-9
 
 
+def test_a_young_fit_does_not_size_a_chunk_far_past_what_was_measured():
+    # A warm-up of a few tokens fits "all per-token, cheap": a long prompt's first
+    # chunk then grows from what was measured, not to the whole prompt at once.
+    prof = PrefillProfile()
+    warm = ChunkSizer(target_s=0.25, profile=prof)
+    warm.observe(3, 0.001, 0)  # a short prompt: 3 tokens in a millisecond
+    assert prof.largest_within(0.25 * ChunkSizer.MARGIN, 0) > 150  # what the fit says
+    fresh = ChunkSizer(target_s=0.25, profile=prof)  # the next job's prefill
+    assert fresh.size_at(0) == 12  # 4x the longest chunk measured
+    fresh.observe(12, 0.004, 0)
+    assert fresh.size_at(12) == 48
+
+
 @pytest.mark.slow
 def test_stop_mid_prefill_on_the_default_model(engine):
     engine.submit(Request("hi", max_tokens=2)).result(timeout=300)

@@ -41,10 +41,12 @@ class PrefillProfile:
     def __init__(self, keep: int = 64) -> None:
         self.obs: deque[tuple[int, int, float]] = deque(maxlen=keep)
         self.coef: tuple[float, float, float] | None = None
+        self.largest = 0  # the longest chunk measured: the fit is not trusted far past it
 
     def observe(self, n: int, pos: int, seconds: float) -> None:
         """Record a chunk of ``n`` tokens at position ``pos`` that took ``seconds``."""
         self.obs.append((n, pos, seconds))
+        self.largest = max(self.largest, n)
         self.coef = self._fit()
 
     def predict(self, n: int, pos: int) -> float | None:
@@ -152,8 +154,12 @@ class ChunkSizer:
         if fit is None:
             return self.first
         want = min(fit, p.best(), self.hi)
-        if self._last:  # within a prefill, grow at most 4x per chunk: the fit may be young
-            want = min(want, 4 * self._last)
+        # Grow at most 4x per chunk within a prefill, and at most 4x past the longest
+        # chunk ever measured: a young fit (a short warm-up prompt) extrapolates wildly,
+        # and one chunk of a whole long prompt would hold a Stop for seconds.
+        grown = self._last or p.largest
+        if grown:
+            want = min(want, 4 * max(grown, self.first // 4))
         return int(max(self.lo, want))
 
     @property
