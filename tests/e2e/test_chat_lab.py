@@ -20,6 +20,18 @@ CHAT = [
     "import mlx_notebook\nui = mlx_notebook.ChatUI(max_tokens=40)\nui",  # 1: the default model
     "1+1",  # 2: the kernel answers while a reply streams
     "len(ui.chat.messages), len(ui.chat.branches)",  # 3
+    (  # 4: a model whose reply cannot end before Stop (the default's may, or may finish)
+        "from pathlib import Path\n"
+        "from mlx_lm.utils import load_tokenizer\n"
+        "from mlx_notebook.testing import ScriptedModel\n"
+        "tok = load_tokenizer(Path(TINY))\n"
+        "words = tok.encode(' The river runs on and on.', add_special_tokens=False)\n"
+        "river = ScriptedModel(len(tok.get_vocab()), lambda p, t: words[p % len(words)], "
+        "delay_s=0.02)\n"
+        "mlx_notebook.Engine.default().register_model('river', river, tok)\n"
+        "ui.chat.model = 'river'"
+    ),
+    "ui.chat.model = 'default'  # 5: the default model again",
 ]
 SYSTEM = "You are a helpful assistant. Answer in one or two sentences."
 
@@ -87,6 +99,7 @@ def test_chat_ui_by_keyboard_and_mouse(lab, artifacts, theme, tmp_path):
     step("second reply done", lambda: done(widget, 5), 120)
 
     # A long reply: stopped mid-way, while the kernel answers another cell.
+    run_done(page, 4, 60)
     settings(widget, **{"Max tokens": "600"})
     box.click()
     box.type("Write a long story about a river, in many paragraphs.")
@@ -105,6 +118,7 @@ def test_chat_ui_by_keyboard_and_mouse(lab, artifacts, theme, tmp_path):
     assert not box.evaluate("b => b.readOnly")
 
     # Regenerate the stopped reply (at 40 tokens again), then edit the first message.
+    run_done(page, 5, 30)
     settings(widget, **{"Max tokens": "40"})
     last.locator("button:text-is('Regenerate')").click()
     step("regenerated", lambda: done(widget, 7) and "stopped" not in seen(widget)["last"], 120)
@@ -154,7 +168,8 @@ def reopen(b, root, again, artifacts):
         page = b.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
         # Lab may ask for a kernel or start its default one: either way, none runs.
-        step("the notebook opens", lambda: page.locator(".jp-Notebook .jp-Cell").count() == 4, 90)
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        step("the notebook opens", lambda: cells.count() == len(CHAT) + 1, 90)
         dialog, kernel = page.locator(".jp-Dialog"), page.locator(".jp-Toolbar-kernelName").first
 
         def no_kernel():  # whenever Lab gets round to starting one, it is shut down
