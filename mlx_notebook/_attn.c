@@ -23,59 +23,12 @@
 #include <omp.h>
 #endif
 
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
-typedef int v8i __attribute__((vector_size(32), aligned(4)));
+#include "_vec8.h"
 
 extern int mlxnb_thread_count; /* set by the thread governor (_gemv.c) */
 static long calls;
 enum { STEP_PARALLEL_MIN = 1 << 20 }; /* multiply-adds of a decode step's attention */
 long mlxnb_attention_calls(void) { return calls; }
-
-static inline v8 splat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
-
-/* Unaligned loads and stores (v8 is aligned(4)); a memcpy here made GCC bounce every
- * vector through the stack in halves, a store-forwarding stall per load. */
-static inline v8 load8(const float *p) { return *(const v8 *)p; }
-
-static inline void store8(float *p, v8 v) { *(v8 *)p = v; }
-
-static inline float hsum8(v8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
-
-/* mask ? a : b, lane by lane (a comparison's mask: -1 where true, 0 where false) */
-static inline v8 select8(v8i mask, v8 a, v8 b) {
-  v8i ai, bi, r;
-  memcpy(&ai, &a, sizeof ai);
-  memcpy(&bi, &b, sizeof bi);
-  r = (ai & mask) | (bi & ~mask);
-  v8 out;
-  memcpy(&out, &r, sizeof out);
-  return out;
-}
-
-/* exp(x) for x <= 0 (a softmax's shifted scores), Cephes' polynomial: within a
- * couple of ulps of expf; far below zero it underflows to 0, as expf does. */
-static inline v8 exp8(v8 x) {
-  x = select8(x < splat(-87.0f), splat(-87.0f), x);
-  v8 fx = x * splat(1.44269504088896341f) + splat(0.5f);
-  v8i n = __builtin_convertvector(fx, v8i); /* truncates toward zero: */
-  v8 fn = __builtin_convertvector(n, v8);
-  fn += __builtin_convertvector(fn > fx, v8); /* minus one where that was up: a floor */
-  n = __builtin_convertvector(fn, v8i);
-  x = x - fn * splat(0.693359375f) - fn * splat(-2.12194440e-4f);
-  v8 y = splat(1.9875691500e-4f);
-  y = y * x + splat(1.3981999507e-3f);
-  y = y * x + splat(8.3334519073e-3f);
-  y = y * x + splat(4.1665795894e-2f);
-  y = y * x + splat(1.6666665459e-1f);
-  y = y * x + splat(5.0000001201e-1f);
-  y = y * x * x + x + splat(1.0f);
-  v8i bits = (n + 127) << 23;
-  v8 scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
-}
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);

@@ -21,6 +21,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
+from . import _native
 from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_that_compiles
 
 NAME = "_mlxnb_ext"
@@ -85,7 +86,8 @@ def build() -> tuple[Path | None, str]:
     if isinstance(found, str):
         return None, found
     mlx_dir, nb_dir, versions = found
-    src = b"".join(k.read_bytes() for k in (*KERNELS, *GLUE, HEADER)) + versions.encode()
+    parts = (*KERNELS, *GLUE, HEADER, _native.VEC8)
+    src = b"".join(k.read_bytes() for k in parts) + versions.encode()
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     out = _cache_dir() / f"{NAME}-{key}" / f"{NAME}{suffix}"

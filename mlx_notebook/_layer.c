@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "_vec8.h"
+
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
               const float *s, const float *b, float *out);
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -47,43 +49,12 @@ static void linear(const mlxnb_linear_t *l, int M, const float *x, float *out) {
                 out, l->N);
 }
 
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
-typedef int32_t vi8 __attribute__((vector_size(32), aligned(4)));
-
-static inline v8 vsel(vi8 m, v8 a, v8 b) { return (v8)((m & (vi8)a) | (~m & (vi8)b)); }
-
-/* expf of 8 lanes, within about 1 ulp of libm's: x = n ln2 + r with |r| <= ln2 / 2,
- * Cephes' expf polynomial for e^r, and 2^n built in the exponent bits. x is clamped
- * to [-88, 88] (e^88 is finite; below -88 the result is 0, not a denormal): the
- * sigmoid it serves is saturated there. libm's scalar expf, once per element, was
- * the largest part of a prefill chunk's SwiGLU. */
-static inline v8 exp8(v8 x) {
-  const v8 hi = (v8){0} + 88.0f, lo = (v8){0} - 88.0f;
-  x = vsel(x > hi, hi, x);
-  x = vsel(x < lo, lo, x);
-  v8 fx = x * 1.44269504088896341f + 0.5f;
-  v8 t = __builtin_convertvector(__builtin_convertvector(fx, vi8), v8); /* toward 0 */
-  fx = vsel(t > fx, t - 1.0f, t);                                         /* floor */
-  x = x - fx * 0.693359375f;
-  x = x - fx * -2.12194440e-4f;
-  const v8 z = x * x;
-  v8 y = (v8){0} + 1.9875691500e-4f;
-  y = y * x + 1.3981999507e-3f;
-  y = y * x + 8.3334519073e-3f;
-  y = y * x + 4.1665795894e-2f;
-  y = y * x + 1.6666665459e-1f;
-  y = y * x + 5.0000001201e-1f;
-  y = y * z + x + 1.0f;
-  const vi8 n = __builtin_convertvector(fx, vi8);
-  return y * (v8)((n + 127) << 23);
-}
-
 /* out[j] = silu(g[j]) * u[j] = (g / (1 + e^-g)) u, as MLX's silu(g) * u, for F values. */
 static void swiglu(int F, const float *g, const float *u, float *out) {
   int j = 0;
   for (; j + 8 <= F; j += 8) {
     const v8 gv = *(const v8 *)(g + j);
-    *(v8 *)(out + j) = (gv * (1.0f / (1.0f + exp8(-gv)))) * *(const v8 *)(u + j);
+    *(v8 *)(out + j) = (gv * (splat(1.0f) / (splat(1.0f) + exp8(-gv)))) * *(const v8 *)(u + j);
   }
   for (; j < F; j++) out[j] = (g[j] * (1.0f / (1.0f + expf(-g[j])))) * u[j];
 }

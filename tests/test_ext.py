@@ -169,9 +169,9 @@ def test_every_native_source_ships_in_the_package():
     root = Path(__file__).parents[1]
     conf = tomllib.loads((root / "pyproject.toml").read_text())
     globs = conf["tool"]["setuptools"]["package-data"]["mlx_notebook"]
-    sources = [*_native.SOURCES, *_ext.KERNELS, *_ext.GLUE, _ext.HEADER]
+    sources = [*_native.SOURCES, _native.VEC8, *_ext.KERNELS, *_ext.GLUE, _ext.HEADER]
     for src in sources:
         assert src.is_file(), src
         assert any(fnmatch.fnmatch(src.name, g) for g in globs), (src.name, globs)
     shipped = {p.name for g in globs for p in (root / "mlx_notebook").glob(g)}
-    assert {"_qmm.c", "_layer.c", "_ext.cpp", "_ext_layer.cpp", "_ext.h"} <= shipped
+    assert {"_qmm.c", "_layer.c", "_ext.cpp", "_ext_layer.cpp", "_ext.h", "_vec8.h"} <= shipped
