@@ -160,12 +160,13 @@ def _load_gemv(blas) -> None:
         return
     lib.mlxnb_gemv_forwarded.restype = ctypes.c_long
     lib.mlxnb_small_forwarded.restype = ctypes.c_long
-    kernels = f", OpenBLAS's {_core(fast)} sgemm" if fast is not None else ""
+    core = _core(fast) if fast is not None else ""
+    kernels = f", OpenBLAS's {core} sgemm" if core else ""
     _state.update(
         gemv=True,
         gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel{kernels} ({how})",
     )
-    _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, _core(fast) if fast else ""
+    _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, core
 
 
 def native_library():

@@ -230,6 +230,18 @@ class ScriptedModel:
         return logits + 60.0 * mx.eye(self.vocab_size)[mx.array(rows)]
 
 
+def looping_model(tokenizer, text: str, delay_s: float = 0.0) -> ScriptedModel:
+    """A `ScriptedModel` that repeats ``text``'s tokens forever: a reply that never ends.
+
+    For tests that must stop a reply: a real model may end its text before the Stop.
+    Build it on the worker thread (``engine.call``), or register it with
+    ``Engine.register_model``.
+    """
+    words = tokenizer.encode(text, add_special_tokens=False)
+    vocab = len(tokenizer.get_vocab())
+    return ScriptedModel(vocab, lambda pos, _tok: words[pos % len(words)], delay_s=delay_s)
+
+
 def script_rule(prompt_len: int, outputs: Sequence[int], fill: int) -> Callable[[int, int], int]:
     """Rule that emits ``outputs`` right after a prompt of ``prompt_len`` tokens."""
 

@@ -6,7 +6,12 @@ import pytest  # noqa: E402
 
 import mlx_notebook  # noqa: E402,F401 - loads OpenBLAS before mlx
 from mlx_notebook.engine import Engine  # noqa: E402
-from mlx_notebook.testing import ScriptedModel, build_tiny_model, script_rule  # noqa: E402
+from mlx_notebook.testing import (  # noqa: E402
+    ScriptedModel,
+    build_tiny_model,
+    looping_model,
+    script_rule,
+)
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +96,7 @@ def endless(engine, tiny_tokenizer):
     For tests that stop a reply: the tiny random model ends its text by itself, and fast
     enough that a busy machine could see it finish before the test stops it.
     """
-    words = tiny_tokenizer.encode(" and on", add_special_tokens=False)
-    vocab = len(tiny_tokenizer.get_vocab())
-    model = ScriptedModel(vocab, lambda pos, tok: words[pos % len(words)], delay_s=0.005)
+    model = engine.call(lambda: looping_model(tiny_tokenizer, " and on", 0.005)).result()
     engine.call(lambda: engine.registry.register("endless", model, tiny_tokenizer)).result()
     return "endless"
 

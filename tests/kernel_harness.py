@@ -14,13 +14,9 @@ ENDLESS = """
 import mlx_notebook
 from pathlib import Path
 from mlx_lm.utils import load_tokenizer
-from mlx_notebook.testing import ScriptedModel
+from mlx_notebook.testing import looping_model
 tok = load_tokenizer(Path({tiny!r}))
-words = tok.encode(" and on", add_special_tokens=False)
-eng = mlx_notebook.Engine.default()
-eng.call(lambda: eng.registry.register("endless", ScriptedModel(
-    len(tok.get_vocab()), lambda p, t: words[p % len(words)], delay_s=0.01
-), tok)).result()
+mlx_notebook.Engine.default().register_model("endless", looping_model(tok, " and on", 0.01), tok)
 """
 
 

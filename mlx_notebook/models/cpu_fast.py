@@ -137,11 +137,9 @@ class RopeTable:
         if isinstance(offset, int):
             at, memo = self._step
             if at != offset:
-                self.grow(offset + 1)
                 at, memo = self._step = (offset, {})
             if traditional not in memo:
-                c, s = (self.cos2, self.sin2) if traditional else (self.cos, self.sin)
-                memo[traditional] = (c[offset], s[offset])
+                memo[traditional] = self.span(offset, 1, traditional)
             return memo[traditional]
         if not isinstance(offset, mx.array) or not self.pinned or self.pinned[0] != rows:
             return None
@@ -206,7 +204,6 @@ class TableRoPE(nn.Module):
         """
         n = x.shape[-2]
         t = self._table
-        cos, sin = (t.cos2, t.sin2) if self.traditional else (t.cos, t.sin)
         pinned = t.pinned
         if isinstance(offset, mx.array) and pinned and n == 1 and pinned[0] == x.shape[0]:
             cos, sin = (pinned[3], pinned[4]) if self.traditional else (pinned[1], pinned[2])

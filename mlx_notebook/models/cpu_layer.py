@@ -98,8 +98,11 @@ class _Plan:
         self.linears = (attn.q_proj._stack, attn.o_proj, mlp.gate_proj._stack, mlp.down_proj)
         # which arrays each product takes: the weight, or the weight, scales and biases
         self.keys = tuple(("weight",) if len(_arrays(m)) == 1 else _QUANT for m in self.linears)
-        self.rope, self.scale = attn.rope, attn.scale
-        self.table, self.traditional = attn.rope._table, attn.rope.traditional
+        self.scale, self.table, self.traditional = (
+            attn.scale,
+            attn.rope._table,
+            attn.rope.traditional,
+        )
         self.ext = _ext.load()  # not None: `install` checked
         self.heads = (attn.n_heads, attn.n_kv_heads)
         self.attention_module = sys.modules[type(attn).__module__]

@@ -23,11 +23,9 @@ CHAT = [
     (  # 4: a model whose reply cannot end before Stop (the default's may, or may finish)
         "from pathlib import Path\n"
         "from mlx_lm.utils import load_tokenizer\n"
-        "from mlx_notebook.testing import ScriptedModel\n"
+        "from mlx_notebook.testing import looping_model\n"
         "tok = load_tokenizer(Path(TINY))\n"
-        "words = tok.encode(' The river runs on and on.', add_special_tokens=False)\n"
-        "river = ScriptedModel(len(tok.get_vocab()), lambda p, t: words[p % len(words)], "
-        "delay_s=0.02)\n"
+        "river = looping_model(tok, ' The river runs on and on.', delay_s=0.02)\n"
         "mlx_notebook.Engine.default().register_model('river', river, tok)\n"
         "ui.chat.model = 'river'"
     ),
