@@ -154,7 +154,8 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("set_small_parallel_min", &mlxnb_qmm_set_small_parallel_min, nb::arg("macs"),
         "The smallest product of up to 31 rows split over threads (multiply-adds).");
   m.def("calls", &mlxnb_qmm_calls, nb::arg("path"),
-        "Products computed so far by one path: 0 registers, 1 8-row register passes, 2 sgemm.");
+        "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm.");
+  m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("mask").none(), nb::arg("scale"),
         "softmax(scale * q k^T, mask) v for one query per batch row, on the CPU.");

@@ -20,6 +20,7 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint3
 void mlxnb_qmm_set_threads(int n);
 void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
+int mlxnb_qmm_path(int M);
 typedef struct {
   int N, K, gs, bits;
   const void* w;

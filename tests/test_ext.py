@@ -6,7 +6,7 @@ import pytest
 import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
 from mlx_notebook import _ext
 
-PATHS = {1: 0, 3: 0, 5: 0, 8: 0, 9: 1, 17: 1, 31: 1, 32: 2, 70: 2}  # rows -> kernel path
+ROWS = (1, 3, 5, 8, 9, 16, 17, 31, 33, 70)
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +28,34 @@ def _case(rows, n, k, gs, bits, seed=0):
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("gs", [32, 64, 128])
-@pytest.mark.parametrize("rows", sorted(PATHS))
+@pytest.mark.parametrize("rows", ROWS)
 def test_equals_mlx_quantized_matmul_on_every_path(ext, rows, gs, bits):
     import mlx.core as mx
 
     x, wq, s, b, ref = _case(rows, 72, 256, gs, bits, seed=rows)
-    before = ext.calls(PATHS[rows])
+    path = ext.path(rows)
+    before = ext.calls(path)
     got = ext.quant_matmul(x, wq, s, b, gs, bits)
     assert got.shape == ref.shape and got.dtype == mx.float32
     assert mx.abs(got - ref).max().item() < 1e-3 * max(1.0, mx.abs(ref).max().item())
-    assert ext.calls(PATHS[rows]) == before + 1  # the path this row count takes
+    assert ext.calls(path) == before + 1  # the path this row count takes
+
+
+def test_row_counts_take_the_three_paths_in_order(ext):
+    paths = [ext.path(rows) for rows in range(1, 300)]
+    assert paths == sorted(paths) and set(paths) == {0, 1, 2}
+    assert paths[:8] == [0] * 8 and paths[8] == 1  # decode steps and short verify passes
+    assert ext.path(32) == 1 or ext.path(31) == 1  # batches of 16-31 rows: the row tiles
+
+
+@pytest.mark.parametrize("rows", [16, 20])
+def test_long_rows_are_summed_in_stretches(ext, rows):
+    """16 rows of 1,536 floats do not fit L1: the row tiles add K in stretches."""
+    import mlx.core as mx
+
+    x, wq, s, b, ref = _case(rows, 40, 1536, 64, 4, seed=3)
+    got = ext.quant_matmul(x, wq, s, b, 64, 4)
+    assert mx.abs(got - ref).max().item() < 1e-3 * max(1.0, mx.abs(ref).max().item())
 
 
 def test_views_and_leading_axes(ext):
@@ -51,10 +69,11 @@ def test_views_and_leading_axes(ext):
     assert mx.allclose(got, ref, atol=1e-4, rtol=1e-4).item()
 
 
-def test_one_thread_gives_the_same_products(ext):
+@pytest.mark.parametrize("rows", [3, 20])
+def test_one_thread_gives_the_same_products(ext, rows):
     import mlx.core as mx
 
-    x, wq, s, b, _ = _case(3, 4096, 512, 64, 4)  # big enough to be threaded
+    x, wq, s, b, _ = _case(rows, 4096, 512, 64, 4)  # big enough to be threaded
     many = ext.quant_matmul(x, wq, s, b, 64, 4)
     ext.set_threads(1)
     try:
