@@ -84,6 +84,76 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
   return 0;
 }
 
+/* Scores of one query head against S keys (rows kss floats apart): p[s] = q . k_s, eight
+ * keys at a time, their eight sums reduced together. */
+static void scores_row(const float *q, const float *k, long kss, int S, int D, float *p) {
+  int s = 0;
+  if (D % 8 == 0)
+    for (; s + 8 <= S; s += 8) {
+      v8 acc[8];
+      for (int j = 0; j < 8; j++) acc[j] = splat(0.0f);
+      for (int d = 0; d < D; d += 8) {
+        const v8 qd = load8(q + d);
+        for (int j = 0; j < 8; j++) acc[j] += qd * load8(k + (s + j) * kss + d);
+      }
+      store8(p + s, sum8x8(acc));
+    }
+  for (; s < S; s++) {
+    const float *ks = k + s * kss;
+    float dot = 0.0f;
+    for (int d = 0; d < D; d++) dot += q[d] * ks[d];
+    p[s] = dot;
+  }
+}
+
+/* p[s] = exp(scale (p[s] - max)) / sum over the keys the row sees (m[s] != 0, or all when
+ * m is NULL), 0 for the others. Returns 0, or -1 when it sees none. */
+static int step_softmax(float *p, const unsigned char *m, int S, float scale) {
+  float mx = -INFINITY;
+  for (int s = 0; s < S; s++)
+    if (!m || m[s]) mx = p[s] > mx ? p[s] : mx;
+  if (mx == -INFINITY) return -1;
+  v8 sum8 = splat(0.0f);
+  int s = 0;
+  for (; s + 8 <= S; s += 8) {
+    v8 e = exp8((load8(p + s) - splat(mx)) * splat(scale));
+    if (m)
+      for (int j = 0; j < 8; j++) e[j] = m[s + j] ? e[j] : 0.0f;
+    store8(p + s, e);
+    sum8 += e;
+  }
+  float sum = hsum8(sum8);
+  for (; s < S; s++) {
+    p[s] = !m || m[s] ? expf((p[s] - mx) * scale) : 0.0f;
+    sum += p[s];
+  }
+  const v8 inv = splat(1.0f / sum);
+  for (s = 0; s + 8 <= S; s += 8) store8(p + s, load8(p + s) * inv);
+  for (; s < S; s++) p[s] *= 1.0f / sum;
+  return 0;
+}
+
+/* o = sum_s p[s] v_s (rows vss floats apart), D floats; a D of 64 stays in registers. */
+static void weighted_values(const float *p, const float *v, long vss, int S, int D, float *o) {
+  if (D == 64) {
+    v8 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = splat(0.0f);
+    for (int s = 0; s < S; s++) {
+      const v8 w = splat(p[s]);
+      for (int j = 0; j < 8; j++) acc[j] += w * load8(v + s * vss + 8 * j);
+    }
+    for (int j = 0; j < 8; j++) store8(o + 8 * j, acc[j]);
+    return;
+  }
+  for (int d = 0; d < D; d++) o[d] = 0.0f;
+  for (int s = 0; s < S; s++) {
+    const float w = p[s], *vs = v + s * vss;
+    int d = 0;
+    for (; d + 8 <= D; d += 8) store8(o + d, load8(o + d) + splat(w) * load8(vs + d));
+    for (; d < D; d++) o[d] += w * vs[d];
+  }
+}
+
 /* One decode step of several batch rows: each row's single query against its own
  * keys, where MLX's CPU attention would run two small sgemm calls per row and
  * key/value head and a single-threaded softmax. Layouts: q [B, H, D] and out
@@ -114,37 +184,11 @@ int mlxnb_decode_attention(const float *q, const float *k, const float *v,
     for (int h = g * group; h < (g + 1) * group; h++) {
       const float *qh = q + ((size_t)b * H + h) * D;
       float *p = scratch + ((size_t)bg * group + h - g * group) * S, *o = out + ((size_t)b * H + h) * D;
-      float mx = -INFINITY;
-      for (int s = 0; s < S; s++) {
-        if (m && !m[s]) {
-          p[s] = -INFINITY;
-          continue;
-        }
-        const float *ks = kb + s * kss;
-        v8 acc = splat(0.0f);
-        int d = 0;
-        for (; d + 8 <= D; d += 8) acc += load8(qh + d) * load8(ks + d);
-        float dot = hsum8(acc);
-        for (; d < D; d++) dot += qh[d] * ks[d];
-        p[s] = dot;
-        mx = dot > mx ? dot : mx;
-      }
-      for (int d = 0; d < D; d++) o[d] = 0.0f;
-      if (mx == -INFINITY) continue; /* sees nothing */
-      float sum = 0.0f;
-      for (int s = 0; s < S; s++) {
-        float e = p[s] == -INFINITY ? 0.0f : expf((p[s] - mx) * scale);
-        p[s] = e;
-        sum += e;
-      }
-      const float inv = 1.0f / sum;
-      for (int s = 0; s < S; s++) {
-        if (p[s] == 0.0f) continue;
-        const float w = p[s] * inv, *vs = vb + s * vss;
-        int d = 0;
-        for (; d + 8 <= D; d += 8) store8(o + d, load8(o + d) + splat(w) * load8(vs + d));
-        for (; d < D; d++) o[d] += w * vs[d];
-      }
+      scores_row(qh, kb, kss, S, D, p);
+      if (step_softmax(p, m, S, scale) == 0)
+        weighted_values(p, vb, vss, S, D, o);
+      else /* sees nothing */
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
     }
   }
   free(scratch);
