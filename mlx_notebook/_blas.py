@@ -160,11 +160,16 @@ def _load_gemv(blas) -> None:
         return
     lib.mlxnb_gemv_forwarded.restype = ctypes.c_long
     lib.mlxnb_small_forwarded.restype = ctypes.c_long
+    lib.mlxnb_tiled_forwarded.restype = ctypes.c_long
     core = _core(fast) if fast is not None else ""
     kernels = f", OpenBLAS's {core} sgemm" if core else ""
+    tiles = int(lib.mlxnb_tile_rows())
+    tiles = f", 9-{tiles} rows AVX-512 row tiles" if tiles else ""
     _state.update(
         gemv=True,
-        gemv_reason=f"single-row products use sgemv, 2-24 rows a few-row kernel{kernels} ({how})",
+        gemv_reason=(
+            f"single-row products use sgemv, 2-24 rows a few-row kernel{tiles}{kernels} ({how})"
+        ),
     )
     _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, core
 
@@ -184,6 +189,12 @@ def few_row_calls() -> int:
     """Products of 2-24 rows computed by the few-row kernel so far (0 without the shim)."""
     lib = _state.get("_lib")
     return int(lib.mlxnb_small_forwarded()) if lib is not None else 0
+
+
+def row_tile_calls() -> int:
+    """Of those, the products computed by the AVX-512 row tiles (9 rows and more)."""
+    lib = _state.get("_lib")
+    return int(lib.mlxnb_tiled_forwarded()) if lib is not None else 0
 
 
 def status() -> dict:

@@ -86,7 +86,7 @@ def build() -> tuple[Path | None, str]:
     if isinstance(found, str):
         return None, found
     mlx_dir, nb_dir, versions = found
-    parts = (*KERNELS, *GLUE, HEADER, _native.VEC8)
+    parts = (*KERNELS, *GLUE, HEADER, *_native.HEADERS)
     src = b"".join(k.read_bytes() for k in parts) + versions.encode()
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"

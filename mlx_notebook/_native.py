@@ -17,7 +17,8 @@ from pathlib import Path
 
 FAST_ENV = "MLX_NOTEBOOK_FAST"
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("_gemv.c", "_attn.c"))
-VEC8 = Path(__file__).with_name("_vec8.h")  # included by _attn.c and _layer.c
+# included: _vec8.h by _attn.c and _layer.c, _vec16.h (AVX-512) by _gemv.c and _qmm.c
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("_vec8.h", "_vec16.h"))
 
 
 FLAGS = (
@@ -89,7 +90,7 @@ def build_atomically(out: Path, build: Callable[[Path], str | None]) -> tuple[Pa
 
 def build_gemv() -> tuple[Path | None, str]:
     """Path of the built library (building it if needed), or None and the reason."""
-    src = b"".join(s.read_bytes() for s in (*SOURCES, VEC8))
+    src = b"".join(s.read_bytes() for s in (*SOURCES, *HEADERS))
     # Built for this CPU (-march=native), so the CPU is part of the key too.
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     out = _cache_dir() / f"libmlxnb_gemv-{key}.so"

@@ -35,6 +35,7 @@
 #endif
 #if defined(QMM_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__)
 #define QMM_AVX512 1
+#include "_vec16.h"
 #endif
 
 /* From SGEMM_M rows, widening the weights for sgemm costs less than the register paths:
@@ -222,28 +223,8 @@ static inline __attribute__((always_inline)) __m512 with_bias512(__m512 acc, con
   return acc;
 }
 
-/* Sixteen horizontal sums at once: lane i of the result is the sum of v[i]'s lanes. A
- * tree of pairwise adds (about 45 instructions where 16 reductions take about 130). */
-static inline __attribute__((always_inline)) __m512 sum16(const __m512 v[16]) {
-  __m512 a[8], c[4];
-  for (int i = 0; i < 8; i++) /* in each 128-bit lane: [v2i 0+2, v2i+1 0+2, v2i 1+3, v2i+1 1+3] */
-    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; i++) { /* each 128-bit lane: [v4i, v4i+1, v4i+2, v4i+3] partial */
-    const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
-    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  /* c[i]'s four 128-bit lanes each hold the partial sums of v[4i..4i+3]: add across lanes */
-  const __m512 e0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
-                                  _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-  const __m512 e1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
-                                  _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(e0, e1, 0x88), _mm512_shuffle_f32x4(e0, e1, 0xDD));
-}
-
 /* One weight row's elements [k0, k1) against MB <= 16 input rows (interleaved by
- * `interleave`): batched steps and long verify passes. Each unit of the weight row is
+ * `interleave16`): batched steps and long verify passes. Each unit of the weight row is
  * widened once and scaled (s q), then multiplied with all MB rows, so the widening is
  * shared and a group costs no extra sum. The MB accumulators stay in registers and are
  * reduced together; the first stretch (k0 == 0) stores its sums with the bias term,
@@ -273,13 +254,7 @@ static inline __attribute__((always_inline)) void tile512(
     v[m] = m >= MB  ? _mm512_setzero_ps()
            : k0 > 0 ? acc[m]
                     : with_bias512(acc[m], b, xsum + (long)m * G, G);
-  const __m512i at = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32((int)ldo));
-  const __mmask16 rows = (__mmask16)((1u << MB) - 1);
-  __m512 tot = sum16(v);
-  if (k0 > 0) tot = _mm512_add_ps(tot, _mm512_mask_i32gather_ps(tot, rows, at, out, 4));
-  _mm512_mask_i32scatter_ps(out, rows, at, tot, 4);
+  store16(out, ldo, MB, sum16(v), k0 > 0);
 }
 
 #ifdef __AVX512VBMI__
@@ -497,28 +472,6 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
   free(xp);
 }
 
-/* x's rows in blocks of TILE_M, each block unit by unit: block b's unit u holds its rows'
- * 32 elements one row after another (4-bit units as [even elements, odd elements], as
- * they are widened), so that a tile reads one stream at fixed offsets. */
-static void interleave(int M, int K, int bits, const float *x, float *xp) {
-  for (int m0 = 0; m0 < M; m0 += TILE_M) {
-    const int mb = M - m0 < TILE_M ? M - m0 : TILE_M;
-    float *blk = xp + (long)m0 * K;
-    for (int m = 0; m < mb; m++)
-      for (int u = 0; u < K / 32; u++) {
-        const float *src = x + (long)(m0 + m) * K + 32L * u;
-        float *dst = blk + ((long)u * mb + m) * 32;
-        if (bits == 4)
-          for (int i = 0; i < 16; i++) {
-            dst[i] = src[2 * i];
-            dst[16 + i] = src[2 * i + 1];
-          }
-        else
-          memcpy(dst, src, 32 * sizeof(float));
-      }
-  }
-}
-
 #ifdef QMM_AVX512
 enum { TILE_N = 32, TILE_X = 10240 }; /* weight rows per task; x floats kept in L1 (40 of its 48 KB here) */
 
@@ -533,7 +486,7 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
   /* aligned: 64-byte loads that straddle cache lines cost twice */
   float *xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
   group_sums(M, K, gs, x, xsum);
-  interleave(M, K, bits, x, xp);
+  interleave16(M, K, K, TILE_M, 32, bits == 4, x, xp);
   const int nt = threads_for((long)M * N * K), tasks = (N + TILE_N - 1) / TILE_N;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int t = 0; t < tasks; t++) {

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,21 +79,29 @@ def test_single_row_products_go_to_sgemv_and_agree_with_numpy():
     assert err < 1e-3 and err2 < 1e-3 and err3 < 1e-3
 
 
+CPUINFO = Path("/proc/cpuinfo")
+AVX512 = CPUINFO.exists() and "avx512f" in CPUINFO.read_text(errors="ignore")
+
+
 @needs_openblas
-@pytest.mark.parametrize("m", [2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 25, 32])
-def test_few_row_products_agree_with_numpy_for_every_row_count(m):
+@pytest.mark.parametrize("k,n", [(581, 203), (576, 204)])  # the row tiles take the second
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 25, 32, 48, 49])
+def test_few_row_products_agree_with_numpy_for_every_row_count(m, k, n):
     code = (
         "import json, mlx_notebook, numpy as np; from mlx_notebook import _blas; "
-        f"import mlx.core as mx; b = mx.random.normal(({m}, 581)); "
-        "w = mx.random.normal((203, 581)); bias = mx.random.normal((203,)); "
+        f"import mlx.core as mx; b = mx.random.normal(({m}, {k})); "
+        f"w = mx.random.normal(({n}, {k})); bias = mx.random.normal(({n},)); "
         "z = b @ w.T; zb = mx.addmm(bias, b, w.T, alpha=0.5, beta=2.0); mx.eval(z, zb); "
         "B, W = np.array(b), np.array(w); "
         "e1 = float(np.abs(np.array(z) - B @ W.T).max()); "
         "e2 = float(np.abs(np.array(zb) - (0.5 * B @ W.T + 2 * np.array(bias))).max()); "
-        "print(json.dumps([_blas.few_row_calls(), e1, e2]))"
+        "print(json.dumps([_blas.few_row_calls(), _blas.row_tile_calls(), e1, e2]))"
     )
-    calls, e1, e2 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
-    assert calls == (2 if m <= 24 else 0)  # 25 rows and more: OpenBLAS's sgemm
+    calls, tiled, e1, e2 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
+    # the plain product, where k is a multiple of 16 and n even, with AVX-512: 9-48 rows
+    assert tiled == (1 if AVX512 and 9 <= m <= 48 and k % 16 == 0 else 0)
+    # the scaled one (addmm) takes the few-row kernel up to 24 rows, then OpenBLAS's sgemm
+    assert calls == (m <= 24) + (m <= 24 or tiled)
     assert e1 < 1e-3 and e2 < 1e-3
 
 

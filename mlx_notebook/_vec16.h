@@ -1,0 +1,63 @@
+/* Sixteen-float (AVX-512) helpers for the fast path's row tiles (_qmm.c, _gemv.c): x
+ * interleaved for them, and their sums reduced and stored together. */
+#pragma once
+#ifdef __AVX512F__
+#include <immintrin.h>
+#include <string.h>
+
+/* Sixteen horizontal sums at once: lane i of the result is the sum of v[i]'s lanes. A
+ * tree of pairwise adds (about 45 instructions where 16 reductions take about 130). */
+static inline __attribute__((always_inline)) __m512 sum16(const __m512 v[16]) {
+  __m512 a[8], c[4];
+  for (int i = 0; i < 8; i++) /* in each 128-bit lane: [v2i 0+2, v2i+1 0+2, v2i 1+3, v2i+1 1+3] */
+    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; i++) { /* each 128-bit lane: [v4i, v4i+1, v4i+2, v4i+3] partial */
+    const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+    c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  /* c[i]'s four 128-bit lanes each hold the partial sums of v[4i..4i+3]: add across lanes */
+  const __m512 e0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                  _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+  const __m512 e1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
+                                  _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(e0, e1, 0x88), _mm512_shuffle_f32x4(e0, e1, 0xDD));
+}
+
+/* Lane m of tot to out[m * ldo] for m < MB: stored, or added where add is set. */
+static inline __attribute__((always_inline)) void store16(float *out, long ldo, int MB,
+                                                          __m512 tot, int add) {
+  const __m512i at = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32((int)ldo));
+  const __mmask16 rows = (__mmask16)((1u << MB) - 1);
+  if (add) tot = _mm512_add_ps(tot, _mm512_mask_i32gather_ps(tot, rows, at, out, 4));
+  _mm512_mask_i32scatter_ps(out, rows, at, tot, 4);
+}
+
+/* x's M rows of K floats (ldx apart) in blocks of `block` rows, each block `width` floats
+ * at a time: block b's stretch u holds its rows' `width` elements one row after another,
+ * so that a tile reads one stream at fixed offsets. With `evens_first`, each stretch of
+ * 32 is stored as [even elements, odd elements] (how a 4-bit unit widens). xp: M * K
+ * floats. */
+static inline void interleave16(int M, int K, long ldx, int block, int width, int evens_first,
+                                const float *x, float *xp) {
+  for (int m0 = 0; m0 < M; m0 += block) {
+    const int mb = M - m0 < block ? M - m0 : block;
+    float *blk = xp + (long)m0 * K;
+    for (int m = 0; m < mb; m++)
+      for (int u = 0; u < K / width; u++) {
+        const float *src = x + (m0 + m) * ldx + (long)width * u;
+        float *dst = blk + ((long)u * mb + m) * width;
+        if (evens_first)
+          for (int i = 0; i < 16; i++) {
+            dst[i] = src[2 * i];
+            dst[16 + i] = src[2 * i + 1];
+          }
+        else
+          memcpy(dst, src, width * sizeof(float));
+      }
+  }
+}
+#endif
