@@ -10,11 +10,14 @@
  * from one sgemm (OpenBLAS's, multi-threaded); then each row's softmax runs in
  * one pass over only the keys that row can see, with a vectorised exp, its rows
  * split over OpenMP threads, and the masked keys set to zero; then one sgemm
- * sums the values.
+ * sums the values. A chunk of up to FEW_QUERIES queries (a verify pass) takes
+ * the decode step's kernels instead, one query at a time over the keys it sees.
  *
- * Layouts (contiguous float32): q [H, L, D], k [Hkv, S, D], v [Hkv, S, D],
- * out [H, L, D]. Query i sits at position S - L + i and sees keys 0 .. S - L + i.
- * Query head h reads key/value head h / (H / Hkv) (grouped-query attention).
+ * Layouts (float32): q [H, L, D] and out [H, L, D] contiguous; k [Hkv, S, D] and
+ * v [Hkv, S, D] with rows D apart and heads ksh and vsh floats apart (a KV cache's
+ * buffer, sliced, is read in place). Query i sits at position S - L + i and sees
+ * keys 0 .. S - L + i. Query head h reads key/value head h / (H / Hkv)
+ * (grouped-query attention).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -28,6 +31,9 @@
 extern int mlxnb_thread_count; /* set by the thread governor (_gemv.c) */
 static long calls;
 enum { STEP_PARALLEL_MIN = 1 << 20 }; /* multiply-adds of a decode step's attention */
+/* Chunks of up to this many queries (verify passes) take the decode step's kernels per
+ * query: two sgemm calls per key/value head (OpenBLAS waking its threads) cost more. */
+enum { FEW_QUERIES = 32 };
 long mlxnb_attention_calls(void) { return calls; }
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
@@ -55,33 +61,6 @@ static void softmax_row(float *p, int n, int s, float scale) {
   for (t = 0; t + 8 <= n; t += 8) store8(p + t, load8(p + t) * inv);
   for (; t < n; t++) p[t] *= 1.0f / sum;
   memset(p + n, 0, sizeof(float) * (size_t)(s - n));
-}
-
-/* Returns 0, or -1 when OpenBLAS is not loaded, the shape is not one it handles
- * (H not a multiple of Hkv, L > S) or scratch could not be allocated. */
-int mlxnb_causal_attention(const float *q, const float *k, const float *v, float *out, int H,
-                           int Hkv, int L, int S, int D, float scale) {
-  if (mlxnb_openblas_sgemm == NULL || Hkv <= 0 || H % Hkv || L > S || L <= 0 || D <= 0) return -1;
-  const int group = H / Hkv, rows = group * L;
-  float *scores = malloc(sizeof(float) * (size_t)rows * S);
-  if (!scores) return -1;
-  int nt = 1;
-#ifdef _OPENMP
-  nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
-#endif
-  for (int g = 0; g < Hkv; g++) {
-    /* The group's query heads are consecutive: rows g*group*L .. of q and out. */
-    const float *qg = q + (size_t)g * rows * D;
-    const float *kg = k + (size_t)g * S * D, *vg = v + (size_t)g * S * D;
-    mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, S, D, 1.0f, qg, D, kg, D, 0.0f, scores, S);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int r = 0; r < rows; r++) softmax_row(scores + (size_t)r * S, S - L + r % L + 1, S, scale);
-    mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, S, 1.0f, scores, S, vg, D, 0.0f,
-               out + (size_t)g * rows * D, D);
-  }
-  free(scores);
-  __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
-  return 0;
 }
 
 /* Scores of one query head against S keys (rows kss floats apart): p[s] = q . k_s, eight
@@ -152,6 +131,53 @@ static void weighted_values(const float *p, const float *v, long vss, int S, int
     for (; d + 8 <= D; d += 8) store8(o + d, load8(o + d) + splat(w) * load8(vs + d));
     for (; d < D; d++) o[d] += w * vs[d];
   }
+}
+
+/* Returns 0, or -1 when OpenBLAS is not loaded, the shape is not one it handles
+ * (H not a multiple of Hkv, L > S) or scratch could not be allocated. */
+int mlxnb_causal_attention(const float *q, const float *k, const float *v, float *out, int H,
+                           int Hkv, int L, int S, int D, float scale, long ksh, long vsh) {
+  if (mlxnb_openblas_sgemm == NULL || Hkv <= 0 || H % Hkv || L > S || L <= 0 || D <= 0) return -1;
+  const int group = H / Hkv, rows = group * L;
+  if (L <= FEW_QUERIES) { /* a verify pass: each query as a decode step over what it sees */
+    float *p = malloc(sizeof(float) * (size_t)H * L * S);
+    if (!p) return -1;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
+#endif
+    if ((long)H * L * S * D < STEP_PARALLEL_MIN) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int r = 0; r < H * L; r++) {
+      const int h = r / L, i = r % L, n = S - L + i + 1, g = h / group;
+      float *pr = p + (size_t)r * S;
+      scores_row(q + (size_t)r * D, k + (size_t)g * ksh, D, n, D, pr);
+      step_softmax(pr, NULL, n, scale);
+      weighted_values(pr, v + (size_t)g * vsh, D, n, D, out + (size_t)r * D);
+    }
+    free(p);
+    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  float *scores = malloc(sizeof(float) * (size_t)rows * S);
+  if (!scores) return -1;
+  int nt = 1;
+#ifdef _OPENMP
+  nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
+#endif
+  for (int g = 0; g < Hkv; g++) {
+    /* The group's query heads are consecutive: rows g*group*L .. of q and out. */
+    const float *qg = q + (size_t)g * rows * D;
+    const float *kg = k + (size_t)g * ksh, *vg = v + (size_t)g * vsh;
+    mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, S, D, 1.0f, qg, D, kg, D, 0.0f, scores, S);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int r = 0; r < rows; r++) softmax_row(scores + (size_t)r * S, S - L + r % L + 1, S, scale);
+    mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, S, 1.0f, scores, S, vg, D, 0.0f,
+               out + (size_t)g * rows * D, D);
+  }
+  free(scores);
+  __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+  return 0;
 }
 
 /* One decode step of several batch rows: each row's single query against its own

@@ -1,5 +1,6 @@
 // MLX primitives for the CPU fast path: quantized products (kernels in _qmm.c) and
-// the attention of a decode step (the kernel in _attn.c, from the fast path's library);
+// attention, of decode steps and of chunks (the kernels in _attn.c, from the fast path's
+// library);
 // the fused layer halves are in _ext_layer.cpp.
 //
 // A Primitive keeps the work inside MLX's lazy graph: it is scheduled on the CPU
@@ -25,6 +26,11 @@ using decode_fn = int (*)(const float*, const float*, const float*, const unsign
                           float);
 decode_fn decode_kernel = nullptr;
 long decode_calls = 0;
+// and _attn.c's mlxnb_causal_attention, the same way
+using causal_fn = int (*)(const float*, const float*, const float*, float*, int, int, int, int,
+                          int, float, long, long);
+causal_fn causal_kernel = nullptr;
+long causal_calls = 0;
 
 struct QuantParams {
   int group_size, bits;
@@ -143,6 +149,47 @@ mx::array decode_attention(const mx::array& q, const mx::array& k, const mx::arr
   return mx::array(q.shape(), mx::float32, std::make_shared<DecodeAttention>(s, scale), ins);
 }
 
+// softmax(scale * q k^T, causal) v for one row's chunk of L queries, query i at position
+// S - L + i: prefill chunks and verify passes. q [1, H, L, D] dense; k and v
+// [1, Hkv, S, D] read in place when their rows are dense (a KV cache), else gathered.
+class CausalAttention : public CpuPrimitive<AttentionParams> {
+ public:
+  CausalAttention(mx::Stream s, float scale)
+      : CpuPrimitive(s, AttentionParams{scale}, "MlxnbCausalAttention") {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& enc = prepare(stream(), inputs, outputs);
+    enc.dispatch([ins = inputs, out = mx::array::unsafe_weak_copy(outputs[0]),
+                  scale = p_.scale]() mutable {
+      const auto &q = ins[0], &k = ins[1], &v = ins[2];
+      const int H = q.shape(1), L = q.shape(2), D = q.shape(3), Hkv = k.shape(1), S = k.shape(2);
+      std::vector<float> kd, vd;
+      auto ks = dense_rows(k, kd), vs = dense_rows(v, vd);
+      if (ks[2] != D) ks = {0, static_cast<int64_t>(S) * D, D, 1}, dense(k, kd);
+      if (vs[2] != D) vs = {0, static_cast<int64_t>(S) * D, D, 1}, dense(v, vd);
+      if (causal_kernel(q.data<float>(), kd.empty() ? k.data<float>() : kd.data(),
+                        vd.empty() ? v.data<float>() : vd.data(), out.data<float>(), H, Hkv, L,
+                        S, D, scale, ks[1], vs[1]) != 0)
+        throw std::runtime_error("causal_attention: the kernel failed (no OpenBLAS or memory)");
+      causal_calls++;
+    });
+  }
+};
+
+mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::array& v,
+                           float scale) {
+  if (causal_kernel == nullptr) throw std::runtime_error("causal_attention: no kernel set");
+  if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(0) != 1 ||
+      k.shape(0) != 1 || q.shape(3) != k.shape(3) || k.shape(1) == 0 ||
+      q.shape(1) % k.shape(1) || q.shape(2) > k.shape(2) || q.dtype() != mx::float32 ||
+      k.dtype() != mx::float32 || v.dtype() != mx::float32)
+    throw std::invalid_argument(
+        "causal_attention: q [1, H, L, D], k and v [1, Hkv, S, D] with L <= S, float32");
+  auto s = mx::default_stream(mx::Device::cpu);
+  return mx::array(q.shape(), mx::float32, std::make_shared<CausalAttention>(s, scale),
+                   {mx::contiguous(q, false, s), k, v});
+}
+
 }  // namespace
 
 NB_MODULE(_mlxnb_ext, m) {
@@ -159,9 +206,17 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("mask").none(), nb::arg("scale"),
         "softmax(scale * q k^T, mask) v for one query per batch row, on the CPU.");
+  m.def("causal_attention", &causal_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("scale"), "softmax(scale * q k^T, causal) v for one row's chunk, on the CPU.");
   m.def(
-      "set_attention_kernel", [](uintptr_t f) { decode_kernel = reinterpret_cast<decode_fn>(f); },
-      nb::arg("address"), "The address of _attn.c's mlxnb_decode_attention.");
+      "set_attention_kernels",
+      [](uintptr_t decode, uintptr_t causal) {
+        decode_kernel = reinterpret_cast<decode_fn>(decode);
+        causal_kernel = reinterpret_cast<causal_fn>(causal);
+      },
+      nb::arg("decode"), nb::arg("causal"),
+      "The addresses of _attn.c's mlxnb_decode_attention and mlxnb_causal_attention.");
   m.def("attention_calls", [] { return decode_calls; }, "Decode attentions computed so far.");
+  m.def("causal_calls", [] { return causal_calls; }, "Causal attentions computed so far.");
   bind_layers(m);
 }

@@ -141,20 +141,20 @@ def load():
 
 
 def _attention_kernel(mod) -> None:
-    # The decode attention kernel is _attn.c's, in the fast path's own library.
+    # The attention kernels are _attn.c's, in the fast path's own library.
     import ctypes
 
     from . import _blas
 
     lib = _blas.native_library()
-    fn = getattr(lib, "mlxnb_decode_attention", None) if lib is not None else None
-    if fn is not None:
-        mod.set_attention_kernel(ctypes.cast(fn, ctypes.c_void_p).value)
+    fns = [getattr(lib, f"mlxnb_{n}_attention", None) for n in ("decode", "causal")]
+    if lib is not None and None not in fns:
+        mod.set_attention_kernels(*(ctypes.cast(f, ctypes.c_void_p).value for f in fns))
         _state["attention"] = True
 
 
 def attention():
-    """The extension when it can compute decode attention (its kernel is set), else None."""
+    """The extension when it can compute attention (its kernels are set), else None."""
     return _state["module"] if _state.get("attention") else None
 
 

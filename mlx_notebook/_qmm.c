@@ -5,14 +5,16 @@
  * MLX's CPU backend runs quantized_matmul as a scalar loop on one thread (about half
  * of float32's decode speed here), although 4-bit weights are about a sixth of
  * float32's bytes to stream. Here:
- *   - up to SMALL_M rows (decode steps, verify passes of up to 7 drafts), each
- *     weight group is widened to float in registers (nibbles -> int32 -> float)
- *     and multiplied with every row (one thread but for LM heads: see below); one
- *     row takes four weight rows at a time, so that its sums are independent chains;
- *   - up to SGEMM_M rows (long verify passes, batched steps): with AVX-512, each weight
- *     row is widened once per unit, scaled, and multiplied with up to 16 input rows
- *     whose sums stay in registers (x interleaved, K in stretches that fit L1), the
- *     weight rows split over threads; with AVX2, the same 8 rows at a time as above;
+ *   - one row (a decode step), or without AVX-512 up to SMALL_M rows (verify passes of
+ *     up to 7 drafts): each weight group is widened to float in registers (nibbles ->
+ *     int32 -> float) and multiplied with every row (one thread but for LM heads: see
+ *     below); one row takes four weight rows at a time, so that its sums are
+ *     independent chains;
+ *   - up to SGEMM_M rows (verify passes, batched steps): with AVX-512, row tiles: each
+ *     weight row is widened once per unit, scaled, and multiplied with up to 16 input
+ *     rows (up to four weight rows with 4 or fewer), whose sums stay in registers (x
+ *     interleaved, K in stretches that fit L1), the weight rows split over threads;
+ *     with AVX2, the same 8 rows at a time as above;
  *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
  *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded).
  * Activations stay float32, so every path computes the same sums as MLX's
@@ -47,6 +49,13 @@ enum { SGEMM_M = 64 };
 enum { SGEMM_M = 32 };
 #endif
 enum { SMALL_M = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
+/* From TILES_FROM rows, the row tiles (AVX-512: from 2 rows, measured 0.70x small_rows'
+ * time at 2 rows and 0.60x at 8 on the default model's products) or AVX2's 8-row passes. */
+#ifdef QMM_AVX512
+enum { TILES_FROM = 2 };
+#else
+enum { TILES_FROM = SMALL_M + 1 };
+#endif
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 16
 #endif
@@ -232,29 +241,38 @@ static inline __attribute__((always_inline)) __m512 with_bias512(__m512 acc, con
  * with 8 or four with 4 (90, 72 and 77 GMAC/s on one core here). */
 enum { TILE_M = 16 };
 static inline __attribute__((always_inline)) void tile512(
-    const int MB, int K, int gs, int bits, int k0, int k1, const uint8_t *w, const float *s,
-    const float *b, const float *x, const float *xsum, float *out, long ldo) {
+    const int R, const int MB, int K, int gs, int bits, int k0, int k1, const uint8_t *w,
+    long rb, const float *s, const float *b, const float *x, const float *xsum, float *out,
+    long ldo) {
   const int G = K / gs, ub = 32 * bits / 8;
-  __m512 acc[TILE_M]; /* a fixed size: a variable-length array would live in memory */
-  for (int m = 0; m < MB; m++) acc[m] = _mm512_setzero_ps();
-  for (int g = k0 / gs; g < k1 / gs; g++) {
-    const __m512 sv = _mm512_set1_ps(s[g]);
+  __m512 acc[TILE_M]; /* r * MB + m; a fixed size: a variable-length array lives in memory */
+  for (int i = 0; i < R * MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int g = k0 / gs; g < k1 / gs; g++)
     for (int k = g * gs; k < (g + 1) * gs; k += 32) {
-      const unit_bytes u = unit_bytes512(w + (long)(k / 32) * ub, bits);
-      const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), sv);
-      const __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), sv);
       const float *xu = x + (long)(k / 32) * MB * 32; /* the unit's MB rows, contiguous */
-      for (int m = 0; m < MB; m++)
-        acc[m] = _mm512_fmadd_ps(f1, _mm512_load_ps(xu + 32 * m + 16),
-                                 _mm512_fmadd_ps(f0, _mm512_load_ps(xu + 32 * m), acc[m]));
+      for (int r = 0; r < R; r++) {
+        const unit_bytes u = unit_bytes512(w + r * rb + (long)(k / 32) * ub, bits);
+        const __m512 sv = _mm512_set1_ps(s[(long)r * G + g]);
+        const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), sv);
+        const __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), sv);
+        for (int m = 0; m < MB; m++)
+          acc[r * MB + m] =
+              _mm512_fmadd_ps(f1, _mm512_load_ps(xu + 32 * m + 16),
+                              _mm512_fmadd_ps(f0, _mm512_load_ps(xu + 32 * m), acc[r * MB + m]));
+      }
     }
-  }
   __m512 v[TILE_M];
-  for (int m = 0; m < TILE_M; m++)
-    v[m] = m >= MB  ? _mm512_setzero_ps()
-           : k0 > 0 ? acc[m]
-                    : with_bias512(acc[m], b, xsum + (long)m * G, G);
-  store16(out, ldo, MB, sum16(v), k0 > 0);
+  for (int i = 0; i < TILE_M; i++)
+    v[i] = i >= R * MB ? _mm512_setzero_ps()
+           : k0 > 0    ? acc[i]
+                       : with_bias512(acc[i], b + (long)(i / MB) * G, xsum + (long)(i % MB) * G, G);
+  const __m512 tot = sum16(v); /* lane r * MB + m: weight row r's sum with input row m */
+  for (int r = 0; r < R; r++) {
+    const __m512i from = _mm512_add_epi32(_mm512_set1_epi32(r * MB),
+                                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                            11, 12, 13, 14, 15));
+    store16(out + r, ldo, MB, r ? _mm512_permutexvar_ps(from, tot) : tot, k0 > 0);
+  }
 }
 
 #ifdef __AVX512VBMI__
@@ -497,15 +515,25 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
       const float *xm = xp + (long)m0 * K, *xs = xsum + (long)m0 * G; /* the block */
       for (int k0 = 0; k0 < K; k0 += groups * gs) {
         const int k1 = k0 + groups * gs < K ? k0 + groups * gs : K;
-        for (int n = n0; n < n1; n++) {
+        for (int n = n0; n < n1;) {
           const uint8_t *wr = w + n * rb;
           const float *sr = s + (long)n * G, *br = b + (long)n * G;
           float *o = out + (long)m0 * N + n;
+          /* fewer input rows, more weight rows: 16 sums reduced together either way */
+          const int R = 16 / mb >= 4 && n + 4 <= n1 ? 4 : 16 / mb >= 2 && n + 2 <= n1 ? 2 : 1;
 /* GGUF's 4-bit blocks of 32 as constants: one unit per group, no branch per unit */
+#define TILE_R(R, MB)                                                                      \
+  if (bits == 4 && gs == 32) tile512(R, MB, K, 32, 4, k0, k1, wr, rb, sr, br, xm, xs, o, N); \
+  else tile512(R, MB, K, gs, bits, k0, k1, wr, rb, sr, br, xm, xs, o, N);
 #define TILE_CASE(MB)                                                                      \
   case MB:                                                                                 \
-    if (bits == 4 && gs == 32) tile512(MB, K, 32, 4, k0, k1, wr, sr, br, xm, xs, o, N);    \
-    else tile512(MB, K, gs, bits, k0, k1, wr, sr, br, xm, xs, o, N);                       \
+    if (R == 4 && 4 * MB <= TILE_M) {                                                     \
+      TILE_R(4, MB)                                                                        \
+    } else if (R >= 2 && 2 * MB <= TILE_M) {                                              \
+      TILE_R(2, MB)                                                                        \
+    } else {                                                                               \
+      TILE_R(1, MB)                                                                        \
+    }                                                                                      \
     break;
           switch (mb) {
             TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6)
@@ -513,6 +541,8 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
             TILE_CASE(13) TILE_CASE(14) TILE_CASE(15) default: TILE_CASE(16)
           }
 #undef TILE_CASE
+#undef TILE_R
+          n += R;
         }
       }
     }
@@ -540,9 +570,9 @@ static void through_sgemm(int M, int N, int K, int gs, int bits, const float *x,
   free(t);
 }
 
-/* Which path a product of M rows takes: 0 registers (up to SMALL_M), 1 row tiles (AVX-512)
- * or 8-row register passes, 2 widened weights through sgemm. */
-int mlxnb_qmm_path(int M) { return M <= SMALL_M ? 0 : M < SGEMM_M ? 1 : 2; }
+/* Which path a product of M rows takes: 0 registers (one row; up to SMALL_M without
+ * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm. */
+int mlxnb_qmm_path(int M) { return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2; }
 
 /* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,

@@ -88,6 +88,7 @@ def test_a_loaded_model_prefills_through_it_and_decodes_as_before(tiny_dir):
     ids = mx.array([[(7 * i) % 300 + 3 for i in range(300)]])
     calls = ca.calls()
     got = model(ids)
+    mx.eval(got)  # the chunk's attention is a node of the graph: computed on evaluation
     assert ca.calls() == calls + len(model.model.layers)
     module.scaled_dot_product_attention = original
     try:
@@ -119,8 +120,12 @@ def test_decode_steps_and_verify_passes_take_their_kernels(tiny_dir):
     assert ext.attention_calls() == steps  # in MLX's lazy graph: the step stays pipelined
     mx.eval(logits)
     assert ext.attention_calls() == steps + layers and ca.calls() == calls + layers
-    mx.eval(model(mx.array([[7, 8, 9, 10, 11]]), cache=cache))  # a verify pass of 4 drafts
+    chunks = ext.causal_calls()
+    logits = model(mx.array([[7, 8, 9, 10, 11]]), cache=cache)  # a verify pass of 4 drafts
+    assert ext.causal_calls() == chunks  # lazy too: no evaluation per layer
+    mx.eval(logits)
     assert ca.calls() == calls + 2 * layers and ext.attention_calls() == steps + layers
+    assert ext.causal_calls() == chunks + layers
 
 
 def test_a_one_row_decode_step_equals_mlx_attention(tiny_dir):

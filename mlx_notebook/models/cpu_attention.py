@@ -37,7 +37,10 @@ _P = ctypes.POINTER(ctypes.c_float)
 
 
 _ARGS = {
-    "mlxnb_causal_attention": [_P, _P, _P, _P] + [ctypes.c_int] * 5 + [ctypes.c_float],
+    "mlxnb_causal_attention": [_P, _P, _P, _P]
+    + [ctypes.c_int] * 5
+    + [ctypes.c_float]
+    + [ctypes.c_long] * 2,
     "mlxnb_decode_attention": [_P, _P, _P, ctypes.c_void_p, _P]
     + [ctypes.c_int] * 5
     + [ctypes.c_long] * 6
@@ -171,7 +174,9 @@ def causal_attention(queries: mx.array, keys: mx.array, values: mx.array, scale:
     v = np.ascontiguousarray(np.asarray(values)[0])
     out = np.empty((heads, rows, dim), np.float32)
     ptr = lambda a: a.ctypes.data_as(_P)  # noqa: E731
-    if fn(ptr(q), ptr(k), ptr(v), ptr(out), heads, kv_heads, rows, size, dim, scale) != 0:
+    heads_apart = size * dim  # k and v are dense here
+    if fn(ptr(q), ptr(k), ptr(v), ptr(out), heads, kv_heads, rows, size, dim, scale,
+          heads_apart, heads_apart) != 0:  # fmt: skip
         return None
     return mx.array(out)[None]
 
@@ -180,7 +185,11 @@ def _fused(original):
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
         out = None
         if applies(queries, keys, mask, sinks, cache):
-            out = causal_attention(queries, keys, values, scale)
+            ext = _ext.attention()
+            if ext is not None:  # in the graph: a verify pass stays pipelined
+                out = ext.causal_attention(queries, keys, values, scale)
+            else:
+                out = causal_attention(queries, keys, values, scale)
         elif applies_to_step(queries, keys, mask, sinks, cache):
             ext = _ext.attention()
             if ext is not None:  # in the graph: the step stays pipelined
