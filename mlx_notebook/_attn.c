@@ -133,6 +133,29 @@ static void weighted_values(const float *p, const float *v, long vss, int S, int
   }
 }
 
+/* Threads for a step's attention of `macs` multiply-adds: a short step (one row, a short
+ * context) is over before a second thread would start, and a spinning one takes the core
+ * the next step's graph is built on. */
+static int step_threads(long macs) {
+  int nt = 1;
+#ifdef _OPENMP
+  nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
+#endif
+  return macs < STEP_PARALLEL_MIN ? 1 : nt;
+}
+
+/* One query's attention over the first n keys and values (rows kss and vss floats apart,
+ * those with m[s] == 0 masked): o = softmax(scale q . k_s) v; zeros for a query that sees
+ * no key. p: n floats of scratch. */
+static void one_query(const float *q, const float *k, const float *v, long kss, long vss,
+                      const unsigned char *m, int n, int D, float scale, float *p, float *o) {
+  scores_row(q, k, kss, n, D, p);
+  if (step_softmax(p, m, n, scale) == 0)
+    weighted_values(p, v, vss, n, D, o);
+  else
+    memset(o, 0, sizeof(float) * (size_t)D);
+}
+
 /* Returns 0, or -1 when OpenBLAS is not loaded, the shape is not one it handles
  * (H not a multiple of Hkv, L > S) or scratch could not be allocated. */
 int mlxnb_causal_attention(const float *q, const float *k, const float *v, float *out, int H,
@@ -142,18 +165,12 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
   if (L <= FEW_QUERIES) { /* a verify pass: each query as a decode step over what it sees */
     float *p = malloc(sizeof(float) * (size_t)H * L * S);
     if (!p) return -1;
-    int nt = 1;
-#ifdef _OPENMP
-    nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
-#endif
-    if ((long)H * L * S * D < STEP_PARALLEL_MIN) nt = 1;
+    const int nt = step_threads((long)H * L * S * D);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int r = 0; r < H * L; r++) {
-      const int h = r / L, i = r % L, n = S - L + i + 1, g = h / group;
-      float *pr = p + (size_t)r * S;
-      scores_row(q + (size_t)r * D, k + (size_t)g * ksh, D, n, D, pr);
-      step_softmax(pr, NULL, n, scale);
-      weighted_values(pr, v + (size_t)g * vsh, D, n, D, out + (size_t)r * D);
+      const int g = r / L / group, n = S - L + r % L + 1;
+      one_query(q + (size_t)r * D, k + (size_t)g * ksh, v + (size_t)g * vsh, D, D, NULL, n, D,
+                scale, p + (size_t)r * S, out + (size_t)r * D);
     }
     free(p);
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
@@ -195,27 +212,15 @@ int mlxnb_decode_attention(const float *q, const float *k, const float *v,
   const int group = H / Hkv;
   float *scratch = malloc(sizeof(float) * (size_t)B * Hkv * group * S);
   if (!scratch) return -1;
-  int nt = 1;
-#ifdef _OPENMP
-  nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
-#endif
-  /* A short step (one row, a short context) is over before a second thread would
-   * start, and a spinning one takes the core the next step's graph is built on. */
-  if ((long)B * H * S * D < STEP_PARALLEL_MIN) nt = 1;
+  const int nt = step_threads((long)B * H * S * D);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int bg = 0; bg < B * Hkv; bg++) {
     const int b = bg / Hkv, g = bg % Hkv;
-    const float *kb = k + b * ksb + g * ksh, *vb = v + b * vsb + g * vsh;
     const unsigned char *m = mask ? mask + (size_t)b * S : NULL;
-    for (int h = g * group; h < (g + 1) * group; h++) {
-      const float *qh = q + ((size_t)b * H + h) * D;
-      float *p = scratch + ((size_t)bg * group + h - g * group) * S, *o = out + ((size_t)b * H + h) * D;
-      scores_row(qh, kb, kss, S, D, p);
-      if (step_softmax(p, m, S, scale) == 0)
-        weighted_values(p, vb, vss, S, D, o);
-      else /* sees nothing */
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
-    }
+    for (int h = g * group; h < (g + 1) * group; h++)
+      one_query(q + ((size_t)b * H + h) * D, k + b * ksb + g * ksh, v + b * vsb + g * vsh, kss,
+                vss, m, S, D, scale, scratch + ((size_t)bg * group + h - g * group) * S,
+                out + ((size_t)b * H + h) * D);
   }
   free(scratch);
   __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);

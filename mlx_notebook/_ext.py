@@ -28,6 +28,7 @@ NAME = "_mlxnb_ext"
 KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
 GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp"))
 HEADER = Path(__file__).with_name("_ext.h")
+QMM512 = Path(__file__).with_name("_qmm512.h")  # included by _qmm.c
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
 
@@ -86,7 +87,7 @@ def build() -> tuple[Path | None, str]:
     if isinstance(found, str):
         return None, found
     mlx_dir, nb_dir, versions = found
-    parts = (*KERNELS, *GLUE, HEADER, *_native.HEADERS)
+    parts = (*KERNELS, *GLUE, HEADER, QMM512, *_native.HEADERS)
     src = b"".join(k.read_bytes() for k in parts) + versions.encode()
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"

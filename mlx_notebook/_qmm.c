@@ -136,196 +136,7 @@ static inline float bias_dot(const float *b, const float *xs, int G) {
 }
 
 #ifdef QMM_AVX512
-/* One unit's 32 weights as two 16-byte halves, ready to widen: a 4-bit unit's low
- * nibbles (even elements) and high nibbles (odd ones), or an 8-bit unit's two halves. */
-typedef struct {
-  __m128i a, c;
-} unit_bytes;
-
-static inline unit_bytes unit_bytes512(const uint8_t *p, int bits) {
-  if (bits == 4) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)p), low = _mm_set1_epi8(15);
-    return (unit_bytes){_mm_and_si128(raw, low), _mm_and_si128(_mm_srli_epi16(raw, 4), low)};
-  }
-  return (unit_bytes){_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + 16))};
-}
-
-/* The same as row_dots below, 16 lanes wide: a 4-bit unit's nibbles are widened in
- * place (low nibbles = even elements, high = odd), so x comes permuted to match
- * (`permute_units`); 8-bit units are in order. Half the instructions per weight. */
-static inline __attribute__((always_inline)) void row_dots512(
-    const int M, int K, int gs, int bits, const uint8_t *w, const float *s, const float *b,
-    const float *x, const float *xsum, float *out, long ldo) {
-  __m512 tot[SMALL_M];
-  const int G = K / gs, ub = 32 * bits / 8;
-  for (int m = 0; m < M; m++) tot[m] = _mm512_setzero_ps();
-  for (int g = 0; g < G; g++) {
-    __m512 part[SMALL_M];
-    for (int m = 0; m < M; m++) part[m] = _mm512_setzero_ps();
-    for (int k = g * gs; k < (g + 1) * gs; k += 32) {
-      const unit_bytes u = unit_bytes512(w + (long)(k / 32) * ub, bits);
-      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a));
-      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c));
-      for (int m = 0; m < M; m++) {
-        const float *xm = x + (long)m * K + k;
-        part[m] = _mm512_fmadd_ps(f0, _mm512_loadu_ps(xm), part[m]);
-        part[m] = _mm512_fmadd_ps(f1, _mm512_loadu_ps(xm + 16), part[m]);
-      }
-    }
-    const __m512 sv = _mm512_set1_ps(s[g]);
-    for (int m = 0; m < M; m++) tot[m] = _mm512_fmadd_ps(sv, part[m], tot[m]);
-  }
-  for (int m = 0; m < M; m++)
-    out[(long)m * ldo] = _mm512_reduce_add_ps(tot[m]) + bias_dot(b, xsum + (long)m * G, G);
-}
-
-/* A row's sum: its vector accumulator plus the bias term (bias . x's group sums), added
- * in the vector before the one horizontal reduction. */
-static inline __attribute__((always_inline)) float finish_row512(__m512 acc, const float *br,
-                                                                 const float *xsum, int G) {
-  for (int g = 0; g < G; g += 16) {
-    const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
-
-/* One input row against four weight rows (rows r0 + i * rb bytes apart): a decode
- * step's products. With one input row, row_dots512's sums form a single chain of
- * dependent FMAs (latency-bound); four weight rows, with two group sums each
- * (alternating groups), keep eight chains in flight. The bias term is added to the
- * vector sum, so each row takes one horizontal reduction. Its caller prefetches the
- * rows PREFETCH_ROWS ahead (small matrices end before the hardware prefetcher has
- * ramped up). The README has the measured decode figures. */
-static inline __attribute__((always_inline)) void four_rows512(
-    int K, int gs, int bits, const uint8_t *w, long rb, const float *s, const float *b,
-    const float *x, const float *xsum, float *out) {
-  enum { R = 4 };
-  const int G = K / gs, ub = 32 * bits / 8;
-  __m512 tot[R][2];
-  for (int r = 0; r < R; r++) tot[r][0] = tot[r][1] = _mm512_setzero_ps();
-  for (int g = 0; g < G; g++) {
-    __m512 part[R];
-    for (int r = 0; r < R; r++) part[r] = _mm512_setzero_ps();
-    for (int k = g * gs; k < (g + 1) * gs; k += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-      for (int r = 0; r < R; r++) {
-        const unit_bytes u = unit_bytes512(w + r * rb + (long)(k / 32) * ub, bits);
-        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), x0, part[r]);
-        part[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), x1, part[r]);
-      }
-    }
-    for (int r = 0; r < R; r++)
-      tot[r][g & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + g]), part[r], tot[r][g & 1]);
-  }
-  for (int r = 0; r < R; r++)
-    out[r] = finish_row512(_mm512_add_ps(tot[r][0], tot[r][1]), b + (long)r * G, xsum, G);
-}
-
-/* acc plus the bias term (bias . x's group sums), still a vector. */
-static inline __attribute__((always_inline)) __m512 with_bias512(__m512 acc, const float *br,
-                                                                 const float *xsum, int G) {
-  for (int g = 0; g < G; g += 16) {
-    const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
-  }
-  return acc;
-}
-
-/* One weight row's elements [k0, k1) against MB <= 16 input rows (interleaved by
- * `interleave16`): batched steps and long verify passes. Each unit of the weight row is
- * widened once and scaled (s q), then multiplied with all MB rows, so the widening is
- * shared and a group costs no extra sum. The MB accumulators stay in registers and are
- * reduced together; the first stretch (k0 == 0) stores its sums with the bias term,
- * later ones add theirs. One weight row with 16 input rows measured faster than two
- * with 8 or four with 4 (90, 72 and 77 GMAC/s on one core here). */
-enum { TILE_M = 16 };
-static inline __attribute__((always_inline)) void tile512(
-    const int R, const int MB, int K, int gs, int bits, int k0, int k1, const uint8_t *w,
-    long rb, const float *s, const float *b, const float *x, const float *xsum, float *out,
-    long ldo) {
-  const int G = K / gs, ub = 32 * bits / 8;
-  __m512 acc[TILE_M]; /* r * MB + m; a fixed size: a variable-length array lives in memory */
-  for (int i = 0; i < R * MB; i++) acc[i] = _mm512_setzero_ps();
-  for (int g = k0 / gs; g < k1 / gs; g++)
-    for (int k = g * gs; k < (g + 1) * gs; k += 32) {
-      const float *xu = x + (long)(k / 32) * MB * 32; /* the unit's MB rows, contiguous */
-      for (int r = 0; r < R; r++) {
-        const unit_bytes u = unit_bytes512(w + r * rb + (long)(k / 32) * ub, bits);
-        const __m512 sv = _mm512_set1_ps(s[(long)r * G + g]);
-        const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), sv);
-        const __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), sv);
-        for (int m = 0; m < MB; m++)
-          acc[r * MB + m] =
-              _mm512_fmadd_ps(f1, _mm512_load_ps(xu + 32 * m + 16),
-                              _mm512_fmadd_ps(f0, _mm512_load_ps(xu + 32 * m), acc[r * MB + m]));
-      }
-    }
-  __m512 v[TILE_M];
-  for (int i = 0; i < TILE_M; i++)
-    v[i] = i >= R * MB ? _mm512_setzero_ps()
-           : k0 > 0    ? acc[i]
-                       : with_bias512(acc[i], b + (long)(i / MB) * G, xsum + (long)(i % MB) * G, G);
-  const __m512 tot = sum16(v); /* lane r * MB + m: weight row r's sum with input row m */
-  for (int r = 0; r < R; r++) {
-    const __m512i from = _mm512_add_epi32(_mm512_set1_epi32(r * MB),
-                                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                            11, 12, 13, 14, 15));
-    store16(out + r, ldo, MB, r ? _mm512_permutexvar_ps(from, tot) : tot, k0 > 0);
-  }
-}
-
-#ifdef __AVX512VBMI__
-#define QMM_Q4_BLOCKS 1
-/* Two rows of four_rows512 for 4-bit weights in groups of 32: the same sums in the same
- * order, with each row's 64 bytes (four units) loaded and split into nibbles once, and
- * one byte permute zero-extending each unit's 16 nibbles. Whole blocks only, loaded
- * unmasked (a masked byte load made it several times slower); a row's last units take
- * the 16-byte path. */
-static inline __attribute__((always_inline)) void two_rows_q4(
-    int K, const uint8_t *w, long rb, const float *s, const float *b, const float *x,
-    const float *xsum, float *out) {
-  enum { R = 2 };
-  const int units = K / 32, G = units;
-  const __m512i low = _mm512_set1_epi8(15);
-  const __mmask64 every4 = 0x1111111111111111ULL; /* byte 0 of each dword */
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 tot[R][2];
-  for (int r = 0; r < R; r++) tot[r][0] = tot[r][1] = _mm512_setzero_ps();
-  int u = 0;
-  for (; u + 4 <= units; u += 4) {
-    __m512i lo[R], hi[R];
-    for (int r = 0; r < R; r++) {
-      const __m512i raw = _mm512_loadu_si512(w + r * rb + (long)u * 16);
-      lo[r] = _mm512_and_si512(raw, low);
-      hi[r] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-    }
-    for (int j = 0; j < 4; j++) {
-      const __m512i idx = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * j));
-      const float *xu = x + (u + j) * 32;
-      const __m512 x0 = _mm512_loadu_ps(xu), x1 = _mm512_loadu_ps(xu + 16);
-      for (int r = 0; r < R; r++) {
-        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_maskz_permutexvar_epi8(every4, idx, lo[r]));
-        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_maskz_permutexvar_epi8(every4, idx, hi[r]));
-        const __m512 part = _mm512_fmadd_ps(f1, x1, _mm512_mul_ps(f0, x0));
-        const int g = u + j;
-        tot[r][g & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + g]), part, tot[r][g & 1]);
-      }
-    }
-  }
-  for (; u < units; u++) {
-    const __m512 x0 = _mm512_loadu_ps(x + u * 32), x1 = _mm512_loadu_ps(x + u * 32 + 16);
-    for (int r = 0; r < R; r++) {
-      const unit_bytes ub = unit_bytes512(w + r * rb + (long)u * 16, 4);
-      const __m512 part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ub.c)), x1,
-                                          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ub.a)), x0));
-      tot[r][u & 1] = _mm512_fmadd_ps(_mm512_set1_ps(s[(long)r * G + u]), part, tot[r][u & 1]);
-    }
-  }
-  for (int r = 0; r < R; r++)
-    out[r] = finish_row512(_mm512_add_ps(tot[r][0], tot[r][1]), b + (long)r * G, xsum, G);
-}
-#endif
+#include "_qmm512.h"
 #endif
 
 /* out[m] = sum_g scale_g * (q . x_m over g) + bias_g * xsum[m][g], for M <= SMALL_M rows.
@@ -414,16 +225,6 @@ static void group_sums(int M, int K, int gs, const float *x, float *xsum) {
 #define ROW_DOTS row_dots
 #endif
 
-/* Each 32-element unit of every row as [even elements, odd elements] (how the
- * 16-lane path widens 4-bit units). */
-static void permute_units(int M, int K, const float *x, float *xp) {
-  for (long u = 0; u < (long)M * K; u += 32)
-    for (int i = 0; i < 16; i++) {
-      xp[u + i] = x[u + 2 * i];
-      xp[u + 16 + i] = x[u + 2 * i + 1];
-    }
-}
-
 static void small_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                        const float *s, const float *b, float *out) {
   const int G = K / gs;
@@ -433,7 +234,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_AVX512
   if (bits == 4) {
     xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
-    permute_units(M, K, x, xp);
+    interleave16(M, K, K, 1, 32, 1, x, xp); /* each unit as [evens, odds], as widened */
     x = xp;
   }
 #endif

@@ -216,7 +216,8 @@ def test_every_native_source_ships_in_the_package():
     root = Path(__file__).parents[1]
     conf = tomllib.loads((root / "pyproject.toml").read_text())
     globs = conf["tool"]["setuptools"]["package-data"]["mlx_notebook"]
-    sources = [*_native.SOURCES, *_native.HEADERS, *_ext.KERNELS, *_ext.GLUE, _ext.HEADER]
+    sources = [*_native.SOURCES, *_native.HEADERS, *_ext.KERNELS, *_ext.GLUE]
+    sources += [_ext.HEADER, _ext.QMM512]
     for src in sources:
         assert src.is_file(), src
         assert any(fnmatch.fnmatch(src.name, g) for g in globs), (src.name, globs)
