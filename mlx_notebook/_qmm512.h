@@ -100,13 +100,14 @@ static inline __attribute__((always_inline)) __m512 with_bias512(__m512 acc, con
   return acc;
 }
 
-/* One weight row's elements [k0, k1) against MB <= 16 input rows (interleaved by
- * `interleave16`): batched steps and long verify passes. Each unit of the weight row is
- * widened once and scaled (s q), then multiplied with all MB rows, so the widening is
- * shared and a group costs no extra sum. The MB accumulators stay in registers and are
- * reduced together; the first stretch (k0 == 0) stores its sums with the bias term,
- * later ones add theirs. One weight row with 16 input rows measured faster than two
- * with 8 or four with 4 (90, 72 and 77 GMAC/s on one core here). */
+/* R weight rows' (rb bytes apart) elements [k0, k1) against MB input rows (interleaved
+ * by `interleave16`), R * MB <= 16: verify passes and batched steps. Each unit of a weight
+ * row is widened once and scaled (s q), then multiplied with all MB rows, so the
+ * widening is shared and a group costs no extra sum. The R * MB accumulators stay in
+ * registers and are reduced together; the first stretch (k0 == 0) stores its sums with
+ * the bias term, later ones add theirs. With 16 input rows, one weight row measured
+ * faster than two with 8 or four with 4 (90, 72 and 77 GMAC/s on one core here); with
+ * few input rows, more weight rows share a reduction. */
 enum { TILE_M = 16 };
 static inline __attribute__((always_inline)) void tile512(
     const int R, const int MB, int K, int gs, int bits, int k0, int k1, const uint8_t *w,

@@ -85,11 +85,15 @@ def test_a_loaded_model_prefills_through_it_and_decodes_as_before(tiny_dir):
     ca.install(model)
     assert module.scaled_dot_product_attention is fused  # once per module
 
+    from mlx_notebook import _ext
+
     ids = mx.array([[(7 * i) % 300 + 3 for i in range(300)]])
-    calls = ca.calls()
+    calls, primitive = ca.calls(), _ext.attention().causal_calls()
     got = model(ids)
-    mx.eval(got)  # the chunk's attention is a node of the graph: computed on evaluation
+    mx.eval(got)
     assert ca.calls() == calls + len(model.model.layers)
+    # past FEW_QUERIES queries a chunk takes OpenBLAS through numpy, not the primitive
+    assert _ext.attention().causal_calls() == primitive and ids.shape[1] > ca.FEW_QUERIES
     module.scaled_dot_product_attention = original
     try:
         want = model(ids)

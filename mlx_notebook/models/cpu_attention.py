@@ -31,6 +31,12 @@ import numpy as np
 from .. import _ext
 
 MIN_ROWS = 2  # one query is a decode step: the step kernel's
+# Chunks of up to this many queries (verify passes) go to the extension's primitive, whose
+# kernel (_attn.c's FEW_QUERIES path) runs on OpenMP threads alone. Longer chunks (prefill)
+# take OpenBLAS's sgemm: run by the primitive on MLX's stream thread, a 1,500-token prefill
+# was 3-4x slower with 2 threads (and not with 1), likely OpenBLAS's threads waiting for a
+# core held by a spinning OpenMP thread; through numpy, on the engine's thread, it is not.
+FEW_QUERIES = 32
 ENV = "MLX_NOTEBOOK_FUSED_ATTENTION"
 
 _P = ctypes.POINTER(ctypes.c_float)
@@ -186,7 +192,8 @@ def _fused(original):
         out = None
         if applies(queries, keys, mask, sinks, cache):
             ext = _ext.attention()
-            if ext is not None:  # in the graph: a verify pass stays pipelined
+            if ext is not None and queries.shape[2] <= FEW_QUERIES:
+                # in the graph: a verify pass stays pipelined
                 out = ext.causal_attention(queries, keys, values, scale)
             else:
                 out = causal_attention(queries, keys, values, scale)
@@ -239,6 +246,7 @@ def calls() -> int:
 
 
 __all__ = [
+    "FEW_QUERIES",
     "MIN_ROWS",
     "applies",
     "applies_to_step",
