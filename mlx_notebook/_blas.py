@@ -186,8 +186,7 @@ def gemv_calls() -> int:
 
 
 def few_row_calls() -> int:
-    """Products of 2-24 rows (2-48 with AVX-512) computed by the few-row kernel or the
-    row tiles so far (0 without the shim)."""
+    """Products of 2-24 rows (2-48 with AVX-512) by the few-row kernel or row tiles so far."""
     lib = _state.get("_lib")
     return int(lib.mlxnb_small_forwarded()) if lib is not None else 0
 
