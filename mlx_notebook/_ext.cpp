@@ -150,8 +150,9 @@ mx::array decode_attention(const mx::array& q, const mx::array& k, const mx::arr
 }
 
 // softmax(scale * q k^T, causal) v for one row's chunk of L queries, query i at position
-// S - L + i: prefill chunks and verify passes. q [1, H, L, D] dense; k and v
-// [1, Hkv, S, D] read in place when their rows are dense (a KV cache), else gathered.
+// S - L + i. q [1, H, L, D] dense; k and v [1, Hkv, S, D] read in place when their rows
+// are dense (a KV cache), else gathered. Any L; the fast path sends it verify passes (up
+// to cpu_attention.FEW_QUERIES queries), whose kernel runs on OpenMP alone.
 class CausalAttention : public CpuPrimitive<AttentionParams> {
  public:
   CausalAttention(mx::Stream s, float scale)
