@@ -55,7 +55,6 @@ long mlxnb_small_forwarded(void) { return small; }
 
 long mlxnb_tiled_forwarded(void) { return tiled; }
 
-
 /* Eight floats; GCC and Clang lower it to AVX, SSE or NEON. Unaligned loads. */
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
 
@@ -133,8 +132,8 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * bandwidth) to TILE_TO (more: OpenBLAS's packed sgemm; 48 rows cost about the same
  * either way, 32 rows 0.72x sgemm's time): two weight rows against blocks of up to 8
  * input rows, weight rows in groups of TILE_N per thread task, K in stretches of the
- * block that fit L1 (TILE_X floats). */
-enum { TILE_FROM = 9, TILE_TO = 48, TILE_ROWS = 8, TILE_N = 32, TILE_X = 10240 };
+ * block that fit L1 (stretch16, _vec16.h). */
+enum { TILE_FROM = 9, TILE_TO = 48, TILE_ROWS = 8 };
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
  * 16 floats at a time by interleave16): each 16 weights are loaded once and multiplied
@@ -168,7 +167,7 @@ static inline __attribute__((always_inline)) void row_tile(const int MB, int k0,
   store16(out + 1, ldo, MB, _mm512_shuffle_f32x4(tot, tot, 0x4E), k0 > 0);
 }
 
-/* c = a b^T for TILE_FROM..SMALL_M rows, k a multiple of 16 and n even. Returns 0, or -1
+/* c = a b^T for TILE_FROM..TILE_TO rows, k a multiple of 16 and n even. Returns 0, or -1
  * without scratch memory. */
 static int row_tiles(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                      float *c, int ldc) {
@@ -182,8 +181,7 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
     const int j0 = t * TILE_N, j1 = j0 + TILE_N < n ? j0 + TILE_N : n;
     for (int i0 = 0; i0 < m; i0 += TILE_ROWS) {
       const int mb = m - i0 < TILE_ROWS ? m - i0 : TILE_ROWS;
-      const int parts = (mb * k + TILE_X - 1) / TILE_X;
-      const int step = ((k / 16 + parts - 1) / parts) * 16;
+      const int step = stretch16(mb, k, 16);
       const float *xb = packed + (long)i0 * k;
       for (int k0 = 0; k0 < k; k0 += step) {
         const int k1 = k0 + step < k ? k0 + step : k;

@@ -292,7 +292,6 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 }
 
 #ifdef QMM_AVX512
-enum { TILE_N = 32, TILE_X = 10240 }; /* weight rows per task; x floats kept in L1 (40 of its 48 KB here) */
 
 /* M rows (9 and more): groups of TILE_N weight rows (kept in L2), split over threads,
  * against each block of up to 16 input rows, a stretch of K at a time so that the
@@ -312,10 +311,10 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
     const int n0 = t * TILE_N, n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
     for (int m0 = 0; m0 < M; m0 += TILE_M) {
       const int mb = M - m0 < TILE_M ? M - m0 : TILE_M;
-      const int parts = (mb * K + TILE_X - 1) / TILE_X, groups = (G + parts - 1) / parts;
+      const int step = stretch16(mb, K, gs); /* whole groups */
       const float *xm = xp + (long)m0 * K, *xs = xsum + (long)m0 * G; /* the block */
-      for (int k0 = 0; k0 < K; k0 += groups * gs) {
-        const int k1 = k0 + groups * gs < K ? k0 + groups * gs : K;
+      for (int k0 = 0; k0 < K; k0 += step) {
+        const int k1 = k0 + step < K ? k0 + step : K;
         for (int n = n0; n < n1;) {
           const uint8_t *wr = w + n * rb;
           const float *sr = s + (long)n * G, *br = b + (long)n * G;
