@@ -47,15 +47,21 @@ static inline __attribute__((always_inline)) void row_dots512(
     out[(long)m * ldo] = _mm512_reduce_add_ps(tot[m]) + bias_dot(b, xsum + (long)m * G, G);
 }
 
-/* A row's sum: its vector accumulator plus the bias term (bias . x's group sums), added
- * in the vector before the one horizontal reduction. */
-static inline __attribute__((always_inline)) float finish_row512(__m512 acc, const float *br,
+/* acc plus the bias term (bias . x's group sums), still a vector. */
+static inline __attribute__((always_inline)) __m512 with_bias512(__m512 acc, const float *br,
                                                                  const float *xsum, int G) {
   for (int g = 0; g < G; g += 16) {
     const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return acc;
+}
+
+/* A row's sum: its vector accumulator plus the bias term (bias . x's group sums), added
+ * in the vector before the one horizontal reduction. */
+static inline __attribute__((always_inline)) float finish_row512(__m512 acc, const float *br,
+                                                                 const float *xsum, int G) {
+  return _mm512_reduce_add_ps(with_bias512(acc, br, xsum, G));
 }
 
 /* One input row against four weight rows (rows r0 + i * rb bytes apart): a decode
@@ -88,16 +94,6 @@ static inline __attribute__((always_inline)) void four_rows512(
   }
   for (int r = 0; r < R; r++)
     out[r] = finish_row512(_mm512_add_ps(tot[r][0], tot[r][1]), b + (long)r * G, xsum, G);
-}
-
-/* acc plus the bias term (bias . x's group sums), still a vector. */
-static inline __attribute__((always_inline)) __m512 with_bias512(__m512 acc, const float *br,
-                                                                 const float *xsum, int G) {
-  for (int g = 0; g < G; g += 16) {
-    const __mmask16 m = G - g >= 16 ? 0xFFFF : (__mmask16)((1u << (G - g)) - 1);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, br + g), _mm512_maskz_loadu_ps(m, xsum + g), acc);
-  }
-  return acc;
 }
 
 /* R weight rows' (rb bytes apart) elements [k0, k1) against MB input rows (interleaved
