@@ -112,6 +112,7 @@ def build_tiny_model(
     vocab_size: int = 384,
     all_bytes: bool = True,
     thinking: bool = False,
+    endless: bool = False,
     **config,
 ) -> Path:
     """Write a random-weight llama with a real BPE tokenizer to ``path``.
@@ -120,6 +121,9 @@ def build_tiny_model(
     stable under different prefill chunkings. With ``thinking`` its tokenizer has
     ``<think>`` markers and a template that opens a thinking block (see
     `build_tokenizer`): a reasoning model's shape, thinking random text.
+    With ``endless`` the end-of-sequence token's (tied) embedding row is zero, so
+    its logit is exactly 0, below the largest of the other random logits: greedy
+    decoding runs until ``max_tokens`` or Stop, never racing a test to its end.
 
     Returns:
         The model directory, loadable with ``mlx_lm.load``.
@@ -135,6 +139,10 @@ def build_tiny_model(
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(cfg))
     model.update(tree_map(lambda p: p * 3.0, model.parameters()))
+    if endless:
+        eos = vocab["<|im_end|>"]
+        table = model.model.embed_tokens.weight
+        model.model.embed_tokens.weight = table * (mx.arange(table.shape[0]) != eos)[:, None]
     weights = dict(tree_flatten(model.parameters()))
     mx.eval(weights)
     mx.save_safetensors(str(path / "model.safetensors"), weights)

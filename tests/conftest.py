@@ -20,6 +20,12 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def endless_dir(tmp_path_factory):
+    """``tiny_dir``'s model whose greedy text never ends: a stream to stop mid-way."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("endless"), endless=True))
+
+
+@pytest.fixture(scope="session")
 def other_vocab_dir(tmp_path_factory):
     """A tiny model whose vocabulary differs from ``tiny_dir``'s."""
     return str(build_tiny_model(tmp_path_factory.mktemp("other"), vocab_size=300))

@@ -18,6 +18,18 @@ def server(tiny_dir):
     assert proc.poll() is not None  # torn down
 
 
+@pytest.fixture(scope="module")
+def endless_server(endless_dir):
+    """A server whose greedy text never ends: Stop always lands mid-stream.
+
+    ``tiny_dir``'s model ends its text after a few hundred tokens, a fraction of a
+    second on the server: a test that stops mid-stream would race that end.
+    """
+    with mlx_lm_server(endless_dir) as (base, proc):
+        yield base
+    assert proc.poll() is not None
+
+
 @pytest.fixture
 def remote(server):
     eng = RemoteEngine(server)
@@ -60,19 +72,23 @@ def test_greedy_text_equals_the_local_engine(remote, engine, tiny_dir, chat):
     assert s.ttft_s > 0 and s.generation_tps > 0
 
 
-def test_stop_mid_stream_keeps_the_text_and_the_server_serves_on(remote):
-    job = remote.submit(Request(PROMPT, chat=False, max_tokens=3000))
-    n = 0
-    for ev in job.events(detach=True):
-        if isinstance(ev, Token):
-            n += 1
-            if n == 20:
-                break
-    job.cancel()
-    fin = job.wait(10)  # closing the stream is immediate: 10 s is over 100x the usual
-    assert fin.finish_reason == "cancelled" and fin.text.startswith(job.text[:10]) and fin.text
-    nxt = remote.submit(Request(PROMPT, chat=False, max_tokens=5)).result(timeout=60)
-    assert nxt.finish_reason in ("length", "stop") and nxt.text
+def test_stop_mid_stream_keeps_the_text_and_the_server_serves_on(endless_server):
+    remote = RemoteEngine(endless_server)
+    try:
+        job = remote.submit(Request(PROMPT, chat=False, max_tokens=100_000))
+        n = 0
+        for ev in job.events(detach=True):
+            if isinstance(ev, Token):
+                n += 1
+                if n == 20:
+                    break
+        job.cancel()
+        fin = job.wait(10)  # closing the stream is immediate: 10 s is over 100x the usual
+        assert fin.finish_reason == "cancelled" and fin.text.startswith(job.text[:10]) and fin.text
+        nxt = remote.submit(Request(PROMPT, chat=False, max_tokens=5)).result(timeout=60)
+        assert nxt.finish_reason == "length" and nxt.text
+    finally:
+        remote.close()
 
 
 def test_jobs_queue_fifo_and_a_queued_one_can_be_dropped(remote):
@@ -141,11 +157,11 @@ def test_timeout_is_one_line():
     one_line_error(fin, "no answer", "in time")
 
 
-def test_server_killed_mid_stream_keeps_the_partial_text(tiny_dir):
-    with mlx_lm_server(tiny_dir) as (base, proc):
+def test_server_killed_mid_stream_keeps_the_partial_text(endless_dir):
+    with mlx_lm_server(endless_dir) as (base, proc):
         eng = RemoteEngine(base)
         try:
-            job = eng.submit(Request(PROMPT, chat=False, max_tokens=3000))
+            job = eng.submit(Request(PROMPT, chat=False, max_tokens=100_000))
             n = 0
             for ev in job.events(detach=True):
                 if isinstance(ev, Token):
@@ -173,14 +189,15 @@ def test_compare_with_a_server_side_draft_reports_both_runs(server, tiny_dir):
 
 
 @pytest.mark.kernel
-def test_generate_streams_from_the_server_in_a_real_kernel_and_stops(server):
+def test_generate_streams_from_the_server_in_a_real_kernel_and_stops(endless_server):
     from kernel_harness import Harness
 
+    server = endless_server
     k = Harness()
     try:
         assert k.execute("%load_ext mlx_notebook")["status"] == "ok"
         before = set(k.state)
-        mid = k.execute(f"%%generate -m {server} -n 3000 --raw -f text -o r\n{PROMPT}", wait=False)
+        mid = k.execute(f"%%generate -m {server} -n 99999 --raw -f text -o r\n{PROMPT}", wait=False)
         assert k.reply(mid, 30)["status"] == "ok"  # returns at once
         html, button = k.new_view(before)
         k.wait_for("streaming", lambda: "generating" in (k.value(html, "value") or ""), 30)
