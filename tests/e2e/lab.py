@@ -145,8 +145,12 @@ def browser():
             b.close()
 
 
-def step(name: str, fn, timeout: float = 30, interval: float = 0.2):
-    """Poll ``fn`` until truthy; fail naming the step that stalled."""
+def step(name: str, fn, timeout: float = 30, interval: float = 0.2, describe=None):
+    """Poll ``fn`` until truthy; fail naming the step that stalled.
+
+    ``describe()``, when given, says at a stall what the page showed (cell prompts,
+    say): a stall seen once in CI is then a lead, not a bare timeout.
+    """
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -157,7 +161,15 @@ def step(name: str, fn, timeout: float = 30, interval: float = 0.2):
         except Exception as exc:  # the page may be mid-render
             last = exc
         time.sleep(interval)
-    raise StepTimeout(f"step '{name}' stalled after {timeout} s" + (f" ({last})" if last else ""))
+    seen = ""
+    if describe is not None:
+        try:
+            seen = f"; the page showed: {describe()}"
+        except Exception as exc:  # noqa: BLE001 - the description must not hide the stall
+            seen = f"; describing the page failed: {exc!r}"
+    raise StepTimeout(
+        f"step '{name}' stalled after {timeout} s" + (f" ({last})" if last else "") + seen
+    )
 
 
 CONTRAST_JS = """
@@ -283,6 +295,29 @@ def run_done(page, i, timeout=60):
         timeout,
     )
     return cell
+
+
+def prompts(page, upto: int) -> str:
+    """Cells ``0..upto``'s execution prompts, e.g. ``0 [1]: 1 [*]: 2 [ ]:``."""
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    return " ".join(
+        f"{i} {cells.nth(i).locator('.jp-InputPrompt').inner_text().strip()}"
+        for i in range(upto + 1)
+    )
+
+
+def run_all(page, tries=3):
+    """Run All Cells from the Run menu; retry if Lab dropped the click while it settled."""
+    first = page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt")
+    for _ in range(tries):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            step("Run All starts", lambda: first.inner_text().strip() not in ("[ ]:", ""), 10)
+            return
+        except StepTimeout:
+            page.keyboard.press("Escape")  # close the menu if it stayed open
+    raise StepTimeout(f"step 'Run All starts' stalled after {tries} tries")
 
 
 def dismiss_news(page):

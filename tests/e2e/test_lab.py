@@ -13,6 +13,8 @@ from .lab import (
     lab_server,
     leftovers,
     notebook,
+    prompts,
+    run_all,
     run_cell,
     run_done,
     set_theme,
@@ -335,9 +337,13 @@ def test_notebook_manners(lab, artifacts, theme):
         cells.nth(i).scroll_into_view_if_needed()
         return cells.nth(i).locator(".jp-InputPrompt").inner_text().strip()
 
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()  # Run All, by menu
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    step("Run All reaches the typo", lambda: "is not a column" in out(6).inner_text(), 120)
+    run_all(page)  # by the Run menu
+    step(
+        "Run All reaches the typo",
+        lambda: "is not a column" in out(6).inner_text(),
+        180,  # about 10 s idle
+        describe=lambda: prompts(page, 6),
+    )
     frame = out(4).inner_text()
     assert frame.count("length") == 3 and "rivers" in frame and "hills" in frame  # finished
     assert "the columns are topic, n" in out(6).inner_text()
