@@ -219,12 +219,6 @@ static void group_sums(int M, int K, int gs, const float *x, float *xsum) {
     }
 }
 
-#ifdef QMM_AVX512
-#define ROW_DOTS row_dots512
-#else
-#define ROW_DOTS row_dots
-#endif
-
 static void small_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                        const float *s, const float *b, float *out) {
   const int G = K / gs;
@@ -272,21 +266,26 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     n_done = 4 * blocks;
   }
 #endif
+#ifdef QMM_AVX512 /* with AVX-512 only one row comes here (TILES_FROM) */
+  for (int n = n_done; n < N; n++)
+    out[n] = row_dot512(K, gs, bits, w + n * rb, s + (long)n * G, b + (long)n * G, x, xsum);
+#else
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int n = n_done; n < N; n++) {
     const uint8_t *wr = w + n * rb;
     const float *sr = s + (long)n * G, *br = b + (long)n * G;
     switch (M) { /* constant row counts: the accumulators stay in registers */
-    case 1: ROW_DOTS(1, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    case 2: ROW_DOTS(2, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    case 3: ROW_DOTS(3, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    case 4: ROW_DOTS(4, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    case 5: ROW_DOTS(5, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    case 6: ROW_DOTS(6, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    case 7: ROW_DOTS(7, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
-    default: ROW_DOTS(8, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 1: row_dots(1, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 2: row_dots(2, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 3: row_dots(3, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 4: row_dots(4, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 5: row_dots(5, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 6: row_dots(6, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 7: row_dots(7, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    default: row_dots(8, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
     }
   }
+#endif
   free(xsum);
   free(xp);
 }

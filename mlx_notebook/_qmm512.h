@@ -18,33 +18,25 @@ static inline unit_bytes unit_bytes512(const uint8_t *p, int bits) {
   return (unit_bytes){_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)(p + 16))};
 }
 
-/* The same as row_dots below, 16 lanes wide: a 4-bit unit's nibbles are widened in
- * place (low nibbles = even elements, high = odd), so x comes permuted to match
- * (`permute_units`); 8-bit units are in order. Half the instructions per weight. */
-static inline __attribute__((always_inline)) void row_dots512(
-    const int M, int K, int gs, int bits, const uint8_t *w, const float *s, const float *b,
-    const float *x, const float *xsum, float *out, long ldo) {
-  __m512 tot[SMALL_M];
+/* One input row against one weight row (row_dots' one-row case, 16 lanes wide): the
+ * rows left after four_rows512's blocks of four. A 4-bit unit's nibbles are widened in
+ * place (low nibbles = even elements, high = odd), so x comes interleaved to match
+ * (`interleave16`); 8-bit units are in order. */
+static inline __attribute__((always_inline)) float row_dot512(
+    int K, int gs, int bits, const uint8_t *w, const float *s, const float *b, const float *x,
+    const float *xsum) {
+  __m512 tot = _mm512_setzero_ps();
   const int G = K / gs, ub = 32 * bits / 8;
-  for (int m = 0; m < M; m++) tot[m] = _mm512_setzero_ps();
   for (int g = 0; g < G; g++) {
-    __m512 part[SMALL_M];
-    for (int m = 0; m < M; m++) part[m] = _mm512_setzero_ps();
+    __m512 part = _mm512_setzero_ps();
     for (int k = g * gs; k < (g + 1) * gs; k += 32) {
       const unit_bytes u = unit_bytes512(w + (long)(k / 32) * ub, bits);
-      const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a));
-      const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c));
-      for (int m = 0; m < M; m++) {
-        const float *xm = x + (long)m * K + k;
-        part[m] = _mm512_fmadd_ps(f0, _mm512_loadu_ps(xm), part[m]);
-        part[m] = _mm512_fmadd_ps(f1, _mm512_loadu_ps(xm + 16), part[m]);
-      }
+      part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), _mm512_loadu_ps(x + k), part);
+      part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), _mm512_loadu_ps(x + k + 16), part);
     }
-    const __m512 sv = _mm512_set1_ps(s[g]);
-    for (int m = 0; m < M; m++) tot[m] = _mm512_fmadd_ps(sv, part[m], tot[m]);
+    tot = _mm512_fmadd_ps(_mm512_set1_ps(s[g]), part, tot);
   }
-  for (int m = 0; m < M; m++)
-    out[(long)m * ldo] = _mm512_reduce_add_ps(tot[m]) + bias_dot(b, xsum + (long)m * G, G);
+  return _mm512_reduce_add_ps(tot) + bias_dot(b, xsum, G);
 }
 
 /* acc plus the bias term (bias . x's group sums), still a vector. */
@@ -65,7 +57,7 @@ static inline __attribute__((always_inline)) float finish_row512(__m512 acc, con
 }
 
 /* One input row against four weight rows (rows r0 + i * rb bytes apart): a decode
- * step's products. With one input row, row_dots512's sums form a single chain of
+ * step's products. With one input row, row_dot512's sums form a single chain of
  * dependent FMAs (latency-bound); four weight rows, with two group sums each
  * (alternating groups), keep eight chains in flight. The bias term is added to the
  * vector sum, so each row takes one horizontal reduction. Its caller prefetches the
