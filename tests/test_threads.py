@@ -62,6 +62,22 @@ def test_busy_cores_drop_to_one_thread_and_free_cores_bring_them_back():
     assert m.set_calls  # the libraries were told each time
 
 
+def test_a_probe_in_progress_is_dropped_when_decoding_pauses():
+    m = Machine({2: 0.030, 1: 0.050})
+    gov = make(m)
+    counts = run(gov, m, 3)  # the first probe starts after the first window
+    assert counts[-1] == 1 and gov.threads == 1  # a probe of one thread is under way
+    assert gov.line().startswith("threads: 2 of 2 (all cores") and "trying 1" in gov.line()
+    gov.reset()  # the request ended (or a prefill starts) mid-probe
+    assert gov.threads == 2 and m.set_calls[-1] == 2  # not left on the probe's count
+    assert gov.line() == "threads: 2 of 2 (all cores: steps are fastest so)"
+    assert gov.switches == 0 and "all cores" in gov.reason
+    counts = run(gov, m, 200)  # decoding again: probes come back, and still lose
+    assert 1 in counts and counts[-1] == 2 and gov.switches == 0
+    gov.reset()  # no probe in progress: nothing changes
+    assert gov.threads == 2 and m.set_calls[-1] == 2
+
+
 def test_a_library_loaded_later_is_governed_from_the_current_count():
     m = Machine({2: 0.030, 1: 0.050})
     gov = make(m)

@@ -195,6 +195,7 @@ def prefill_steps(
     total, end = len(tokens), len(tokens) - 1
     progress(len(seq.tokens), total)
     if len(seq.tokens) < end:
+        governor().reset()  # decoding paused: a probe's thread count must not linger
         governor().prefill_chunk()  # starts the meter's window
     while len(seq.tokens) < end:
         start = len(seq.tokens)

@@ -91,6 +91,15 @@ class ThreadGovernor:
         setter(self.threads)
         self.setters.append(setter)
 
+    def line(self) -> str:
+        """``threads: 2 of 2 (why)``, naming a probe in progress."""
+        if self._probe is not None:
+            return (
+                f"threads: {self._home} of {self.most} ({self.reason}); "
+                f"trying {self.threads} for a few steps"
+            )
+        return f"threads: {self.threads} of {self.most} ({self.reason})"
+
     def _apply(self, n: int) -> None:
         self.sync()  # nothing in flight: the next step is the first with n threads
         for f in self.setters:
@@ -99,8 +108,18 @@ class ThreadGovernor:
         self._last = self.clock()
 
     def reset(self) -> None:
-        """Forget the last step's time (call when decoding pauses)."""
+        """Decoding pauses (idle, or a prefill starts): forget the last step's time.
+
+        A probe in progress is dropped and the count it left goes back: a probe
+        compares decode steps, and the prefill or the next request must not run
+        on a count that was only being tried (a 4-bit prefill on one thread ran
+        at 0.7x its speed on two). It is tried again after a period.
+        """
         self._last = None
+        if self._probe is not None:
+            self._probe, self._recent = None, []
+            self._apply(self._home)
+            self._last = None
 
     PREFILL_OTHERS = 0.5  # cores' worth of other processes' work that makes prefill yield
 
@@ -267,4 +286,4 @@ def describe() -> str:
         return "threads: not yet decided (no generation yet)"
     if not g.setters:
         return "threads: the GPU or MLX's own defaults (nothing to govern here)"
-    return f"threads: {g.threads} of {g.most} ({g.reason})"
+    return g.line()
