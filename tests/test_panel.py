@@ -252,3 +252,24 @@ def test_inspect_box_records_tokens_and_tints_the_view(panel):
     assert html.count('class="tk b') >= 40 and 'class="card"' in html
     panel.inspect = False
     assert panel.request().logprobs is None
+
+
+def test_a_run_that_ends_before_its_view_is_shown_is_in_the_snapshot(panel, monkeypatch):
+    from mlx_notebook.notebook.view import LiveView
+
+    attach = LiveView.attach
+
+    def attach_and_finish(self, *jobs, **kw):  # the job ends before attach returns
+        out = attach(self, *jobs, **kw)
+        assert self.wait_rendered(60)
+        return out
+
+    monkeypatch.setattr(LiveView, "attach", attach_and_finish)
+    saved = []  # what the snapshot under the widget is updated to
+    monkeypatch.setattr(panel.snapshot, "update", lambda html, plain: saved.append(html))
+    panel.draft_source = "none"
+    panel.generate()
+    assert panel.wait(60).text
+    view = panel._view.renderer.html()
+    assert panel.last_result.text[:8] in panel._view.renderer.plain()
+    assert view and view in saved[-1]  # the last run's view, not nothing

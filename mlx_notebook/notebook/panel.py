@@ -265,7 +265,9 @@ class Panel(PanelControls, widgets.VBox):
             model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown",
             inspect=self.inspect,
         )  # fmt: skip
-        self._show(generation_view(state, self.refresh_hz, on_done=done).attach(job))
+        view = generation_view(state, self.refresh_hz, on_done=done)
+        self._show(view)  # before attach: a quick job's done() snapshots this view
+        view.attach(job)
 
     def compare(self) -> None:
         """Normal and speculative decoding in interleaved pairs, until the answer is clear."""
@@ -303,13 +305,13 @@ class Panel(PanelControls, widgets.VBox):
         )
 
     def _run(self, run) -> None:
+        self._show(run.view)  # before start: a quick run's done() snapshots this view
         try:
             run.start()
         except Exception as exc:
             self._fail(exc)
             return
         self._active = run.jobs  # the run's own list: a Compare adds pairs as it goes
-        self._show(run.view)
 
     def stop(self) -> None:
         """Cancel the running action; whatever finished is kept."""
