@@ -72,16 +72,21 @@ def test_greedy_text_equals_the_local_engine(remote, engine, tiny_dir, chat):
     assert s.ttft_s > 0 and s.generation_tps > 0
 
 
+def streaming(eng, tokens: int):
+    """A job on an endless server's model, once ``tokens`` tokens have arrived."""
+    job = eng.submit(Request(PROMPT, chat=False, max_tokens=100_000))
+    n = 0
+    for ev in job.events(detach=True):
+        n += isinstance(ev, Token)
+        if n == tokens:
+            break
+    return job
+
+
 def test_stop_mid_stream_keeps_the_text_and_the_server_serves_on(endless_server):
     remote = RemoteEngine(endless_server)
     try:
-        job = remote.submit(Request(PROMPT, chat=False, max_tokens=100_000))
-        n = 0
-        for ev in job.events(detach=True):
-            if isinstance(ev, Token):
-                n += 1
-                if n == 20:
-                    break
+        job = streaming(remote, 20)
         job.cancel()
         fin = job.wait(10)  # closing the stream is immediate: 10 s is over 100x the usual
         assert fin.finish_reason == "cancelled" and fin.text.startswith(job.text[:10]) and fin.text
@@ -161,13 +166,7 @@ def test_server_killed_mid_stream_keeps_the_partial_text(endless_dir):
     with mlx_lm_server(endless_dir) as (base, proc):
         eng = RemoteEngine(base)
         try:
-            job = eng.submit(Request(PROMPT, chat=False, max_tokens=100_000))
-            n = 0
-            for ev in job.events(detach=True):
-                if isinstance(ev, Token):
-                    n += 1
-                    if n == 10:
-                        break
+            job = streaming(eng, 10)
             stop(proc)
             fin = job.wait(30)
         finally:
