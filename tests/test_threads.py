@@ -62,10 +62,20 @@ def test_busy_cores_drop_to_one_thread_and_free_cores_bring_them_back():
     assert m.set_calls  # the libraries were told each time
 
 
+def test_a_process_first_slow_steps_do_not_make_one_thread_look_faster():
+    m = Machine({2: 0.020, 1: 0.022})  # idle cores: two threads a little faster
+    gov = make(m)
+    m.times = {2: 0.040, 1: 0.040}  # the process's first steps: buffers, page faults
+    counts = run(gov, m, 3)
+    m.times = {2: 0.020, 1: 0.022}
+    counts += run(gov, m, 300)
+    assert counts[-1] == 2 and gov.switches == 0 and 1 in counts  # probed, and kept 2
+
+
 def test_a_probe_in_progress_is_dropped_when_decoding_pauses():
     m = Machine({2: 0.030, 1: 0.050})
     gov = make(m)
-    counts = run(gov, m, 3)  # the first probe starts after the first window
+    counts = run(gov, m, 6)  # warm-up steps, then a window: the first probe starts
     assert counts[-1] == 1 and gov.threads == 1  # a probe of one thread is under way
     assert gov.line().startswith("threads: 2 of 2 (all cores") and "trying 1" in gov.line()
     gov.reset()  # the request ended (or a prefill starts) mid-probe

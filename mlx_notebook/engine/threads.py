@@ -77,6 +77,9 @@ class ThreadGovernor:
         self._before: float | None = None  # the median the probe is compared with
         self._period = window  # the first probe comes after the first window
         self._since = 0
+        # A process's first steps are slow (buffers allocated, pages touched): a baseline
+        # taken from them made one thread look 1.3-1.9x faster on idle cores.
+        self._warmup = window
         if fixed:
             self._apply(fixed)
 
@@ -117,8 +120,8 @@ class ThreadGovernor:
         """
         self._last = None
         if self._probe is not None:
+            self._apply(self._home)  # first: `line()` on another thread reads these
             self._probe, self._recent = None, []
-            self._apply(self._home)
             self._last = None
 
     PREFILL_OTHERS = 0.5  # cores' worth of other processes' work that makes prefill yield
@@ -155,6 +158,9 @@ class ThreadGovernor:
         if last is None or not self.active:
             return
         dt = now - last
+        if self._warmup > 0:  # not timed: see __init__
+            self._warmup -= 1
+            return
         if self._probe is not None:
             self._probe.append(dt)
             # One slow step ends a probe at once. Trying all threads while the cores are
