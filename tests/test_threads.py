@@ -86,6 +86,12 @@ def test_a_probe_in_progress_is_dropped_when_decoding_pauses():
     assert 1 in counts and counts[-1] == 2 and gov.switches == 0
     gov.reset()  # no probe in progress: nothing changes
     assert gov.threads == 2 and m.set_calls[-1] == 2
+    for _ in range(1000):  # to the next probe
+        run(gov, m, 1)
+        if gov.threads == 1:
+            break
+    gov.prefill_chunk()  # a prefill chunk is a pause too
+    assert gov.threads == 2 and m.set_calls[-1] == 2 and gov.switches == 0
 
 
 def test_a_library_loaded_later_is_governed_from_the_current_count():

@@ -199,7 +199,6 @@ class Batch:
             t.grow(max(len(r.seq.tokens) for r in group) + longest)
         if max(pad):  # padding after each prompt: masked, then moved in front or dropped
             prepare_padding(caches, [len(t) for t in tokens], pad)
-        governor().reset()  # decoding paused: a probe's thread count must not linger
         governor().prefill_chunk()  # starts the meter's window
         self.main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
         if max(pad):

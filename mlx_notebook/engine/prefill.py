@@ -195,7 +195,6 @@ def prefill_steps(
     total, end = len(tokens), len(tokens) - 1
     progress(len(seq.tokens), total)
     if len(seq.tokens) < end:
-        governor().reset()  # decoding paused: a probe's thread count must not linger
         governor().prefill_chunk()  # starts the meter's window
     while len(seq.tokens) < end:
         start = len(seq.tokens)
@@ -205,7 +204,6 @@ def prefill_steps(
         mx.eval([c.state for c in seq.cache])
         sizer.observe(len(chunk), time.perf_counter() - t0, start)
         governor().prefill_chunk()  # other processes took the cores meanwhile: yield them
-        governor().reset()  # a chunk is not a decode step
         mx.clear_cache()
         progress(len(seq.tokens), total)
         yield len(chunk)

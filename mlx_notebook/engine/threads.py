@@ -111,18 +111,16 @@ class ThreadGovernor:
         self._last = self.clock()
 
     def reset(self) -> None:
-        """Decoding pauses (idle, or a prefill starts): forget the last step's time.
+        """Decoding pauses (idle, a prefill chunk): forget the last step's time.
 
-        A probe in progress is dropped and the count it left goes back: a probe
-        compares decode steps, and the prefill or the next request must not run
-        on a count that was only being tried (a 4-bit prefill on one thread ran
-        at 0.7x its speed on two). It is tried again after a period.
+        A probe in progress is dropped and its count goes back to the one it left:
+        a probe compares decode steps, and a prefill or the next request must not
+        run on a count that was only being tried. It is tried again after a period.
         """
-        self._last = None
         if self._probe is not None:
             self._apply(self._home)  # first: `line()` on another thread reads these
             self._probe, self._recent = None, []
-            self._last = None
+        self._last = None
 
     PREFILL_OTHERS = 0.5  # cores' worth of other processes' work that makes prefill yield
 
@@ -134,7 +132,9 @@ class ThreadGovernor:
         spin waiting for each other). So around each chunk the meter says how
         much CPU other processes took meanwhile; past half a core, the count
         drops by the cores they use (decode steps probe their way back up).
+        A chunk is a pause in decoding (`reset`).
         """
+        self.reset()
         others = self.meter()
         if others is None or not self.active or others < self.PREFILL_OTHERS:
             return
