@@ -5,6 +5,8 @@
 - `quantize_model_dir`: an mlx-lm quantized copy of a model directory.
 - `ScriptedModel`: an mlx-lm-compatible module whose next token follows a
   script, for deterministic stop-string, cancel and speculative tests.
+- `VirtualClock`: time that moves only when a `ScriptedModel` "works", for
+  tests of time-sized chunks that a busy machine cannot disturb.
 """
 
 from __future__ import annotations
@@ -174,6 +176,26 @@ def quantize_model_dir(src: str | Path, dst: str | Path, group_size: int, bits: 
     return dst
 
 
+class VirtualClock:
+    """Seconds that pass only through `sleep`, which returns at once.
+
+    Give it to a `ScriptedModel` and to the code that times it (such as
+    ``mlx_notebook.engine.prefill.clock``): measured times are then exactly the
+    model's scripted costs, however loaded the machine is.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        """The current virtual time in seconds."""
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        """Advance the clock by ``seconds``."""
+        self.now += seconds
+
+
 class ScriptedModel:
     """A fake-free stand-in for an LM: real KV cache, logits from a rule.
 
@@ -187,6 +209,7 @@ class ScriptedModel:
         token_delay_s: Extra sleep per input token, so prefill cost grows with length.
         pos_delay_s: Extra sleep per input token per earlier token, as attention costs.
         fail_at: Raise RuntimeError when a forward call reaches this position.
+        clock: Spend the delays on this `VirtualClock` instead of sleeping.
     """
 
     def __init__(
@@ -197,6 +220,7 @@ class ScriptedModel:
         token_delay_s: float = 0.0,
         fail_at: int | None = None,
         pos_delay_s: float = 0.0,
+        clock: VirtualClock | None = None,
     ) -> None:
         import mlx.nn as nn
 
@@ -206,6 +230,7 @@ class ScriptedModel:
         self.token_delay_s = token_delay_s
         self.pos_delay_s = pos_delay_s
         self.fail_at = fail_at
+        self.sleep = time.sleep if clock is None else clock.sleep
         self.layers = [nn.Identity()]  # one KV cache slot
         self.calls = 0
 
@@ -228,7 +253,7 @@ class ScriptedModel:
         # One sleep per call, whatever the batch: decoding B rows costs about one row.
         wait = self.delay_s + self.token_delay_s * n + self.pos_delay_s * n * (start + n / 2)
         if wait:
-            time.sleep(wait)
+            self.sleep(wait)
         if self.fail_at is not None and start + n > self.fail_at:
             raise RuntimeError(f"scripted failure at position {self.fail_at}")
         kv = mx.zeros((len(batch), 1, n, 1))

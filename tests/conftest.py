@@ -8,6 +8,7 @@ import mlx_notebook  # noqa: E402,F401 - loads OpenBLAS before mlx
 from mlx_notebook.engine import Engine  # noqa: E402
 from mlx_notebook.testing import (  # noqa: E402
     ScriptedModel,
+    VirtualClock,
     build_tiny_model,
     looping_model,
     script_rule,
@@ -93,6 +94,19 @@ def scripted(engine, tiny_tokenizer):
         return ids
 
     return register
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch):
+    """The prefill chunk timer, moved only by scripted models given this clock.
+
+    Chunk sizes then follow the scripted costs exactly, on a loaded machine too.
+    """
+    from mlx_notebook.engine import prefill
+
+    clock = VirtualClock()
+    monkeypatch.setattr(prefill, "clock", clock)
+    return clock
 
 
 @pytest.fixture

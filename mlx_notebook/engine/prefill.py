@@ -30,6 +30,10 @@ from .threads import governor
 CancelCheck = Callable[[], None]
 Progress = Callable[[int, int], None]
 
+# What chunks are timed with. Read at each call, so tests can put a virtual clock here
+# and get chunk sizes that follow a cost model exactly, whatever the machine's load.
+clock: Callable[[], float] = time.perf_counter
+
 
 class PrefillProfile:
     """What prefill chunks cost on one model, fitted from recent observations.
@@ -57,11 +61,16 @@ class PrefillProfile:
         return g + a * n + b * n * (pos + n / 2)
 
     def best(self) -> float:
-        """The chunk length of highest throughput (inf when attention looks free)."""
+        """The chunk length of highest throughput.
+
+        inf when the fit has no fixed cost or no attention cost: the peak is then
+        unknown (a fit of exactly per-token times can come out with ``g = 0`` and a
+        rounding-error ``b``, whose "peak" would be a chunk of one token).
+        """
         if self.coef is None:
             return math.inf
         g, _, b = self.coef
-        return math.sqrt(2 * g / b) if b > 0 else math.inf
+        return math.sqrt(2 * g / b) if g > 0 and b > 0 else math.inf
 
     def largest_within(self, seconds: float, pos: int) -> float | None:
         """The longest chunk at ``pos`` predicted to take at most ``seconds``."""
@@ -74,8 +83,9 @@ class PrefillProfile:
         lin = a + b * pos
         if b <= 0:
             return room / lin if lin > 0 else math.inf
-        # b/2 n^2 + lin n - room = 0
-        return (-lin + math.sqrt(lin * lin + 2 * b * room)) / b
+        # The positive root of b/2 n^2 + lin n - room = 0, in the form that does not
+        # cancel when b is tiny (-lin + sqrt(...) loses every digit as b -> 0).
+        return 2 * room / (lin + math.sqrt(lin * lin + 2 * b * room))
 
     def _fit(self) -> tuple[float, float, float] | None:
         # Least squares on [1, n, n (p + n/2)], coefficients kept non-negative.
@@ -153,7 +163,9 @@ class ChunkSizer:
         fit = p.largest_within(self.target_s * self.MARGIN, pos)
         if fit is None:
             return self.first
-        want = min(fit, p.best(), self.hi)
+        # Never below the measuring chunk for throughput's sake: a fixed cost fitted
+        # at rounding-error size would otherwise put the peak at a few tokens.
+        want = min(fit, max(p.best(), self.first), self.hi)
         # Grow at most 4x per chunk within a prefill, and at most 4x past the longest
         # chunk ever measured: a young fit (a short warm-up prompt) extrapolates wildly,
         # and one chunk of a whole long prompt would hold a Stop for seconds.
@@ -199,10 +211,10 @@ def prefill_steps(
     while len(seq.tokens) < end:
         start = len(seq.tokens)
         chunk = tokens[start : min(end, start + sizer.size_at(start))]
-        t0 = time.perf_counter()
+        t0 = clock()
         seq.forward(chunk)
         mx.eval([c.state for c in seq.cache])
-        sizer.observe(len(chunk), time.perf_counter() - t0, start)
+        sizer.observe(len(chunk), clock() - t0, start)
         governor().prefill_chunk()  # other processes took the cores meanwhile: yield them
         mx.clear_cache()
         progress(len(seq.tokens), total)
