@@ -63,10 +63,12 @@ def test_stream_then_stop_by_comm_click(kernel, tiny_dir):
     doc = k.wait_for("final document", lambda: k.final_output(msg_id))
     assert "application/vnd.jupyter.widget-view+json" not in doc
     assert "stopped" in doc["text/html"] and doc["text/plain"].endswith(" · stopped")
-    # at most 20 updates/s of the view, whatever the token rate
+    # at most 20 updates/s of the view, whatever the token rate (100 tokens/s here).
+    # Times are when this client read them: half a second of slack for a busy
+    # machine delaying the first ones, still far under one update per token.
     ups = [t for t, cid, st in k.updates if cid == html and "value" in st]
     span = ups[-1] - ups[0]
-    assert len(ups) <= 20 * span + 3, (len(ups), span)
+    assert len(ups) <= 20 * (span + 0.5) + 3, (len(ups), span)
     assert ups[-1] - t_first > 0.5
     # the kernel is responsive
     mid = k.execute("1+1", wait=False)
