@@ -133,3 +133,17 @@ def test_the_final_refresh_renders_state_that_changed_after_the_last_event():
     view.seal()
     view.finish()
     assert view.html.value == "verdict"
+
+
+def test_a_view_shown_after_its_jobs_ended_shows_and_saves_the_final_text(ipshell):
+    # `%%generate --compare` starts its runs, then displays the view: a run that ends
+    # first must still leave the final document, not a live widget with no ending.
+    job = Job(Request("x"), 1)
+    view = generation_view(ViewState(fmt="text")).attach(job)
+    job.emit(Started())
+    job.emit(Token("all done ", 0, False, 0))
+    job.emit(Finished("all done ", "length", stats=Stats(generation_tokens=1)))
+    assert view.wait_rendered(10) and view.document is None
+    view.display()
+    assert view.document.final is not None
+    assert "all done" in view.document.final["text/plain"]

@@ -69,6 +69,8 @@ class LiveView:
         self._sealed = True  # False while more jobs may still be added
         self._thread: threading.Thread | None = None
         self.document = None
+        self._final = False  # the final refresh ran: a later `display` shows the end
+        self._doc_lock = threading.Lock()  # `display` and `finish` on different threads
         self.html = widgets.HTML(value=renderer.html(), layout=widgets.Layout(flex="1 1 auto"))
         self.stop_button = widgets.Button(
             description="Stop",
@@ -111,8 +113,11 @@ class LiveView:
         """Show the view as a cell output that ends as a saved document."""
         from .document import Document
 
-        self.document = Document(self.widget)
-        self.document.show(self.renderer.html(), self.renderer.plain())
+        with self._doc_lock:
+            self.document = Document(self.widget)
+            self.document.show(self.renderer.html(), self.renderer.plain())
+            if self._final:  # the jobs ended before the view was shown
+                self.document.finalize(self.renderer.html(), self.renderer.plain())
         return self
 
     def attach(self, *jobs: Job, sealed: bool = True) -> LiveView:
@@ -222,8 +227,10 @@ class LiveView:
         # The button hides but keeps its room: the text does not re-wrap at the end.
         self.stop_button.layout.visibility = "hidden"
         self.inspect_button.layout.visibility = "hidden"  # the document folds the inspection
-        if self.document is not None:
-            self.document.finalize(self.renderer.html(), self.renderer.plain())
+        with self._doc_lock:
+            self._final = True
+            if self.document is not None:
+                self.document.finalize(self.renderer.html(), self.renderer.plain())
 
     def wait_rendered(self, timeout: float | None = None) -> bool:
         """Block until the final refresh has been sent."""
