@@ -26,6 +26,7 @@
 #include <omp.h>
 #endif
 
+#include "_vec16.h"
 #include "_vec8.h"
 
 extern int mlxnb_thread_count; /* set by the thread governor (_gemv.c) */
@@ -41,25 +42,44 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
 extern sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's (_gemv.c) */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-/* One row of scores in place: p[t] = exp(scale (p[t] - max)) / sum for t < n, 0 after. */
-static void softmax_row(float *p, int n, int s, float scale) {
-  float m = -INFINITY;
-  for (int t = 0; t < n; t++) m = p[t] > m ? p[t] : m;
-  v8 sum8 = splat(0.0f);
+/* p[t] = exp(scale (p[t] - m)) for t < n, in place; returns their sum. */
+static float exp_row(float *p, int n, float m, float scale) {
   int t = 0;
+  float sum = 0.0f;
+#ifdef __AVX512F__
+  const __m512 m16 = _mm512_set1_ps(m), scale16 = _mm512_set1_ps(scale);
+  __m512 sum16 = _mm512_setzero_ps();
+  for (; t + 16 <= n; t += 16) {
+    const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(p + t), m16), scale16));
+    _mm512_storeu_ps(p + t, e);
+    sum16 = _mm512_add_ps(sum16, e);
+  }
+  sum = _mm512_reduce_add_ps(sum16);
+#endif
+  v8 sum8 = splat(0.0f);
   for (; t + 8 <= n; t += 8) {
-    v8 e = exp8((load8(p + t) - splat(m)) * splat(scale));
+    const v8 e = exp8((load8(p + t) - splat(m)) * splat(scale));
     store8(p + t, e);
     sum8 += e;
   }
-  float sum = hsum8(sum8);
+  sum += hsum8(sum8);
   for (; t < n; t++) {
     p[t] = expf((p[t] - m) * scale);
     sum += p[t];
   }
-  const v8 inv = splat(1.0f / sum);
-  for (t = 0; t + 8 <= n; t += 8) store8(p + t, load8(p + t) * inv);
-  for (; t < n; t++) p[t] *= 1.0f / sum;
+  return sum;
+}
+
+/* p[t] *= f for t < n. */
+static void scale_row(float *p, int n, float f) {
+  int t = 0;
+  for (; t + 8 <= n; t += 8) store8(p + t, load8(p + t) * splat(f));
+  for (; t < n; t++) p[t] *= f;
+}
+
+/* One row of scores in place: p[t] = exp(scale (p[t] - max)) / sum for t < n, 0 after. */
+static void softmax_row(float *p, int n, int s, float scale) {
+  scale_row(p, n, 1.0f / exp_row(p, n, max_of(p, n), scale));
   memset(p + n, 0, sizeof(float) * (size_t)(s - n));
 }
 
@@ -89,26 +109,30 @@ static void scores_row(const float *q, const float *k, long kss, int S, int D, f
  * m is NULL), 0 for the others. Returns 0, or -1 when it sees none. */
 static int step_softmax(float *p, const unsigned char *m, int S, float scale) {
   float mx = -INFINITY;
-  for (int s = 0; s < S; s++)
-    if (!m || m[s]) mx = p[s] > mx ? p[s] : mx;
+  if (!m)
+    mx = max_of(p, S);
+  else
+    for (int s = 0; s < S; s++)
+      if (m[s]) mx = p[s] > mx ? p[s] : mx;
   if (mx == -INFINITY) return -1;
+  if (!m) {
+    scale_row(p, S, 1.0f / exp_row(p, S, mx, scale));
+    return 0;
+  }
   v8 sum8 = splat(0.0f);
   int s = 0;
   for (; s + 8 <= S; s += 8) {
     v8 e = exp8((load8(p + s) - splat(mx)) * splat(scale));
-    if (m)
-      for (int j = 0; j < 8; j++) e[j] = m[s + j] ? e[j] : 0.0f;
+    for (int j = 0; j < 8; j++) e[j] = m[s + j] ? e[j] : 0.0f;
     store8(p + s, e);
     sum8 += e;
   }
   float sum = hsum8(sum8);
   for (; s < S; s++) {
-    p[s] = !m || m[s] ? expf((p[s] - mx) * scale) : 0.0f;
+    p[s] = m[s] ? expf((p[s] - mx) * scale) : 0.0f;
     sum += p[s];
   }
-  const v8 inv = splat(1.0f / sum);
-  for (s = 0; s + 8 <= S; s += 8) store8(p + s, load8(p + s) * inv);
-  for (; s < S; s++) p[s] *= 1.0f / sum;
+  scale_row(p, S, 1.0f / sum);
   return 0;
 }
 

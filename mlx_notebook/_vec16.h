@@ -1,5 +1,6 @@
 /* Sixteen-float (AVX-512) helpers for the fast path's row tiles (_qmm.c, _gemv.c): x
- * interleaved for them, and their sums reduced and stored together. */
+ * interleaved for them, and their sums reduced and stored together; and a 16-lane expf
+ * for the attention's softmax (_attn.c). */
 #pragma once
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -71,4 +72,24 @@ static inline void interleave16(int M, int K, long ldx, int block, int width, in
       }
   }
 }
+/* expf of 16 lanes: exp8's method (_vec8.h) with AVX-512's own floor, min and max. */
+static inline __attribute__((always_inline)) __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
+  const __m512 fn = _mm512_roundscale_ps(
+      _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fn, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(x, x), x), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(fn), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+
 #endif

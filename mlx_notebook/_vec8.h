@@ -1,6 +1,7 @@
 /* Eight-float vectors for the fast path's C kernels (_attn.c, _layer.c): GCC's and
  * Clang's vector extensions, lowered to AVX, SSE or NEON. Unaligned (aligned(4)). */
 #pragma once
+#include <math.h>
 #include <string.h>
 
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
@@ -41,6 +42,24 @@ static inline v8 select8(v8i mask, v8 a, v8 b) {
   v8 out;
   memcpy(&out, &r, sizeof out);
   return out;
+}
+
+/* The largest of n floats (-inf for none): four vectors of lanes side by side, where a
+ * scalar loop waits out one compare's latency per element. Order-free, so exact. */
+static inline float max_of(const float *p, int n) {
+  v8 m[4] = {splat(-INFINITY), splat(-INFINITY), splat(-INFINITY), splat(-INFINITY)};
+  int t = 0;
+  for (; t + 32 <= n; t += 32)
+    for (int i = 0; i < 4; i++) {
+      const v8 x = load8(p + t + 8 * i);
+      m[i] = select8(x > m[i], x, m[i]);
+    }
+  for (; t + 8 <= n; t += 8) m[0] = select8(load8(p + t) > m[0], load8(p + t), m[0]);
+  for (int i = 1; i < 4; i++) m[0] = select8(m[i] > m[0], m[i], m[0]);
+  float best = -INFINITY;
+  for (int j = 0; j < 8; j++) best = m[0][j] > best ? m[0][j] : best;
+  for (; t < n; t++) best = p[t] > best ? p[t] : best;
+  return best;
 }
 
 /* expf of 8 lanes, within about 2 ulp of libm's: x = n ln2 + r with |r| <= ln2 / 2,
