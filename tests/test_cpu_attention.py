@@ -42,6 +42,19 @@ def test_equal_to_mlx_causal_attention(heads, kv_heads, rows, size, dim):
     assert mx.abs(out - ref).max().item() < 1e-5
 
 
+@pytest.mark.parametrize("rows,size", [(40, 90), (33, 33), (1, 77), (3, 131)])
+def test_scores_far_past_exp_range_take_each_rows_own_max(rows, size):
+    # Scores of magnitude ~200 after scaling: e^x is clamped near e^88, so a softmax
+    # shifted by anything but the row's true max (its last keys included) comes out
+    # flat or wrong. A row's max sits anywhere, also in the keys after the vectors.
+    q, k, v = qkv(2, 1, rows, size, 64, seed=2)
+    q = q * 200
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask="causal")
+    out = ca.causal_attention(q, k, v, 0.125) if rows > 1 else ca.batched_step(q, k, v, 0.125, None)
+    # Scores this large carry float32 rounding of ~1e-5 each; a wrong shift errs by O(1).
+    assert mx.abs(out - ref).max().item() < 1e-3
+
+
 def test_one_thread_gives_the_same_numbers():
     q, k, v = qkv(4, 2, 40, 90, 64, seed=1)
     lib = _blas.native_library()
