@@ -108,7 +108,9 @@ def test_stop_mid_prefill_on_the_default_model(engine):
     # The mechanism, counted: a Stop waits for the chunk in flight and no other, and
     # chunks are sized by time (a fraction of the prompt, never all of it).
     assert max(after) <= 1, after
-    assert max(chunks) < 1500 / 4, chunks
+    # About 150-260 tokens a chunk on a 2-core CI machine (0.25 s each): half the prompt
+    # leaves room for a machine three times faster, never the whole prompt at once.
+    assert max(chunks) < 1500 / 2, chunks
     # The latency itself is in the README (median ~0.11 s); here only with 10x headroom.
     lat.sort()
     assert (lat[4] + lat[5]) / 2 <= 1.5, lat
