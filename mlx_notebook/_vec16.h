@@ -72,6 +72,7 @@ static inline void interleave16(int M, int K, long ldx, int block, int width, in
       }
   }
 }
+
 /* expf of 16 lanes: exp8's method (_vec8.h) with AVX-512's own floor, min and max. */
 static inline __attribute__((always_inline)) __m512 exp16(__m512 x) {
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
