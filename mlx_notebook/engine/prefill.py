@@ -63,9 +63,9 @@ class PrefillProfile:
     def best(self) -> float:
         """The chunk length of highest throughput.
 
-        inf when the fit has no fixed cost or no attention cost: the peak is then
-        unknown (a fit of exactly per-token times can come out with ``g = 0`` and a
-        rounding-error ``b``, whose "peak" would be a chunk of one token).
+        inf when the fit has no fixed cost or no attention cost: nothing then makes
+        small chunks pay (with ``g = 0`` the formula's "peak" is a chunk of no tokens),
+        and the time target alone sizes them.
         """
         if self.coef is None:
             return math.inf
@@ -94,7 +94,7 @@ class PrefillProfile:
         if len({n for n, _, _ in self.obs}) < 2:
             n, _, t = self.obs[-1]
             return (0.0, t / n, 0.0)  # one size seen: all per-token, for now
-        best, best_err = None, math.inf
+        fits = []
         for keep in _SUBSETS:  # non-negative least squares by trying every subset of terms
             coef = _lstsq([[r[i] for i in keep] for r in rows], ys)
             if coef is None or any(c < 0 for c in coef):
@@ -103,9 +103,15 @@ class PrefillProfile:
             for i, c in zip(keep, coef):
                 full[i] = c
             err = sum((sum(f * x for f, x in zip(full, r)) - y) ** 2 for r, y in zip(rows, ys))
-            if err < best_err:
-                best, best_err = tuple(full), err
-        return best
+            fits.append((err, len(keep), tuple(full)))
+        if not fits:
+            return None
+        # The fewest terms among the fits as good as the best up to rounding: on times
+        # that one term explains exactly, the others fit rounding errors (a fixed cost
+        # of 1e-17 and an attention term of 2e-22 were seen), which then size chunks.
+        least = min(err for err, _, _ in fits)
+        tol = least + 1e-12 * sum(y * y for y in ys)
+        return min((n, err, c) for err, n, c in fits if err <= tol)[2]
 
 
 _SUBSETS = [(0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)]
@@ -163,9 +169,7 @@ class ChunkSizer:
         fit = p.largest_within(self.target_s * self.MARGIN, pos)
         if fit is None:
             return self.first
-        # Never below the measuring chunk for throughput's sake: a fixed cost fitted
-        # at rounding-error size would otherwise put the peak at a few tokens.
-        want = min(fit, max(p.best(), self.first), self.hi)
+        want = min(fit, p.best(), self.hi)
         # Grow at most 4x per chunk within a prefill, and at most 4x past the longest
         # chunk ever measured: a young fit (a short warm-up prompt) extrapolates wildly,
         # and one chunk of a whole long prompt would hold a Stop for seconds.
