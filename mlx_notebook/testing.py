@@ -5,8 +5,8 @@
 - `quantize_model_dir`: an mlx-lm quantized copy of a model directory.
 - `ScriptedModel`: an mlx-lm-compatible module whose next token follows a
   script, for deterministic stop-string, cancel and speculative tests.
-- `VirtualClock`: time that moves only when a `ScriptedModel` "works", for
-  tests of time-sized chunks that a busy machine cannot disturb.
+- `VirtualClock`: time that moves only when told (or when a `ScriptedModel`
+  "works"), for timing tests that a busy machine cannot disturb.
 """
 
 from __future__ import annotations
@@ -179,9 +179,9 @@ def quantize_model_dir(src: str | Path, dst: str | Path, group_size: int, bits: 
 class VirtualClock:
     """Seconds that pass only through `sleep`, which returns at once.
 
-    Give it to a `ScriptedModel` and to the code that times it (such as
-    ``mlx_notebook.engine.prefill.clock``): measured times are then exactly the
-    model's scripted costs, however loaded the machine is.
+    Give it to code that takes a clock (a view's, ``mlx_notebook.engine.prefill.clock``)
+    and to a `ScriptedModel`: measured times are then exactly what the test or the
+    model's script spent, however loaded the machine is.
     """
 
     def __init__(self) -> None:

@@ -11,20 +11,14 @@ import pytest
 from mlx_notebook.chat import Chat
 from mlx_notebook.engine import Token
 from mlx_notebook.notebook.chat_ui import ChatUI
-from mlx_notebook.testing import ScriptedModel
-
-
-class Clock:
-    def __init__(self):
-        self.t = 100.0
-
-    def __call__(self):
-        return self.t
+from mlx_notebook.testing import ScriptedModel, VirtualClock
 
 
 @pytest.fixture
 def ui(engine, tiny_dir):
-    return ChatUI(model=tiny_dir, backend=engine, max_tokens=8, start_thread=False, clock=Clock())
+    return ChatUI(
+        model=tiny_dir, backend=engine, max_tokens=8, start_thread=False, clock=VirtualClock()
+    )
 
 
 def finish(ui, timeout=30):
@@ -69,7 +63,7 @@ def test_send_shows_the_message_streams_the_reply_then_settles_it(ui):
 
 
 def test_the_live_reply_shows_tokens_and_rate_on_the_widget_clock(engine, dreamer):
-    clock = Clock()
+    clock = VirtualClock()
     ui = ChatUI(model=dreamer, backend=engine, max_tokens=2000, start_thread=False, clock=clock)
     ui.handle("send", {"text": "Where do rivers go?"})
     for ev in ui.chat.last.job.events(detach=True):
@@ -77,7 +71,7 @@ def test_the_live_reply_shows_tokens_and_rate_on_the_widget_clock(engine, dreame
             ui.refresh()  # the widget sees the first token
         if isinstance(ev, Token) and ev.index == 10:
             break
-    clock.t += 1.0  # ten more tokens in a second, on the widget's clock
+    clock.sleep(1.0)  # ten more tokens in a second, on the widget's clock
     ui.refresh()
     assert "generating · 11 tokens · 10.0 tok/s" in ui.live  # the widget's own count
     assert ui.thinking and '<details class="think" open><summary>thinking…' in ui.live
