@@ -1,7 +1,8 @@
 // MLX primitives for the CPU fast path: quantized products (kernels in _qmm.c) and
 // attention, of decode steps and of chunks (the kernels in _attn.c, from the fast path's
 // library);
-// the fused layer halves are in _ext_layer.cpp.
+// the fused layer halves are in _ext_layer.cpp, weight packing on huge pages in
+// _ext_pages.cpp.
 //
 // A Primitive keeps the work inside MLX's lazy graph: it is scheduled on the CPU
 // stream's thread like MLX's own ops, so decode stays pipelined (a native call
@@ -220,4 +221,5 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("attention_calls", [] { return decode_calls; }, "Decode attentions computed so far.");
   m.def("causal_calls", [] { return causal_calls; }, "Causal attentions computed so far.");
   bind_layers(m);
+  bind_pages(m);
 }

@@ -1,4 +1,4 @@
-// Shared by the extension's compilation units (_ext.cpp, _ext_layer.cpp): the C
+// Shared by the extension's compilation units (_ext.cpp, _ext_layer.cpp, _ext_pages.cpp): the C
 // kernels' declarations and what every CPU primitive here needs.
 #pragma once
 
@@ -99,5 +99,8 @@ inline mx::array dense_param(const mx::array& a, mx::Stream s) {
 
 // Registers the fused layer halves (_ext_layer.cpp) on the module.
 void bind_layers(nanobind::module_& m);
+
+// Registers weight packing on huge pages (_ext_pages.cpp) on the module.
+void bind_pages(nanobind::module_& m);
 
 }  // namespace mlxnb

@@ -26,7 +26,7 @@ from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_
 
 NAME = "_mlxnb_ext"
 KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
-GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp"))
+GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp", "_ext_pages.cpp"))
 HEADER = Path(__file__).with_name("_ext.h")
 QMM512 = Path(__file__).with_name("_qmm512.h")  # included by _qmm.c
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use

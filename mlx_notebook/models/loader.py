@@ -88,7 +88,7 @@ def _fit_dtype(model) -> None:
     # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
     import mlx.core as mx
 
-    from . import cpu_fast, cpu_layer
+    from . import cpu_fast, cpu_layer, cpu_pages
 
     cpu = on_cpu()
     if cpu:
@@ -98,4 +98,7 @@ def _fit_dtype(model) -> None:
     fused = cpu_layer.install(model) if changes else 0  # on the fast path's modules only
     if fused:
         changes.append(f"{fused} layers fused")
+    pages = cpu_pages.install(model) if changes else None  # the final parameters
+    if pages:
+        changes.append(pages)
     object.__setattr__(model, "_mlxnb_fast", changes)  # not a parameter: kept off the tree
