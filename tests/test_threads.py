@@ -166,3 +166,37 @@ def test_the_meter_reads_other_processes_cpu_from_proc():
     assert abs(meter() - 190 / hz) < 1e-9
     broken = others_cores(lambda: (_ for _ in ()).throw(OSError()), lambda: "", lambda: 0.0)
     assert broken() is None
+
+
+def test_idle_cores_by_the_meter_skip_the_probes_and_busy_ones_do_not():
+    m = Machine({2: 0.030, 1: 0.050})
+    reads = []
+
+    def meter(value):
+        def read():
+            reads.append(value)
+            return value
+
+        return read
+
+    quiet = make(m, meter=meter(0.1))  # a tenth of a core used by others
+    counts = run(quiet, m, 2000)
+    assert counts.count(1) == 0 and reads  # no probe: the meter was read instead
+    busy = make(m, meter=meter(1.2))  # another process on a core: probes go on
+    counts = run(busy, m, 2000)
+    probes = sum(1 for a, b in zip(counts, counts[1:]) if a == 2 and b == 1)
+    assert probes >= 3
+    # A slowdown probes whatever the meter says (the meter reads a long window).
+    m.times = {2: 1.0, 1: 0.08}
+    counts = run(quiet, m, 20)
+    assert counts[-1] == 1
+
+
+def test_a_window_too_short_to_read_defers_the_probe_a_step():
+    m = Machine({2: 0.030, 1: 0.050})
+    readings = iter([0.0] + [None] * 5 + [1.0] * 100)
+    gov = make(m, meter=lambda: next(readings))
+    gov.prefill_chunk()  # the meter reads a window: it works here
+    counts = run(gov, m, 20)
+    first = counts.index(1)
+    assert first == 3 + 3 + 5  # warmup, a window, then five short windows deferred it

@@ -7,7 +7,9 @@ steps on the worker thread and tries the other thread count now and then: when
 the steps slow down beyond the recent best (the cores got busy), and otherwise
 at a period that doubles each time the current count wins. It keeps whichever
 count steps faster, so it drops to one thread under contention and goes back
-to all of them when the cores free up. Only the CPU libraries this package
+to all of them when the cores free up. Where it can read other processes' CPU
+time (Linux's ``/proc``), it skips the probes of fewer threads while the cores
+are idle: they only cost steps there. Only the CPU libraries this package
 loads are touched (OpenBLAS, the fast path's kernel), so on Metal it does nothing.
 """
 
@@ -80,6 +82,7 @@ class ThreadGovernor:
         # A process's first steps are slow (buffers allocated, pages touched): a baseline
         # taken from them made one thread look 1.3-1.9x faster on idle cores.
         self._warmup = window
+        self._metered = False  # whether the meter has ever read a window (`_idle_others`)
         if fixed:
             self._apply(fixed)
 
@@ -136,6 +139,7 @@ class ThreadGovernor:
         """
         self.reset()
         others = self.meter()
+        self._metered = self._metered or others is not None
         if others is None or not self.active or others < self.PREFILL_OTHERS:
             return
         n = max(1, self.most - math.ceil(others - 0.25))  # a busy loop reads as ~1 core
@@ -180,7 +184,29 @@ class ThreadGovernor:
         self._best[self.threads] = med if best is None else min(best, med)
         slowed = best is not None and med > self.slowdown * best
         if slowed or self._since >= self._period:
+            if not slowed and self.threads == self.most and self._idle_others() is not False:
+                return
             self._start_probe(med, slowed)
+
+    def _idle_others(self) -> bool | None:
+        """Whether a due probe of fewer threads can be skipped: the meter says so.
+
+        A probe costs a slow step or two. Fewer threads only win while other
+        processes hold the cores, which the meter reads directly: with less than
+        `PREFILL_OTHERS` of a core used by others since its last read, the probe
+        is skipped (True; the period starts over). A window too short to read
+        defers it a step (None). False: probe (busy cores, or no meter here).
+        """
+        others = self.meter()
+        if others is None:
+            if not self._metered:
+                return False  # never read (no /proc): probing is the only way to know
+            return None  # `_since` stays due: the next step reads a longer window
+        self._metered = True
+        if others >= self.PREFILL_OTHERS:
+            return False
+        self._since = 0
+        return True
 
     def _start_probe(self, before: float, slowed: bool) -> None:
         self._before = before
