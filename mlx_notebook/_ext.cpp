@@ -18,14 +18,12 @@
 namespace nb = nanobind;
 using namespace mlxnb;
 
+namespace mlxnb {
+decode_fn decode_kernel = nullptr;  // see _ext.h
+}
+
 namespace {
 
-// _attn.c's mlxnb_decode_attention, handed over by address (set_attention_kernel):
-// it lives in the fast path's own library, which this one does not link.
-using decode_fn = int (*)(const float*, const float*, const float*, const unsigned char*,
-                          float*, int, int, int, int, int, long, long, long, long, long, long,
-                          float);
-decode_fn decode_kernel = nullptr;
 long decode_calls = 0;
 // and _attn.c's mlxnb_causal_attention, the same way
 using causal_fn = int (*)(const float*, const float*, const float*, float*, int, int, int, int,

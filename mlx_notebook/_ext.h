@@ -97,6 +97,13 @@ inline mx::array dense_param(const mx::array& a, mx::Stream s) {
   return a.is_available() && a.flags().row_contiguous ? a : mx::contiguous(a, false, s);
 }
 
+// _attn.c's mlxnb_decode_attention, handed over by address (set_attention_kernels, in
+// _ext.cpp): it lives in the fast path's own library, which this one does not link.
+using decode_fn = int (*)(const float*, const float*, const float*, const unsigned char*,
+                          float*, int, int, int, int, int, long, long, long, long, long, long,
+                          float);
+extern decode_fn decode_kernel;
+
 // Registers the fused layer halves (_ext_layer.cpp) on the module.
 void bind_layers(nanobind::module_& m);
 

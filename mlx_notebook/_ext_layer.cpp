@@ -74,10 +74,10 @@ class LayerIn : public CpuPrimitive<InParams> {
   }
 };
 
-std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, float eps,
-                                const std::vector<mx::array>& qkv, const mx::array& cos,
-                                const mx::array& sin, bool traditional, int n_heads,
-                                int n_kv_heads) {
+// layer_in's parameters for x [B, 1, E], checked.
+InParams in_params(const mx::array& x, const mx::array& norm_w, float eps,
+                   const std::vector<mx::array>& qkv, const mx::array& cos, const mx::array& sin,
+                   bool traditional, int n_heads, int n_kv_heads) {
   if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 ||
       norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
     throw std::invalid_argument("layer_in: x [B, 1, E] float32 and a norm weight [E]");
@@ -91,13 +91,21 @@ std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, flo
     if (t->dtype() != mx::float32 || (t->size() != static_cast<size_t>(width) &&
                                       t->size() != static_cast<size_t>(B) * width))
       throw std::invalid_argument("layer_in: cos and sin hold 1 or B rows of the RoPE width");
+  return InParams{eps, n_heads, n_kv_heads, D, traditional, lin};
+}
+
+std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, float eps,
+                                const std::vector<mx::array>& qkv, const mx::array& cos,
+                                const mx::array& sin, bool traditional, int n_heads,
+                                int n_kv_heads) {
+  auto p = in_params(x, norm_w, eps, qkv, cos, sin, traditional, n_heads, n_kv_heads);
+  const int B = x.shape(0), D = p.D;
   auto s = mx::default_stream(mx::Device::cpu);
   std::vector<mx::array> ins = {x, dense_param(norm_w, s), cos, sin};
   for (const auto& a : qkv) ins.push_back(dense_param(a, s));
   return mx::array::make_arrays(
       {{B, n_heads, 1, D}, {B, n_kv_heads, 1, D}, {B, n_kv_heads, 1, D}},
-      {mx::float32, mx::float32, mx::float32},
-      std::make_shared<LayerIn>(s, InParams{eps, n_heads, n_kv_heads, D, traditional, lin}), ins);
+      {mx::float32, mx::float32, mx::float32}, std::make_shared<LayerIn>(s, p), ins);
 }
 
 // Inputs: the attention's output a [B, H, 1, D], the layer's input x [B, 1, E], the
@@ -126,24 +134,105 @@ class LayerOut : public CpuPrimitive<OutParams> {
   }
 };
 
-mx::array layer_out(const mx::array& a, const mx::array& x, const std::vector<mx::array>& o,
-                    const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
-                    const std::vector<mx::array>& down) {
-  if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 || a.dtype() != mx::float32 ||
-      a.ndim() != 4 || a.shape(0) != x.shape(0) || a.shape(2) != 1 ||
+// layer_out's parameters for x [B, 1, E] and attention heads of Ea = H * D features, checked.
+OutParams out_params(int Ea, const mx::array& x, const std::vector<mx::array>& o,
+                     const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
+                     const std::vector<mx::array>& down) {
+  if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 ||
       norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
-    throw std::invalid_argument("layer_out: a [B, H, 1, D], x [B, 1, E] float32, a norm weight [E]");
+    throw std::invalid_argument("layer_out: x [B, 1, E] float32, a norm weight [E]");
   const int E = x.shape(2);
-  auto lo = describe(o, a.shape(1) * a.shape(3), "o");
+  auto lo = describe(o, Ea, "o");
   auto lgu = describe(gate_up, E, "gate/up");
   if (lo.N != E || lgu.N % 2) throw std::invalid_argument("layer_out: o or gate/up rows");
   auto ld = describe(down, lgu.N / 2, "down");
   if (ld.N != E) throw std::invalid_argument("layer_out: down's rows are not E");
+  return OutParams{eps, lo, lgu, ld};
+}
+
+mx::array layer_out(const mx::array& a, const mx::array& x, const std::vector<mx::array>& o,
+                    const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
+                    const std::vector<mx::array>& down) {
+  if (a.dtype() != mx::float32 || a.ndim() != 4 || a.shape(0) != x.shape(0) || a.shape(2) != 1)
+    throw std::invalid_argument("layer_out: a [B, H, 1, D] float32");
+  auto p = out_params(a.shape(1) * a.shape(3), x, o, norm_w, eps, gate_up, down);
   auto s = mx::default_stream(mx::Device::cpu);
   std::vector<mx::array> ins = {a, x, dense_param(norm_w, s)};
   for (const auto* l : {&o, &gate_up, &down})
     for (const auto& w : *l) ins.push_back(dense_param(w, s));
-  return mx::array(x.shape(), mx::float32, std::make_shared<LayerOut>(s, OutParams{eps, lo, lgu, ld}), ins);
+  return mx::array(x.shape(), mx::float32, std::make_shared<LayerOut>(s, p), ins);
+}
+
+// The rest of a one-row decode step after the KV cache took its key and value: the
+// attention of q [1, H, 1, D] over the first S rows of the cache's buffers [1, Hkv,
+// capacity, D] (read in place: no slices), then layer_out. One primitive where MLX's
+// graph had two slices, the attention and layer_out. The cache's write stays before it
+// (mlx-lm's slice assignment, in place): a primitive that read the buffer before the
+// write would keep its data held (MLX holds a task's inputs until it has run), and the
+// write right after would copy the whole cache each step instead of writing in place.
+// Inputs: q, keys, values, x [1, 1, E], the norm's weight, then o, gate/up and down.
+struct AttendParams {
+  OutParams out;
+  int S;
+  float scale;
+  bool operator==(const AttendParams&) const = default;
+};
+
+long attend_calls = 0;  // tests
+
+class AttendOut : public CpuPrimitive<AttendParams> {
+ public:
+  AttendOut(mx::Stream s, AttendParams p) : CpuPrimitive(s, p, "MlxnbAttendOut") {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& enc = prepare(stream(), inputs, outputs);
+    enc.dispatch([ins = inputs, out = mx::array::unsafe_weak_copy(outputs[0]), p = p_]() mutable {
+      const auto &q = ins[0], &k = ins[1], &v = ins[2];
+      const int H = q.shape(1), D = q.shape(3), Hkv = k.shape(1), E = p.out.o.N;
+      std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(H) * D);
+      auto strides = [&](const mx::array& c, std::vector<float>& buf) {
+        if (c.strides()[3] == 1) return c.strides();
+        dense(c, buf);  // rows not dense (not seen: a cache's buffer is)
+        return mx::Strides{c.shape(1) * c.shape(2) * c.shape(3), c.shape(2) * c.shape(3),
+                           c.shape(3), 1};
+      };
+      auto ks = strides(k, kb), vs = strides(v, vb);
+      decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
+                    vb.empty() ? v.data<float>() : vb.data(), nullptr, a.data(), 1, H, Hkv, p.S,
+                    D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], p.scale);
+      const mx::array* l = &ins[5];
+      auto o = p.out.o.at(l);
+      auto gu = p.out.gu.at(l + p.out.o.arrays());
+      auto down = p.out.down.at(l + p.out.o.arrays() + p.out.gu.arrays());
+      mlxnb_layer_out(1, E, a.data(), dense(ins[3], xb), &o, ins[4].data<float>(), p.out.eps,
+                      &gu, &down, out.data<float>());
+      attend_calls++;
+    });
+  }
+};
+
+mx::array attend_out(const mx::array& q, const mx::array& keys, const mx::array& values, int S,
+                     float scale, const mx::array& x, const std::vector<mx::array>& o,
+                     const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
+                     const std::vector<mx::array>& down) {
+  if (decode_kernel == nullptr) throw std::runtime_error("attend_out: no attention kernel set");
+  if (q.dtype() != mx::float32 || q.ndim() != 4 || q.shape(0) != 1 || q.shape(2) != 1 ||
+      x.ndim() != 3 || x.shape(0) != 1)
+    throw std::invalid_argument("attend_out: q [1, H, 1, D] float32 and x [1, 1, E]");
+  const int H = q.shape(1), D = q.shape(3);
+  for (const auto* c : {&keys, &values})  // shapes only: the buffers are often not evaluated yet
+    if (c->dtype() != mx::float32 || c->ndim() != 4 || c->shape(0) != 1 || c->shape(3) != D ||
+        c->shape(1) < 1 || H % c->shape(1) || c->shape(1) != keys.shape(1) || S < 1 ||
+        c->shape(2) < S)
+      throw std::invalid_argument(
+          "attend_out: keys and values float32 [1, Hkv, capacity >= S, D], H a multiple of Hkv");
+  auto p = out_params(H * D, x, o, norm_w, eps, gate_up, down);
+  auto s = mx::default_stream(mx::Device::cpu);
+  std::vector<mx::array> ins = {q, keys, values, x, dense_param(norm_w, s)};
+  for (const auto* l : {&o, &gate_up, &down})
+    for (const auto& w : *l) ins.push_back(dense_param(w, s));
+  return mx::array(x.shape(), mx::float32,
+                   std::make_shared<AttendOut>(s, AttendParams{p, S, scale}), ins);
 }
 
 }  // namespace
@@ -156,7 +245,13 @@ void bind_layers(nb::module_& m) {
   m.def("layer_out", &layer_out, nb::arg("a"), nb::arg("x"), nb::arg("o"),
         nb::arg("norm_weight"), nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
         "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm).");
+  m.def("attend_out", &attend_out, nb::arg("q"), nb::arg("keys"), nb::arg("values"),
+        nb::arg("S"), nb::arg("scale"), nb::arg("x"), nb::arg("o"), nb::arg("norm_weight"),
+        nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
+        "A one-row decode step after the cache's write: the attention of q over the first S "
+        "rows of the cache's buffers, then layer_out.");
   m.def("layer_calls", &mlxnb_layer_calls, "Fused layer halves computed so far.");
+  m.def("attend_calls", [] { return attend_calls; }, "attend_out steps computed so far.");
 }
 
 }  // namespace mlxnb

@@ -120,29 +120,36 @@ def test_a_loaded_model_prefills_through_it_and_decodes_as_before(tiny_dir):
     assert not mx.any(differ & ~ties).item()  # greedy ids equal, or a near-tie
 
 
-def test_decode_steps_and_verify_passes_take_their_kernels(tiny_dir):
+@pytest.mark.parametrize("fused_layers", [True, False])
+def test_decode_steps_and_verify_passes_take_their_kernels(tiny_dir, monkeypatch, fused_layers):
     from mlx_lm.models.cache import make_prompt_cache
 
     from mlx_notebook import _ext
+    from mlx_notebook.models import cpu_layer
     from mlx_notebook.models.loader import load_spec
 
+    if not fused_layers:  # the attention of layers that keep their own call
+        monkeypatch.setenv(cpu_layer.ENV, "0")
     _, model, _, _ = load_spec(tiny_dir)
     ext = _ext.attention()
     assert ext is not None, _ext.status()  # built here: gcc, g++ and nanobind are installed
     cache = make_prompt_cache(model)
     mx.eval(model(mx.array([[(5 * i) % 300 + 3 for i in range(40)]]), cache=cache))
     layers = len(model.model.layers)
-    calls, steps = ca.calls(), ext.attention_calls()
+    calls, steps, attends = ca.calls(), ext.attention_calls(), ext.attend_calls()
     logits = model(mx.array([[7]]), cache=cache)  # a decode step, built, not yet run
-    assert ext.attention_calls() == steps  # in MLX's lazy graph: the step stays pipelined
+    assert ca.calls() == calls  # in MLX's lazy graph: the step stays pipelined
     mx.eval(logits)
-    assert ext.attention_calls() == steps + layers and ca.calls() == calls + layers
+    assert ca.calls() == calls + layers  # the decode kernel, once per layer
+    # Fused layers read the cache in place (attend_out); others through the attention's
+    # own primitive (decode_attention).
+    assert ext.attend_calls() - attends == (layers if fused_layers else 0)
+    assert ext.attention_calls() - steps == (0 if fused_layers else layers)
     chunks = ext.causal_calls()
     logits = model(mx.array([[7, 8, 9, 10, 11]]), cache=cache)  # a verify pass of 4 drafts
     assert ext.causal_calls() == chunks  # lazy too: no evaluation per layer
     mx.eval(logits)
-    assert ca.calls() == calls + 2 * layers and ext.attention_calls() == steps + layers
-    assert ext.causal_calls() == chunks + layers
+    assert ca.calls() == calls + 2 * layers and ext.causal_calls() == chunks + layers
 
 
 def test_a_one_row_decode_step_equals_mlx_attention(tiny_dir):

@@ -93,6 +93,38 @@ def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows, gain):
     assert mx.allclose(got, want, atol=2e-5 * scale, rtol=1e-4).item()
 
 
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("S,dense_rows", [(1, True), (7, True), (7, False)])
+def test_attend_out_equals_attention_over_the_cache_then_layer_out(ext, quant, S, dense_rows):
+    import mlx.core as mx
+
+    E, H, Hkv, D, F, cap, eps, scale = 128, 4, 2, 32, 192, 16, 1e-5, 32**-0.5
+    o, _ = _weights(E, H * D, quant, seed=4)
+    gu, _ = _weights(2 * F, E, quant, seed=5)
+    down, _ = _weights(E, F, quant, seed=6)
+    x = mx.random.normal((1, 1, E), key=mx.random.key(2))
+    q = mx.random.normal((1, H, 1, D), key=mx.random.key(3))
+    nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(9))
+    if dense_rows:  # a KV cache's buffer
+        keys, values = (mx.random.normal((1, Hkv, cap, D), key=mx.random.key(s)) for s in (10, 11))
+    else:  # rows not dense: gathered first
+        keys, values = (
+            mx.random.normal((1, Hkv, D, cap), key=mx.random.key(s)).transpose(0, 1, 3, 2)
+            for s in (10, 11)
+        )
+    before = ext.attend_calls()
+    got = ext.attend_out(q, keys, values, S, scale, x, o, nw, eps, gu, down)
+    mx.eval(got)
+    assert ext.attend_calls() == before + 1
+    a = mx.fast.scaled_dot_product_attention(
+        q, keys[:, :, :S], values[:, :, :S], scale=scale
+    )  # rows past S are not read
+    want = ext.layer_out(a, x, o, nw, eps, gu, down)
+    assert mx.allclose(got, want, atol=2e-5, rtol=1e-4).item()
+    with pytest.raises(ValueError, match="capacity >= S"):
+        ext.attend_out(q, keys, values, cap + 1, scale, x, o, nw, eps, gu, down)
+
+
 def test_layers_refuse_what_they_do_not_compute(ext):
     import mlx.core as mx
 
@@ -147,14 +179,44 @@ def test_fused_model_decodes_what_its_unfused_twin_does(ext, tiny_dir, tmp_path,
     fused, plain = _model(path), _model(path)
     assert cpu_layer.install(fused) == 2 and cpu_layer.install(fused) == 0  # once
     prompt, n = [5, 17, 99, 3, 42, 8], 24
-    before = ext.layer_calls()
+    before, steps_before = ext.layer_calls(), ext.attend_calls()
     ids, steps = _decode(fused, prompt, n)
     assert ext.layer_calls() - before == 2 * 2 * (1 + n)  # two halves, two layers, each pass
+    assert ext.attend_calls() - steps_before == 2 * n  # each decode step: one per layer
     want_ids, want = _decode(plain, prompt, n)
     assert ids == want_ids
     for got, ref in zip(steps, want):  # float32 sums in another order
         err = (mx.abs(got - ref).max() / mx.abs(ref).max()).item()
         assert err < 1e-4, err
+
+
+def test_one_row_steps_write_the_cache_in_place(ext, tiny_dir):
+    # The cache's write comes before the step reads the buffer, so MLX donates the buffer
+    # to it: no copy of the cache each step. Past its capacity the cache grows through
+    # mlx-lm's own update, and the steps go on in the new buffer.
+    import mlx.core as mx
+    import numpy as np
+    from mlx_lm.models.cache import make_prompt_cache
+
+    fused, plain = _model(tiny_dir), _model(tiny_dir)
+    cpu_layer.install(fused)
+    addr = lambda a: np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data  # noqa: E731
+    outs = {}
+    for name, model in (("fused", fused), ("plain", plain)):
+        cache = make_prompt_cache(model)
+        mx.eval(model(mx.array([list(range(3, 253))]), cache=cache))  # 250 of 256 rows
+        seen, logits = [], []
+        for i in range(12):  # through the 256-row boundary, the same tokens for both
+            out = model(mx.array([[7 + i]]), cache=cache)[:, -1]
+            mx.async_eval(out)
+            logits.append(out)
+            seen.append((cache[0].keys.shape[2], addr(cache[0].keys)))
+        outs[name] = logits
+        if name == "fused":
+            assert len({a for cap, a in seen if cap == 256}) == 1
+            assert len({a for cap, a in seen if cap == 512}) == 1
+    for got, ref in zip(outs["fused"], outs["plain"]):  # float32 sums in another order
+        assert (mx.abs(got - ref).max() / mx.abs(ref).max()).item() < 1e-4
 
 
 def test_chunks_at_an_offset_are_fused_and_batched_chunks_are_not(ext, tiny_dir):

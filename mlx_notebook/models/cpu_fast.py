@@ -381,5 +381,8 @@ def rope_tables(model) -> list[RopeTable]:
 
 
 def buffer_bytes(model) -> int:
-    """Bytes the fast path added to ``model`` beside its parameters (the RoPE tables)."""
-    return sum(t.nbytes for t in rope_tables(model))
+    """Bytes the fast path added to ``model`` beside its parameters.
+
+    The RoPE tables, and the huge-page buffer's alignment (`cpu_pages`).
+    """
+    return sum(t.nbytes for t in rope_tables(model)) + getattr(model, "_mlxnb_page_slack", 0)

@@ -15,6 +15,12 @@ of tokens: prefill, a verify pass) is:
 - ``layer_out``: the output product and residual, RMSNorm, the stacked gate/up
   product, SwiGLU, the down product and residual, one primitive.
 
+A one-row decode step over mlx-lm's plain KV cache (the usual case) takes four nodes
+instead of seven: ``layer_in``, the cache's slice assignment of the new key and value
+(in place, as mlx-lm writes it), and ``attend_out``, which reads the cache's buffers
+in place (no slices) and then computes ``layer_out``. Measured paired in one process
+on the default model (8 alternating rounds): +4% decode, median, rounds 1.00-1.09x.
+
 Both are primitives of the fast path's extension (`_ext`, kernels in ``_layer.c``):
 in MLX's lazy graph, so the step stays pipelined. A chunk's tokens go through them as
 rows. They compute mlx-lm's functions in float32 in the same order, with sums added
@@ -106,6 +112,13 @@ class _Plan:
         self.ext = _ext.load()  # not None: `install` checked
         self.heads = (attn.n_heads, attn.n_kv_heads)
         self.attention_module = sys.modules[type(attn).__module__]
+        # One-row decode steps as one primitive, where the fused attention is on.
+        from mlx_lm.models.cache import KVCache
+
+        from .cpu_attention import ENV as ATTENTION_ENV
+
+        self.kv_cache = KVCache
+        self.step = os.environ.get(ATTENTION_ENV, "1") != "0"
 
     def arrays(self, i: int) -> list[mx.array]:
         m = self.linears[i]
@@ -133,6 +146,8 @@ def _step(block, x: mx.array, mask, cache):
     p = block._mlxnb_plan
     if L == 1:
         rows = p.table.step_rows(cache.offset, B, p.traditional)
+        if B == 1 and rows is not None and mask is None and _fits_step(p, cache):
+            return _one_row_step(p, x, rows, cache)
     elif B == 1 and isinstance(cache.offset, int):
         rows = p.table.span(cache.offset, L, p.traditional)
         x = x.reshape(L, 1, E)
@@ -153,6 +168,40 @@ def _step(block, x: mx.array, mask, cache):
         a = a.transpose(0, 2, 1, 3).reshape(L, -1, 1, a.shape[-1])
     out = ext.layer_out(a, x, p.arrays(1), p.norm2["weight"], p.eps2, p.arrays(2), p.arrays(3))
     return out.reshape(1, L, E) if L > 1 else out
+
+
+def _fits_step(p, cache) -> bool:
+    """Whether ``cache`` is mlx-lm's plain KV cache with room for this step's key."""
+    keys = cache.keys
+    return (
+        p.step
+        and _ext.attention() is not None  # its kernels set (the extension loaded whole)
+        and type(cache) is p.kv_cache
+        and keys is not None
+        and isinstance(cache.offset, int)
+        and cache.offset < keys.shape[2]
+        and keys.dtype == mx.float32
+    )
+
+
+def _one_row_step(p, x, rows, cache):
+    """A one-row decode step in four graph nodes: layer_in, the cache's write, attend_out.
+
+    The cache's write is mlx-lm's own slice assignment, in place; ``attend_out`` then
+    reads the cache's buffers in place (MLX's path slices them first, then attends).
+    """
+    ext = p.ext
+    q, k, v = ext.layer_in(
+        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads
+    )
+    n = cache.offset
+    cache.keys[..., n : n + 1, :] = k
+    cache.values[..., n : n + 1, :] = v
+    cache.offset = n + 1
+    return ext.attend_out(
+        q, cache.keys, cache.values, n + 1, p.scale, x, p.arrays(1), p.norm2["weight"],
+        p.eps2, p.arrays(2), p.arrays(3),
+    )  # fmt: skip
 
 
 _CLASSES: dict[type, type] = {}
