@@ -76,16 +76,6 @@ mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& 
                    {xc, w, scales, biases});
 }
 
-// a's strides when its last axis is dense (a KV cache's buffer, sliced: read in place);
-// otherwise a's elements gathered into buf, densely, and their strides.
-std::vector<int64_t> dense_rows(const mx::array& a, std::vector<float>& buf) {
-  const auto& st = a.strides();
-  if (st[3] == 1) return {st[0], st[1], st[2], 1};
-  dense(a, buf);
-  const int64_t n1 = a.shape(1), n2 = a.shape(2), n3 = a.shape(3);
-  return {n1 * n2 * n3, n2 * n3, n3, 1};
-}
-
 struct AttentionParams {
   float scale;
   bool operator==(const AttentionParams&) const = default;

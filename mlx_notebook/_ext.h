@@ -92,6 +92,16 @@ const T* dense(const mx::array& a, std::vector<T>& buf) {
   return buf.data();
 }
 
+// A 4-D array's strides when its last axis is dense (a KV cache's buffer, sliced or not:
+// read in place); otherwise its elements gathered into buf, densely, and their strides.
+inline std::vector<int64_t> dense_rows(const mx::array& a, std::vector<float>& buf) {
+  const auto& st = a.strides();
+  if (st[3] == 1) return {st[0], st[1], st[2], 1};
+  dense(a, buf);
+  const int64_t n1 = a.shape(1), n2 = a.shape(2), n3 = a.shape(3);
+  return {n1 * n2 * n3, n2 * n3, n3, 1};
+}
+
 // A parameter as given when it is dense already (loaded weights are), else made so.
 inline mx::array dense_param(const mx::array& a, mx::Stream s) {
   return a.is_available() && a.flags().row_contiguous ? a : mx::contiguous(a, false, s);

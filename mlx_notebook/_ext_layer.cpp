@@ -190,13 +190,7 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       const auto &q = ins[0], &k = ins[1], &v = ins[2];
       const int H = q.shape(1), D = q.shape(3), Hkv = k.shape(1), E = p.out.o.N;
       std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(H) * D);
-      auto strides = [&](const mx::array& c, std::vector<float>& buf) {
-        if (c.strides()[3] == 1) return c.strides();
-        dense(c, buf);  // rows not dense (not seen: a cache's buffer is)
-        return mx::Strides{c.shape(1) * c.shape(2) * c.shape(3), c.shape(2) * c.shape(3),
-                           c.shape(3), 1};
-      };
-      auto ks = strides(k, kb), vs = strides(v, vb);
+      auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
       decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
                     vb.empty() ? v.data<float>() : vb.data(), nullptr, a.data(), 1, H, Hkv, p.S,
                     D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], p.scale);
