@@ -1,7 +1,8 @@
-"""Build and load, once, the fast path's MLX extension (``_ext.cpp``, ``_ext_layer.cpp``).
+"""Build and load, once, the fast path's MLX extension (``_ext*.cpp``).
 
-Its MLX primitives compute quantized products, decode steps' attention, and the two
-fused halves of a llama layer's decode step (``_layer.c``) on the CPU.
+Its MLX primitives compute quantized products, decode steps' attention, the fused
+parts of a llama layer's decode step (``_layer.c``) on the CPU, and copy weights
+onto huge pages (``_ext_pages.cpp``).
 Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
 it takes and returns ``mlx.core.array``. Built with the system compilers into
 the cache folder, keyed by the sources, the CPU, and the mlx, nanobind and
