@@ -27,7 +27,8 @@ constexpr size_t ALIGN = 64;  // each array starts on a cache line
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-long advised_bytes = 0;  // advised so far in this process (status, tests)
+long advised_bytes = 0;    // advised so far in this process (status, tests)
+long allocated_bytes = 0;  // buffers allocated so far (the model's memory counts them)
 
 struct PackParams {
   bool operator==(const PackParams&) const = default;
@@ -47,6 +48,7 @@ class HugePack : public CpuPrimitive<PackParams> {
     }
     // One spare huge page, so a 2 MiB-aligned start lies inside the block.
     const size_t bytes = round_up(total + HUGE_PAGE, 4096);
+    allocated_bytes += bytes;
     mx::array holder(mx::allocator::malloc(bytes), {static_cast<int>(bytes / 4096), 4096},
                      mx::uint8);
     char* raw = holder.data<char>();
@@ -99,6 +101,7 @@ void bind_pages(nb::module_& m) {
   m.def("huge_pack", &huge_pack, nb::arg("arrays"),
         "The arrays copied into one buffer advised for transparent huge pages (CPU).");
   m.def("huge_advised", [] { return advised_bytes; }, "Bytes advised for huge pages so far.");
+  m.def("huge_allocated", [] { return allocated_bytes; }, "Bytes huge_pack allocated so far.");
 }
 
 }  // namespace mlxnb

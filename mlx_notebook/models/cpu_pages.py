@@ -95,23 +95,16 @@ def install(model) -> str | None:
     free = available_bytes()
     if free is not None and total > free // 2:
         return f"weights on 4 KiB pages: copying {total / 1e9:.1f} GB needs twice that free"
+    before = ext.huge_allocated()
     packed = ext.huge_pack([a for _, a in flat])
     mx.eval(packed)
     model.update(tree_unflatten([(name, a) for (name, _), a in zip(flat, packed)]))
-    object.__setattr__(model, "_mlxnb_page_slack", _buffer_bytes(flat) - total)  # not a parameter
+    slack = ext.huge_allocated() - before - total  # alignment: counted in the model's memory
+    object.__setattr__(model, "_mlxnb_page_slack", slack)  # not a parameter
     del flat
     mx.clear_cache()  # the originals' memory
     huge = min(huge_bytes(packed), total)  # whole mappings are counted: a neighbour's too
     return f"weights on huge pages ({_mib(huge)} of {_mib(total)} MiB)"
-
-
-def _buffer_bytes(flat: list) -> int:
-    """The bytes ``huge_pack`` allocates for these arrays (see ``_ext_pages.cpp``)."""
-    up = lambda n, to: -(-n // to) * to  # noqa: E731
-    return up(sum(up(a.nbytes, 64) for _, a in flat) + HUGE_PAGE, 4096)
-
-
-HUGE_PAGE = 1 << 21
 
 
 def _mib(n: int) -> str:
