@@ -160,6 +160,41 @@ def test_decode_attention_equals_mlx(attention, mask_rows, keys):
     assert attention.attention_calls() == before + 1
 
 
+@pytest.mark.parametrize("threads", [2, 1])
+def test_decode_attention_splits_a_long_cache_over_threads(attention, threads):
+    # One or two rows of 3 key/value heads are too few for 2 threads: each head's keys are
+    # split in parts, each part's softmax left unnormalized and merged after. Row 0 sees
+    # only the last 300 keys (its first part sees none), row 1 all of them; large scores
+    # make the parts' maxima far apart.
+    import mlx.core as mx
+
+    from mlx_notebook import _blas
+
+    lib = _blas.native_library()
+    rows, size = 2, 2100
+    mx.random.seed(6)
+    q = mx.random.normal((rows, 9, 1, 64)) * 4
+    kbuf, vbuf = mx.random.normal((2, rows, 3, 2304, 64))
+    k, v = kbuf[..., :size, :], vbuf[..., :size, :]
+    mask = mx.array([1800, 0])[:, None, None, None] <= mx.arange(size)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+    try:
+        lib.mlxnb_set_threads(threads)
+        before = lib.mlxnb_attention_splits()
+        got = attention.decode_attention(q, k, v, mask, 0.125)
+        mx.eval(got)
+        assert lib.mlxnb_attention_splits() == before + (threads > 1)
+        blind = attention.decode_attention(
+            q[:1], k[:1], v[:1], mx.zeros((1, 1, 1, size), mx.bool_), 1.0
+        )
+        mx.eval(blind)
+        assert lib.mlxnb_attention_splits() == before + 2 * (threads > 1)
+    finally:
+        lib.mlxnb_set_threads(0)
+    assert mx.allclose(got, ref, atol=1e-5).item()
+    assert not mx.any(blind).item()  # a row that sees no key: zeros, in every part
+
+
 @pytest.mark.parametrize("rows,size", [(5, 70), (70, 70), (1, 9)])
 @pytest.mark.parametrize("keys", ["cache view", "transposed"])
 def test_causal_attention_equals_mlx(attention, rows, size, keys):
