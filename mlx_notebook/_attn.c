@@ -175,7 +175,8 @@ static void group_scores(int G, const float *q, const float *k, long kss, int n,
                          int block, float *p) {
   for (int s0 = 0; s0 < n; s0 += block) {
     const int b = n - s0 < block ? n - s0 : block;
-    for (int h = 0; h < G; h++) scores_row(q + (size_t)h * D, k + s0 * kss, kss, b, D, p + (size_t)h * S + s0);
+    for (int h = 0; h < G; h++)
+      scores_row(q + (size_t)h * D, k + s0 * kss, kss, b, D, p + (size_t)h * S + s0);
   }
 }
 
