@@ -318,13 +318,17 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
  * heads are split over OpenMP threads; with fewer of them than SPLIT_UNITS per thread
  * (one row), the keys are split too, in parts of at least SPLIT_KEYS, each part's
  * softmax left unnormalized and the parts merged after (merge_parts), so both cores
- * read a long cache. A row that sees no key gets zeros. */
+ * read a long cache. A row that sees no key gets zeros. threads: 0 for the step's
+ * count (step_threads), 1 for the calling thread alone: a decode step whose products
+ * run on OpenBLAS's threads (float32 weights) keeps its attention on one thread, since
+ * an OpenMP thread waking beside OpenBLAS's spinning one made it slower, not faster
+ * (measured in the engine at 2,000 keys: 5.3-5.8 ms a step against 4.3-4.5). */
 int mlxnb_decode_attention(const float *q, const float *k, const float *v,
                            const unsigned char *mask, float *out, int B, int H, int Hkv,
                            int S, int D, long ksb, long ksh, long kss, long vsb, long vsh,
-                           long vss, float scale) {
+                           long vss, float scale, int threads) {
   if (Hkv <= 0 || H % Hkv || B <= 0 || S <= 0 || D <= 0) return -1;
-  const int group = H / Hkv, nt = step_threads((long)B * H * S * D);
+  const int group = H / Hkv, nt = threads == 1 ? 1 : step_threads((long)B * H * S * D);
   int P = 1;
   if (nt > 1 && B * Hkv < SPLIT_UNITS * nt) P = S / SPLIT_KEYS < nt ? S / SPLIT_KEYS : nt;
   if (P < 1) P = 1;

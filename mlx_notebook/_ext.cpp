@@ -110,7 +110,7 @@ class DecodeAttention : public CpuPrimitive<AttentionParams> {
       decode_kernel(q.data<float>(), kd.empty() ? k.data<float>() : kd.data(),
                     vd.empty() ? v.data<float>() : vd.data(), m.empty() ? nullptr : m.data(),
                     out.data<float>(), B, H, Hkv, S, D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
-                    scale);
+                    scale, 0);
       decode_calls++;
     });
   }

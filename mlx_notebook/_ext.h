@@ -111,7 +111,7 @@ inline mx::array dense_param(const mx::array& a, mx::Stream s) {
 // _ext.cpp): it lives in the fast path's own library, which this one does not link.
 using decode_fn = int (*)(const float*, const float*, const float*, const unsigned char*,
                           float*, int, int, int, int, int, long, long, long, long, long, long,
-                          float);
+                          float, int);
 extern decode_fn decode_kernel;
 
 // Registers the fused layer halves (_ext_layer.cpp) on the module.

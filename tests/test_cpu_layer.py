@@ -125,6 +125,38 @@ def test_attend_out_equals_attention_over_the_cache_then_layer_out(ext, quant, S
         ext.attend_out(q, keys, values, cap + 1, scale, x, o, nw, eps, gu, down)
 
 
+@pytest.mark.parametrize("quant", [None, (32, 4)])
+def test_a_long_cache_is_split_over_threads_only_beside_quantized_products(ext, quant):
+    # float32 products run on OpenBLAS's threads, and an OpenMP thread woken beside them
+    # slowed the step: attend_out keeps that attention on one thread. Beside quantized
+    # products (OpenMP's threads) a long cache's keys are split over both.
+    import mlx.core as mx
+
+    from mlx_notebook import _blas
+
+    lib = _blas.native_library()
+    E, H, Hkv, D, F, S, eps, scale = 128, 8, 2, 64, 64, 2100, 1e-5, 64**-0.5
+    o, _ = _weights(E, H * D, quant, seed=4)
+    gu, _ = _weights(2 * F, E, quant, seed=5)
+    down, _ = _weights(E, F, quant, seed=6)
+    x = mx.random.normal((1, 1, E), key=mx.random.key(2))
+    q = mx.random.normal((1, H, 1, D), key=mx.random.key(3))
+    nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(9))
+    keys, values = (mx.random.normal((1, Hkv, S, D), key=mx.random.key(s)) for s in (10, 11))
+    mx.eval(o, gu, down, x, q, nw, keys, values)
+    try:
+        lib.mlxnb_set_threads(2)
+        before = lib.mlxnb_attention_splits()
+        got = ext.attend_out(q, keys, values, S, scale, x, o, nw, eps, gu, down)
+        mx.eval(got)
+        assert lib.mlxnb_attention_splits() == before + (quant is not None)
+    finally:
+        lib.mlxnb_set_threads(0)
+    a = mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale)
+    want = ext.layer_out(a, x, o, nw, eps, gu, down)
+    assert mx.allclose(got, want, atol=2e-5, rtol=1e-4).item()
+
+
 def test_layers_refuse_what_they_do_not_compute(ext):
     import mlx.core as mx
 

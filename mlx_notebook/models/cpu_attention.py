@@ -50,7 +50,7 @@ _ARGS = {
     "mlxnb_decode_attention": [_P, _P, _P, ctypes.c_void_p, _P]
     + [ctypes.c_int] * 5
     + [ctypes.c_long] * 6
-    + [ctypes.c_float],
+    + [ctypes.c_float, ctypes.c_int],
 }
 
 
@@ -153,7 +153,7 @@ def batched_step(queries: mx.array, keys: mx.array, values: mx.array, scale: flo
     ptr = lambda a: a.ctypes.data_as(_P)  # noqa: E731
     mptr = None if m is None else m.ctypes.data
     got = fn(ptr(q), ptr(k), ptr(v), mptr, ptr(out), rows, heads, kv_heads, size, dim,
-             *_floats(k), *_floats(v), scale)  # fmt: skip
+             *_floats(k), *_floats(v), scale, 0)  # fmt: skip
     return None if got != 0 else mx.array(out)[:, :, None]
 
 
