@@ -35,6 +35,9 @@ enum { STEP_PARALLEL_MIN = 1 << 20 }; /* multiply-adds of a decode step's attent
 /* A step with fewer than SPLIT_UNITS (row, key/value head) pairs per thread splits its keys
  * too, in parts of at least SPLIT_KEYS. */
 enum { SPLIT_UNITS = 4, SPLIT_KEYS = 128 };
+/* Multiply-adds from which a float32 step's attention takes _helper.c's thread (512 keys
+ * of the default model's 9 heads of 64). */
+enum { HELPER_MIN = 1 << 18 };
 /* Chunks of up to this many queries (verify passes) take the decode step's kernels per
  * query: two sgemm calls per key/value head (OpenBLAS waking its threads) cost more. */
 enum { FEW_QUERIES = 32 };
@@ -309,54 +312,87 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
   return 0;
 }
 
+/* A decode step's attention, as step_unit and step_merge see it. */
+typedef struct {
+  const float *q, *k, *v;
+  const unsigned char *mask;
+  float *out, *scratch, *parts, *po;
+  int B, H, Hkv, S, D, group, P, block;
+  long ksb, ksh, kss, vsb, vsh, vss;
+  float scale;
+} step_job;
+
+/* Unit u = (b * Hkv + g) * P + i: key/value head g of row b over part i of its keys, for
+ * the group's query heads; with P > 1 its results go to the job's partials (a part's
+ * outputs at po + u * group * D, its max and sum pairs at parts + u * group * 2). */
+static void step_unit(void *arg, int u) {
+  const step_job *j = arg;
+  const int P = j->P, S = j->S, D = j->D, group = j->group;
+  const int bg = u / P, i = u % P, b = bg / j->Hkv, g = bg % j->Hkv;
+  const int s0 = (int)((long)S * i / P), n = (int)((long)S * (i + 1) / P) - s0;
+  const size_t bh = (size_t)b * j->H + (size_t)g * group; /* the group's first head */
+  group_query(group, j->q + bh * D, j->k + b * j->ksb + g * j->ksh + s0 * j->kss,
+              j->v + b * j->vsb + g * j->vsh + s0 * j->vss, j->kss, j->vss,
+              j->mask ? j->mask + (size_t)b * S + s0 : NULL, n, D, j->scale,
+              j->scratch + bh * S + s0, S, j->block ? j->block : n,
+              P > 1 ? j->po + (size_t)u * group * D : j->out + bh * D,
+              P > 1 ? j->parts + (size_t)u * group * 2 : NULL);
+}
+
+/* Query head bh's output from its P parts. */
+static void step_merge(const step_job *j, int bh) {
+  const size_t first = (size_t)(bh / j->group) * j->P * j->group + bh % j->group; /* part 0 */
+  merge_parts(j->P, j->D, j->group, j->scale, j->po + first * j->D, j->parts + first * 2,
+              j->out + (size_t)bh * j->D);
+}
+
+void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
+
 /* One decode step of several batch rows: each row's single query against its own
  * keys, where MLX's CPU attention would run two small sgemm calls per row and
  * key/value head and a single-threaded softmax. Layouts: q [B, H, D] and out
  * [B, H, D] contiguous; k and v [B, Hkv, S, D] with strides (in floats) for the
  * first three axes and D contiguous, so a KV cache's buffer is read in place;
  * mask [B, S] (1 = the row sees that key) or NULL for all. Rows and key/value
- * heads are split over OpenMP threads; with fewer of them than SPLIT_UNITS per thread
+ * heads are split over the threads; with fewer of them than SPLIT_UNITS per thread
  * (one row), the keys are split too, in parts of at least SPLIT_KEYS, each part's
  * softmax left unnormalized and the parts merged after (merge_parts), so both cores
- * read a long cache. A row that sees no key gets zeros. threads: 0 for the step's
- * count (step_threads), 1 for the calling thread alone: a decode step whose products
- * run on OpenBLAS's threads (float32 weights) keeps its attention on one thread, since
- * an OpenMP thread waking beside OpenBLAS's spinning one made it slower, not faster
- * (measured in the engine at 2,000 keys: 5.3-5.8 ms a step against 4.3-4.5). */
+ * read a long cache. A row that sees no key gets zeros. threads: 0 for OpenMP's
+ * threads (step_threads: one for a short step), 1 for the calling thread alone, 2 for
+ * the calling thread and _helper.c's thread, from HELPER_MIN multiply-adds: a step whose
+ * products run on OpenBLAS's threads (float32 weights), where an OpenMP thread woken
+ * beside OpenBLAS's spinning one made the attention slower, not faster. */
 int mlxnb_decode_attention(const float *q, const float *k, const float *v,
                            const unsigned char *mask, float *out, int B, int H, int Hkv,
                            int S, int D, long ksb, long ksh, long kss, long vsb, long vsh,
                            long vss, float scale, int threads) {
   if (Hkv <= 0 || H % Hkv || B <= 0 || S <= 0 || D <= 0) return -1;
-  const int group = H / Hkv, nt = threads == 1 ? 1 : step_threads((long)B * H * S * D);
+  const long macs = (long)B * H * S * D;
+  const int helper = threads == 2 && mlxnb_thread_count != 1 && macs >= HELPER_MIN;
+  const int nt = helper ? 2 : threads == 0 ? step_threads(macs) : 1;
   int P = 1;
   if (nt > 1 && B * Hkv < SPLIT_UNITS * nt) P = S / SPLIT_KEYS < nt ? S / SPLIT_KEYS : nt;
   if (P < 1) P = 1;
   const size_t partials = P > 1 ? (size_t)B * H * P * (D + 2) : 0;
   float *scratch = malloc(sizeof(float) * ((size_t)B * H * S + partials));
   if (!scratch) return -1;
-  /* a part's results, for unit u = (b * Hkv + g) * P + i: its group's outputs at
-   * po + u * group * D, their max and sum pairs at parts + u * group * 2 */
-  float *parts = scratch + (size_t)B * H * S, *po = parts + (size_t)B * H * P * 2;
+  float *parts = scratch + (size_t)B * H * S;
+  const step_job j = {q,   k,   v,   mask, out, scratch, parts, parts + (size_t)B * H * P * 2,
+                      B,   H,   Hkv, S,    D,   H / Hkv, P,     nt > 1 ? BLOCK_KEYS : 0,
+                      ksb, ksh, kss, vsb,  vsh, vss,     scale};
+  const int units = B * Hkv * P;
+  if (helper) {
+    mlxnb_helper_run(step_unit, (void *)&j, units);
+    if (P > 1)
+      for (int bh = 0; bh < B * H; bh++) step_merge(&j, bh);
+  } else {
 #pragma omp parallel num_threads(nt) if (nt > 1)
-  {
+    {
 #pragma omp for schedule(static)
-    for (int u = 0; u < B * Hkv * P; u++) {
-      const int bg = u / P, i = u % P, b = bg / Hkv, g = bg % Hkv;
-      const int s0 = (int)((long)S * i / P), n = (int)((long)S * (i + 1) / P) - s0;
-      const size_t bh = (size_t)b * H + (size_t)g * group; /* the group's first head */
-      group_query(group, q + bh * D, k + b * ksb + g * ksh + s0 * kss,
-                  v + b * vsb + g * vsh + s0 * vss, kss, vss,
-                  mask ? mask + (size_t)b * S + s0 : NULL, n, D, scale, scratch + bh * S + s0,
-                  S, nt > 1 ? BLOCK_KEYS : n, P > 1 ? po + (size_t)u * group * D : out + bh * D,
-                  P > 1 ? parts + (size_t)u * group * 2 : NULL);
-    }
-    if (P > 1) {
+      for (int u = 0; u < units; u++) step_unit((void *)&j, u);
+      if (P > 1) {
 #pragma omp for schedule(static)
-      for (int bh = 0; bh < B * H; bh++) {
-        const size_t first = (size_t)(bh / group) * P * group + bh % group; /* part 0's */
-        merge_parts(P, D, group, scale, po + first * D, parts + first * 2,
-                    out + (size_t)bh * D);
+        for (int bh = 0; bh < B * H; bh++) step_merge(&j, bh);
       }
     }
   }

@@ -1,8 +1,9 @@
-"""Build, once, the small native library of the CPU fast path (``_gemv.c``, ``_attn.c``).
+"""Build, once, the small native library of the CPU fast path (``_gemv.c`` and others).
 
-Compiled with the system C compiler into the cache folder, keyed by the
-source's hash, and written atomically. No compiler, no fast path: generation
-then runs exactly as in mlx-lm, and ``%mlx status`` says why.
+Sources: ``_gemv.c``, ``_attn.c`` and ``_helper.c``. Compiled with the system C
+compiler into the cache folder, keyed by the source's hash, and written atomically.
+No compiler, no fast path: generation then runs exactly as in mlx-lm, and ``%mlx
+status`` says why.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 FAST_ENV = "MLX_NOTEBOOK_FAST"
-SOURCES = tuple(Path(__file__).with_name(n) for n in ("_gemv.c", "_attn.c"))
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("_gemv.c", "_attn.c", "_helper.c"))
 # included: _vec8.h by _attn.c and _layer.c, _vec16.h (AVX-512) by _gemv.c and _qmm.c
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("_vec8.h", "_vec16.h"))
 
@@ -107,6 +108,7 @@ def build_gemv() -> tuple[Path | None, str]:
                 *flags,
                 "-shared",
                 "-fPIC",
+                "-pthread",
                 "-o",
                 str(tmp),
                 *map(str, SOURCES),

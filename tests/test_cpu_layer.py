@@ -126,10 +126,11 @@ def test_attend_out_equals_attention_over_the_cache_then_layer_out(ext, quant, S
 
 
 @pytest.mark.parametrize("quant", [None, (32, 4)])
-def test_a_long_cache_is_split_over_threads_only_beside_quantized_products(ext, quant):
+def test_a_long_cache_is_split_over_both_cores_by_the_pool_beside_the_products(ext, quant):
     # float32 products run on OpenBLAS's threads, and an OpenMP thread woken beside them
-    # slowed the step: attend_out keeps that attention on one thread. Beside quantized
-    # products (OpenMP's threads) a long cache's keys are split over both.
+    # slowed the step: attend_out's attention takes the helper thread (_helper.c) there.
+    # Beside quantized products (OpenMP's threads) it takes OpenMP's. Either way a long
+    # cache's keys are split in parts over both.
     import mlx.core as mx
 
     from mlx_notebook import _blas
@@ -146,15 +147,22 @@ def test_a_long_cache_is_split_over_threads_only_beside_quantized_products(ext, 
     mx.eval(o, gu, down, x, q, nw, keys, values)
     try:
         lib.mlxnb_set_threads(2)
-        before = lib.mlxnb_attention_splits()
+        splits, helped = lib.mlxnb_attention_splits(), lib.mlxnb_helper_calls()
         got = ext.attend_out(q, keys, values, S, scale, x, o, nw, eps, gu, down)
         mx.eval(got)
-        assert lib.mlxnb_attention_splits() == before + (quant is not None)
+        assert lib.mlxnb_attention_splits() == splits + 1
+        assert lib.mlxnb_helper_calls() == helped + (quant is None)
+        lib.mlxnb_set_threads(1)  # the governor's one thread: no helper, no split
+        alone = ext.attend_out(q, keys, values, S, scale, x, o, nw, eps, gu, down)
+        mx.eval(alone)
+        assert lib.mlxnb_attention_splits() == splits + 1
+        assert lib.mlxnb_helper_calls() == helped + (quant is None)
     finally:
         lib.mlxnb_set_threads(0)
     a = mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale)
     want = ext.layer_out(a, x, o, nw, eps, gu, down)
-    assert mx.allclose(got, want, atol=2e-5, rtol=1e-4).item()
+    for out in (got, alone):
+        assert mx.allclose(out, want, atol=2e-5, rtol=1e-4).item()
 
 
 def test_layers_refuse_what_they_do_not_compute(ext):

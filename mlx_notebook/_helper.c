@@ -1,0 +1,147 @@
+/* mlx_notebook's CPU fast path: one helper thread for work beside OpenBLAS's threads.
+ *
+ * A float32 decode step's products run on OpenBLAS's threads, whose worker waits for
+ * the next product by spinning (yielding) on the other core. An OpenMP team woken for
+ * the step's attention between two products made the step slower, not faster: OpenMP's
+ * worker spins after its region too, on the core OpenBLAS's worker needs next. This
+ * helper sleeps on a condition variable between calls and never spins.
+ *
+ * mlxnb_helper_run(fn, arg, n) runs fn(arg, u) for u < n on the calling thread and the
+ * helper, each claiming the next unit as it is free, and returns when all are done. The
+ * helper joins a call only if it wakes while units are left; if it is late (another
+ * process holds the core) the caller takes every unit and never waits for it. One call
+ * at a time: a second caller meanwhile runs its units alone.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+
+/* A spin-wait's pause, where the CPU has one. */
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+typedef void (*unit_fn)(void *, int);
+
+/* The call in progress. state = generation * 4 + OPEN, JOINED or CLOSED: the helper
+ * joins by moving OPEN to JOINED, the caller closes by moving OPEN to CLOSED once no
+ * unit is left to claim; a helper that joined leaves by setting `left` to the generation. */
+enum { OPEN = 0, JOINED = 1, CLOSED = 2 };
+static struct {
+  unit_fn fn;
+  void *arg;
+  int n, next, done;
+  long state, left;
+} job;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;   /* guards posted, started */
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t calling = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
+static long posted, generation, helped, joined;
+static int started; /* the helper thread exists in this process */
+static pthread_t helper_thread;
+static int kept_off = -1; /* the CPU the helper is kept off: the caller's, when last seen */
+
+/* Keeps the helper off the caller's CPU (Linux). Woken while every core is busy (the
+ * caller computing, OpenBLAS's worker spinning), the scheduler tends to queue a thread
+ * on its waker's CPU, where it waits for the caller instead of working beside it. */
+static void keep_off_callers_cpu(void) {
+#ifdef __linux__
+  const int cpu = sched_getcpu();
+  if (cpu < 0 || cpu == kept_off) return;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) || !CPU_ISSET(cpu, &set) || CPU_COUNT(&set) < 2)
+    return;
+  CPU_CLR(cpu, &set);
+  if (pthread_setaffinity_np(helper_thread, sizeof set, &set) == 0) kept_off = cpu;
+#endif
+}
+
+/* Claims and runs units until none is left; returns how many it ran. */
+static int work(void) {
+  int ran = 0;
+  for (int u; (u = __atomic_fetch_add(&job.next, 1, __ATOMIC_ACQ_REL)) < job.n; ran++) {
+    job.fn(job.arg, u);
+    __atomic_fetch_add(&job.done, 1, __ATOMIC_RELEASE);
+  }
+  return ran;
+}
+
+static void *helper_main(void *unused) {
+  (void)unused;
+  long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&mu);
+    while (posted == seen) pthread_cond_wait(&wake, &mu);
+    seen = posted;
+    pthread_mutex_unlock(&mu);
+    const long gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    long open = gen * 4 + OPEN;
+    if (!__atomic_compare_exchange_n(&job.state, &open, gen * 4 + JOINED, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+      continue; /* too late: the caller closed it (or a newer call is being set up) */
+    __atomic_fetch_add(&joined, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&helped, work(), __ATOMIC_RELAXED);
+    __atomic_store_n(&job.left, gen, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+/* In a fork's child the helper thread is gone and the locks' state is its parent's. */
+static void after_fork_child(void) {
+  pthread_mutex_init(&mu, NULL);
+  pthread_cond_init(&wake, NULL);
+  pthread_mutex_init(&calling, NULL);
+  started = 0;
+}
+
+static int start_helper(void) {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr)) return -1;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  const int err = pthread_create(&helper_thread, &attr, helper_main, NULL);
+  kept_off = -1;
+  pthread_attr_destroy(&attr);
+  if (err) return -1;
+  static int forks;
+  if (!forks++) pthread_atfork(NULL, NULL, after_fork_child);
+  return 0;
+}
+
+void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
+  if (n <= 0) return;
+  if (pthread_mutex_trylock(&calling)) { /* another call holds the helper */
+    for (int u = 0; u < n; u++) fn(arg, u);
+    return;
+  }
+  pthread_mutex_lock(&mu);
+  if (!started) started = start_helper() == 0;
+  const int helper = started;
+  if (helper) keep_off_callers_cpu();
+  const long gen = ++generation;
+  job.fn = fn;
+  job.arg = arg;
+  job.n = n;
+  job.next = 0;
+  job.done = 0;
+  __atomic_store_n(&job.state, gen * 4 + OPEN, __ATOMIC_RELEASE);
+  posted++;
+  pthread_mutex_unlock(&mu);
+  if (helper) pthread_cond_signal(&wake);
+  work();
+  long open = gen * 4 + OPEN;
+  if (!__atomic_compare_exchange_n(&job.state, &open, gen * 4 + CLOSED, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    /* the helper joined: it is running its last unit, if any */
+    while (__atomic_load_n(&job.left, __ATOMIC_ACQUIRE) != gen) relax();
+  pthread_mutex_unlock(&calling);
+}
+
+/* Calls posted to the helper, calls it joined and units it ran, so far (tests). */
+long mlxnb_helper_calls(void) { return __atomic_load_n(&posted, __ATOMIC_RELAXED); }
+long mlxnb_helper_joins(void) { return __atomic_load_n(&joined, __ATOMIC_RELAXED); }
+long mlxnb_helper_units(void) { return __atomic_load_n(&helped, __ATOMIC_RELAXED); }

@@ -1,0 +1,92 @@
+"""The fast path's helper thread (_helper.c): every unit runs once, whoever runs it."""
+
+import ctypes
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the fast path's library, as in the engine
+from mlx_notebook import _blas
+
+pytestmark = pytest.mark.skipif(
+    _blas.native_library() is None, reason="the fast path's native library is not loaded"
+)
+
+UNIT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
+
+
+def _run(n, pause=0.0):
+    """Runs n units through the helper; returns how often each ran, and by which threads."""
+    lib = _blas.native_library()
+    counts, threads = [0] * n, set()
+    lock = threading.Lock()
+
+    def unit(_, u):
+        if pause:
+            time.sleep(pause)  # releases the GIL: the other thread can claim units meanwhile
+        with lock:  # at the unit's end: a call that returned early would miss it
+            counts[u] += 1
+            threads.add(threading.get_ident())
+
+    fn = UNIT(unit)
+    lib.mlxnb_helper_run(fn, None, n)
+    return counts, threads
+
+
+def test_every_unit_runs_once_and_the_call_waits_for_them():
+    lib = _blas.native_library()
+    calls, units = lib.mlxnb_helper_calls(), lib.mlxnb_helper_units()
+    counts, threads = _run(64, pause=0.001)
+    assert counts == [1] * 64  # none skipped, none twice: all done when the call returns
+    assert lib.mlxnb_helper_calls() == calls + 1
+    helped = lib.mlxnb_helper_units() - units
+    assert 0 <= helped <= 64 and len(threads) == (2 if helped else 1)  # a late helper: none
+
+
+def test_calls_in_a_row_and_empty_calls():
+    for n in (1, 2, 7, 0, 3):
+        counts, _ = _run(n)
+        assert counts == [1] * n
+
+
+def test_a_second_caller_meanwhile_runs_its_units_alone():
+    # One call at a time holds the helper; a call from another thread while it runs does
+    # its own units on its own thread instead of waiting or mixing the two.
+    lib = _blas.native_library()
+    inside, release = threading.Event(), threading.Event()
+    first = [0] * 4
+
+    def slow(_, u):
+        first[u] += 1
+        inside.set()
+        release.wait(5)
+
+    fn = UNIT(slow)
+    t = threading.Thread(target=lib.mlxnb_helper_run, args=(fn, None, 4))
+    t.start()
+    assert inside.wait(5)
+    calls = lib.mlxnb_helper_calls()
+    counts, threads = _run(5)
+    assert counts == [1] * 5 and threads == {threading.get_ident()}
+    assert lib.mlxnb_helper_calls() == calls  # not posted: it never reached the helper
+    release.set()
+    t.join(5)
+    assert first == [1] * 4
+
+
+def _child(q):
+    counts, _ = _run(16)
+    q.put(counts)
+
+
+def test_a_forked_child_has_a_helper_of_its_own():
+    _run(8)  # the parent's helper exists
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(q,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert q.get(timeout=5) == [1] * 16
