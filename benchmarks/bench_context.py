@@ -22,7 +22,7 @@ import argparse
 import statistics
 import sys
 
-from bench_cpu import ROOT, f32_gguf, fmt, run
+from bench_cpu import ROOT, fmt, llama_targets, run
 
 SUFFIX = "\n\nSummarize the text above in three sentences."
 
@@ -86,7 +86,6 @@ def main() -> None:
 
     import mlx_notebook  # noqa: F401 - OpenBLAS first
     from mlx_notebook.models.default import default_gguf
-    from mlx_notebook.models.gguf import cache_root
 
     text, py = str(ROOT / "README.md"), sys.executable
     tail = [str(args.tokens)]
@@ -95,19 +94,8 @@ def main() -> None:
         "ours f32": [py, "-c", OURS, text, *tail, "default:f32", SUFFIX, *ctxs],
         "ours q4": [py, "-c", OURS, text, *tail, "default:q4", SUFFIX, *ctxs],
     }
-    llama_py = args.llama_python
-    if llama_py is None:
-        try:
-            import llama_cpp  # noqa: F401
-
-            llama_py = py
-        except ImportError:
-            print("llama-cpp-python not installed (pip install '.[bench]'): llama.cpp skipped")
-    if llama_py:
-        q41 = default_gguf()
-        f32 = f32_gguf(q41, cache_root() / "bench" / "SmolLM2-135M-Instruct.f32.gguf")
-        for name, path in (("llama.cpp f32", f32), ("llama.cpp Q4_1", q41)):
-            configs[name] = [llama_py, "-c", LLAMA, text, *tail, str(path), SUFFIX, *ctxs]
+    for name, llama_py, path in llama_targets(args.llama_python, default_gguf()):
+        configs[name] = [llama_py, "-c", LLAMA, text, *tail, str(path), SUFFIX, *ctxs]
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):

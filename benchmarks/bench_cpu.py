@@ -175,6 +175,23 @@ def bandwidth_gbs() -> tuple[float, float]:
     return best[0], best[1]
 
 
+def llama_targets(llama_python: str | None, q41: Path) -> list[tuple[str, str, Path]]:
+    """llama.cpp's two configurations, ``(name, interpreter, GGUF)``: the f32 copy of the
+    default GGUF (written on first use) and the Q4_1 file; none without llama-cpp-python."""
+    if llama_python is None:
+        try:
+            import llama_cpp  # noqa: F401
+
+            llama_python = sys.executable
+        except ImportError:
+            print("llama-cpp-python not installed (pip install '.[bench]'): llama.cpp skipped")
+            return []
+    from mlx_notebook.models.gguf import cache_root
+
+    f32 = f32_gguf(q41, cache_root() / "bench" / "SmolLM2-135M-Instruct.f32.gguf")
+    return [("llama.cpp f32", llama_python, f32), ("llama.cpp Q4_1", llama_python, q41)]
+
+
 def run(cmd, env=None) -> dict:
     res = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=900
@@ -200,7 +217,7 @@ def main() -> None:
 
     import mlx_notebook  # noqa: F401 - OpenBLAS first
     from mlx_notebook.models.default import default_gguf
-    from mlx_notebook.models.gguf import cache_root, convert_gguf
+    from mlx_notebook.models.gguf import convert_gguf
 
     q41 = default_gguf()
     mlx_dir, q_dir = convert_gguf(q41, "f32"), convert_gguf(q41, "q")
@@ -219,19 +236,9 @@ def main() -> None:
         "mlx-lm, 4-bit": ([py, "-c", MLX_LM, str(q_dir), DECODE_PROMPT, str(args.tokens),
                            str(text)], {"MLX_NOTEBOOK_FAST": "0"}),
     }  # fmt: skip
-    llama_py = args.llama_python
-    if llama_py is None:
-        try:
-            import llama_cpp  # noqa: F401
-
-            llama_py = py
-        except ImportError:
-            print("llama-cpp-python not installed (pip install '.[bench]'): llama.cpp skipped")
-    if llama_py:
-        f32 = f32_gguf(q41, cache_root() / "bench" / "SmolLM2-135M-Instruct.f32.gguf")
-        for name, path in (("llama.cpp f32", f32), ("llama.cpp Q4_1", q41)):
-            cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), DECODE_PROMPT, str(text)]
-            configs[name] = (cmd, {})
+    for name, llama_py, path in llama_targets(args.llama_python, q41):
+        cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), DECODE_PROMPT, str(text)]
+        configs[name] = (cmd, {})
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):

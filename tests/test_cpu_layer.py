@@ -93,18 +93,26 @@ def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows, gain):
     assert mx.allclose(got, want, atol=2e-5 * scale, rtol=1e-4).item()
 
 
-@pytest.mark.parametrize("quant", QUANTS)
-@pytest.mark.parametrize("S,dense_rows", [(1, True), (7, True), (7, False)])
-def test_attend_out_equals_attention_over_the_cache_then_layer_out(ext, quant, S, dense_rows):
+def _attend_inputs(E, H, D, F, quant):
+    """attend_out's query and layer arrays: q, x, o, the norm's weight, gate/up, down."""
     import mlx.core as mx
 
-    E, H, Hkv, D, F, cap, eps, scale = 128, 4, 2, 32, 192, 16, 1e-5, 32**-0.5
     o, _ = _weights(E, H * D, quant, seed=4)
     gu, _ = _weights(2 * F, E, quant, seed=5)
     down, _ = _weights(E, F, quant, seed=6)
     x = mx.random.normal((1, 1, E), key=mx.random.key(2))
     q = mx.random.normal((1, H, 1, D), key=mx.random.key(3))
     nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(9))
+    return q, x, o, nw, gu, down
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("S,dense_rows", [(1, True), (7, True), (7, False)])
+def test_attend_out_equals_attention_over_the_cache_then_layer_out(ext, quant, S, dense_rows):
+    import mlx.core as mx
+
+    E, H, Hkv, D, F, cap, eps, scale = 128, 4, 2, 32, 192, 16, 1e-5, 32**-0.5
+    q, x, o, nw, gu, down = _attend_inputs(E, H, D, F, quant)
     if dense_rows:  # a KV cache's buffer
         keys, values = (mx.random.normal((1, Hkv, cap, D), key=mx.random.key(s)) for s in (10, 11))
     else:  # rows not dense: gathered first
@@ -137,12 +145,7 @@ def test_a_long_cache_is_split_over_both_cores_by_the_pool_beside_the_products(e
 
     lib = _blas.native_library()
     E, H, Hkv, D, F, S, eps, scale = 128, 8, 2, 64, 64, 2100, 1e-5, 64**-0.5
-    o, _ = _weights(E, H * D, quant, seed=4)
-    gu, _ = _weights(2 * F, E, quant, seed=5)
-    down, _ = _weights(E, F, quant, seed=6)
-    x = mx.random.normal((1, 1, E), key=mx.random.key(2))
-    q = mx.random.normal((1, H, 1, D), key=mx.random.key(3))
-    nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(9))
+    q, x, o, nw, gu, down = _attend_inputs(E, H, D, F, quant)
     keys, values = (mx.random.normal((1, Hkv, S, D), key=mx.random.key(s)) for s in (10, 11))
     mx.eval(o, gu, down, x, q, nw, keys, values)
     try:
