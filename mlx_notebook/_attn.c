@@ -35,7 +35,7 @@ enum { STEP_PARALLEL_MIN = 1 << 20 }; /* multiply-adds of a decode step's attent
 /* A step with fewer than SPLIT_UNITS (row, key/value head) pairs per thread splits its keys
  * too, in parts of at least SPLIT_KEYS. */
 enum { SPLIT_UNITS = 4, SPLIT_KEYS = 128 };
-/* Multiply-adds from which a float32 step's attention takes _helper.c's thread (512 keys
+/* Multiply-adds from which a one-row step's attention takes _helper.c's thread (455 keys
  * of the default model's 9 heads of 64). */
 enum { HELPER_MIN = 1 << 18 };
 /* Chunks of up to this many queries (verify passes) take the decode step's kernels per
@@ -359,9 +359,10 @@ void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c *
  * softmax left unnormalized and the parts merged after (merge_parts), so both cores
  * read a long cache. A row that sees no key gets zeros. threads: 0 for OpenMP's
  * threads (step_threads: one for a short step), 1 for the calling thread alone, 2 for
- * the calling thread and _helper.c's thread, from HELPER_MIN multiply-adds: a step whose
- * products run on OpenBLAS's threads (float32 weights), where an OpenMP thread woken
- * beside OpenBLAS's spinning one made the attention slower, not faster. */
+ * the calling thread and _helper.c's thread, from HELPER_MIN multiply-adds: a one-row
+ * step (attend_out), where OpenMP's worker, spinning after its region, took the core
+ * that OpenBLAS's worker (float32 products) or the next step's graph (4-bit) needed, and
+ * made the attention slower, not faster. */
 int mlxnb_decode_attention(const float *q, const float *k, const float *v,
                            const unsigned char *mask, float *out, int B, int H, int Hkv,
                            int S, int D, long ksb, long ksh, long kss, long vsb, long vsh,

@@ -191,11 +191,11 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       const int H = q.shape(1), D = q.shape(3), Hkv = k.shape(1), E = p.out.o.N;
       std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(H) * D);
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
-      // float32 products run on OpenBLAS's threads: the attention takes _helper.c's
-      const bool blas = !p.out.o.bits || !p.out.gu.bits || !p.out.down.bits;
+      // the other core by _helper.c's thread: OpenMP's worker spins after its region, on
+      // the core OpenBLAS's worker (float32) or the next step's graph (4-bit) needs next
       decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
                     vb.empty() ? v.data<float>() : vb.data(), nullptr, a.data(), 1, H, Hkv, p.S,
-                    D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], p.scale, blas ? 2 : 0);
+                    D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], p.scale, 2);
       const mx::array* l = &ins[5];
       auto o = p.out.o.at(l);
       auto gu = p.out.gu.at(l + p.out.o.arrays());
