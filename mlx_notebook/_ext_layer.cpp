@@ -191,8 +191,9 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       const int H = q.shape(1), D = q.shape(3), Hkv = k.shape(1), E = p.out.o.N;
       std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(H) * D);
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
-      // the other core by _helper.c's thread: OpenMP's worker spins after its region, on
-      // the core OpenBLAS's worker (float32) or the next step's graph (4-bit) needs next
+      // threads 2: a long cache's second core is _helper.c's thread, not OpenMP's, whose
+      // worker spins after its region on the core OpenBLAS's worker (float32 products) or
+      // the next step's graph build (4-bit) needs next
       decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
                     vb.empty() ? v.data<float>() : vb.data(), nullptr, a.data(), 1, H, Hkv, p.S,
                     D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], p.scale, 2);
