@@ -191,8 +191,6 @@ static void group_values(int G, const float *p, int S, const float *v, long vss,
     for (int h = 0; h < G; h++)
       weighted_values(p + (size_t)h * S + s0, v + s0 * vss, vss, b, D, o + (size_t)h * D, s0 > 0);
   }
-  if (n == 0)
-    for (int h = 0; h < G; h++) memset(o + (size_t)h * D, 0, sizeof(float) * (size_t)D);
 }
 
 /* Threads for a step's attention of `macs` multiply-adds: a short step (one row, a short
@@ -206,25 +204,9 @@ static int step_threads(long macs) {
   return macs < STEP_PARALLEL_MIN ? 1 : nt;
 }
 
-/* One query's attention over the first n keys and values (rows kss and vss floats apart,
- * those with m[s] == 0 masked): o = softmax(scale q . k_s) v; zeros for a query that sees
- * no key. p: n floats of scratch. */
-static void one_query(const float *q, const float *k, const float *v, long kss, long vss,
-                      const unsigned char *m, int n, int D, float scale, float *p, float *o) {
-  float mx;
-  scores_row(q, k, kss, n, D, p);
-  const float sum = step_exp(p, m, n, scale, &mx);
-  if (sum < 0.0f) {
-    memset(o, 0, sizeof(float) * (size_t)D);
-    return;
-  }
-  scale_row(p, n, 1.0f / sum);
-  weighted_values(p, v, vss, n, D, o, 0);
-}
-
 /* A key/value group's G query heads (q rows D apart) over its first n keys: p[h * S + s]
- * the scores, then each head's softmax, then o_h (outputs D apart). With parts NULL, as
- * one_query: normalized, zeros for a head that sees no key. Else left unnormalized for
+ * the scores, then each head's softmax, then o_h (outputs D apart). With parts NULL:
+ * normalized, zeros for a head that sees no key. Else left unnormalized for
  * merge_parts: o_h = sum_s e_s v_s with e_s = exp(scale (q_h . k_s - max)), and
  * parts[2h] = max, parts[2h + 1] = sum_s e_s (-inf and zeros where it sees no key). */
 static void group_query(int G, const float *q, const float *k, const float *v, long kss,
@@ -235,12 +217,8 @@ static void group_query(int G, const float *q, const float *k, const float *v, l
   for (int h = 0; h < G; h++) {
     float mx, *ph = p + (size_t)h * S;
     const float sum = step_exp(ph, m, n, scale, &mx);
-    blind[h] = sum < 0.0f;
-    if (sum < 0.0f) {
-      memset(ph, 0, sizeof(float) * (size_t)n);
-    } else if (!parts) {
-      scale_row(ph, n, 1.0f / sum);
-    }
+    blind[h] = sum < 0.0f; /* its outputs are zeroed after the values */
+    if (!blind[h] && !parts) scale_row(ph, n, 1.0f / sum);
     if (parts) {
       parts[2 * h] = mx;
       parts[2 * h + 1] = sum < 0.0f ? 0.0f : sum;
@@ -249,6 +227,14 @@ static void group_query(int G, const float *q, const float *k, const float *v, l
   group_values(G, p, S, v, vss, n, D, block, o);
   for (int h = 0; h < G; h++)
     if (blind[h]) memset(o + (size_t)h * D, 0, sizeof(float) * (size_t)D);
+}
+
+/* One query's attention over the first n keys and values (rows kss and vss floats apart,
+ * those with m[s] == 0 masked): o = softmax(scale q . k_s) v; zeros for a query that sees
+ * no key. p: n floats of scratch. */
+static void one_query(const float *q, const float *k, const float *v, long kss, long vss,
+                      const unsigned char *m, int n, int D, float scale, float *p, float *o) {
+  group_query(1, q, k, v, kss, vss, m, n, D, scale, p, n, n, o, NULL);
 }
 
 /* One query's output from its P parts (group_query's o and max and sum pairs, parts

@@ -34,14 +34,14 @@ enum { OPEN = 0, JOINED = 1, CLOSED = 2 };
 static struct {
   unit_fn fn;
   void *arg;
-  int n, next, done;
+  int n, next;
   long state, left;
 } job;
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;   /* guards posted, started */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;   /* guards generation, started */
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t calling = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
-static long posted, generation, helped, joined;
+static long generation, helped; /* calls posted so far; units the helper ran */
 static int started; /* the helper thread exists in this process */
 static pthread_t helper_thread;
 static int kept_off = -1; /* the CPU the helper is kept off: the caller's, when last seen */
@@ -66,7 +66,6 @@ static int work(void) {
   int ran = 0;
   for (int u; (u = __atomic_fetch_add(&job.next, 1, __ATOMIC_ACQ_REL)) < job.n; ran++) {
     job.fn(job.arg, u);
-    __atomic_fetch_add(&job.done, 1, __ATOMIC_RELEASE);
   }
   return ran;
 }
@@ -76,15 +75,13 @@ static void *helper_main(void *unused) {
   long seen = 0;
   for (;;) {
     pthread_mutex_lock(&mu);
-    while (posted == seen) pthread_cond_wait(&wake, &mu);
-    seen = posted;
+    while (generation == seen) pthread_cond_wait(&wake, &mu);
+    const long gen = seen = generation;
     pthread_mutex_unlock(&mu);
-    const long gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
     long open = gen * 4 + OPEN;
     if (!__atomic_compare_exchange_n(&job.state, &open, gen * 4 + JOINED, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
       continue; /* too late: the caller closed it (or a newer call is being set up) */
-    __atomic_fetch_add(&joined, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&helped, work(), __ATOMIC_RELAXED);
     __atomic_store_n(&job.left, gen, __ATOMIC_RELEASE);
   }
@@ -127,9 +124,7 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
   job.arg = arg;
   job.n = n;
   job.next = 0;
-  job.done = 0;
   __atomic_store_n(&job.state, gen * 4 + OPEN, __ATOMIC_RELEASE);
-  posted++;
   pthread_mutex_unlock(&mu);
   if (helper) pthread_cond_signal(&wake);
   work();
@@ -141,7 +136,6 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
   pthread_mutex_unlock(&calling);
 }
 
-/* Calls posted to the helper, calls it joined and units it ran, so far (tests). */
-long mlxnb_helper_calls(void) { return __atomic_load_n(&posted, __ATOMIC_RELAXED); }
-long mlxnb_helper_joins(void) { return __atomic_load_n(&joined, __ATOMIC_RELAXED); }
+/* Calls posted to the helper and units it ran, so far (tests). */
+long mlxnb_helper_calls(void) { return __atomic_load_n(&generation, __ATOMIC_RELAXED); }
 long mlxnb_helper_units(void) { return __atomic_load_n(&helped, __ATOMIC_RELAXED); }
