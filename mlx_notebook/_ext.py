@@ -29,7 +29,8 @@ NAME = "_mlxnb_ext"
 KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
 GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp", "_ext_pages.cpp"))
 HEADER = Path(__file__).with_name("_ext.h")
-QMM512 = Path(__file__).with_name("_qmm512.h")  # included by _qmm.c
+QMM_HEADERS = tuple(Path(__file__).with_name(n) for n in ("_qmm512.h", "_qmm_amx.h"))  # in _qmm.c
+AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
 
@@ -88,7 +89,7 @@ def build() -> tuple[Path | None, str]:
     if isinstance(found, str):
         return None, found
     mlx_dir, nb_dir, versions = found
-    parts = (*KERNELS, *GLUE, HEADER, QMM512, *_native.HEADERS)
+    parts = (*KERNELS, *GLUE, HEADER, *QMM_HEADERS, *_native.HEADERS)
     src = b"".join(k.read_bytes() for k in parts) + versions.encode()
     key = hashlib.sha1(src + _cpu_id()).hexdigest()[:12]
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
@@ -137,7 +138,10 @@ def load():
     if why is not None:
         _state["reason"] = why
         return None
-    _state.update(module=mod, reason=f"on native kernels ({how})")
+    # Linux grants AMX's tile state per process, on request; a VM may refuse it.
+    amx = mod.set_amx(int(os.environ.get(AMX_ENV, "1") != "0"))
+    tiles = "; AMX tiles for products of several rows" if amx else ""
+    _state.update(module=mod, reason=f"on native kernels ({how}){tiles}")
     _attention_kernel(mod)
     return mod
 

@@ -16,7 +16,9 @@
  *     interleaved, K in stretches that fit L1), the weight rows split over threads;
  *     with AVX2, the same 8 rows at a time as above;
  *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
- *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded).
+ *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
+ *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
+ *     instead (_qmm_amx.h): inputs split exactly into three bf16 parts.
  * Activations stay float32, so every path computes the same sums as MLX's
  * reference up to rounding: the order of float additions, and where the row tiles
  * apply a group's scale (to the weights, not to their sum).
@@ -38,6 +40,9 @@
 #if defined(QMM_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__)
 #define QMM_AVX512 1
 #include "_vec16.h"
+#endif
+#if defined(QMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define QMM_AMX 1
 #endif
 
 /* From SGEMM_M rows, widening the weights for sgemm costs less than the register paths:
@@ -68,11 +73,11 @@ static long small_parallel_min = 1L << 23;
 void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 
 static int thread_count; /* 0: OpenMP's default */
-static long calls[3];    /* products per path: registers, 8-row passes, sgemm */
+static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
-long mlxnb_qmm_calls(int path) { return path >= 0 && path < 3 ? calls[path] : -1; }
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1; }
 
 static int threads_for(long macs) {
   if (thread_count == 1 || macs < PARALLEL_MIN) return 1;
@@ -351,6 +356,12 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
 }
 #endif
 
+#ifdef QMM_AMX
+#include "_qmm_amx.h"
+#else
+int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
+#endif
+
 /* OpenBLAS's (or MLX's) cblas_sgemm, found when the library is loaded. */
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
@@ -370,8 +381,14 @@ static void through_sgemm(int M, int N, int K, int gs, int bits, const float *x,
 }
 
 /* Which path a product of M rows takes: 0 registers (one row; up to SMALL_M without
- * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm. */
-int mlxnb_qmm_path(int M) { return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2; }
+ * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm,
+ * 3 AMX tiles. */
+int mlxnb_qmm_path(int M) {
+#ifdef QMM_AMX
+  if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;
+#endif
+  return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2;
+}
 
 /* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
@@ -382,6 +399,10 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   calls[path]++;
   if (path == 0)
     small_rows(M, N, K, gs, bits, x, wb, s, b, out);
+#ifdef QMM_AMX
+  else if (path == 3)
+    amx_product(M, N, K, gs, bits, x, wb, s, b, out);
+#endif
   else if (path == 2)
     through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
   else {
