@@ -13,8 +13,8 @@
  *
  * The products are transposed: a tile's rows are weight rows (n) and its columns input
  * rows (m), so a weight unit widens straight into a tile row (no byte transpose), and a
- * group's scale is one broadcast per tile row. Uses _qmm.c's group_sums, threads_for and
- * calls. */
+ * group's scale is one broadcast per tile row. Uses _qmm.c's threads_for and _vec16.h's
+ * sum16. */
 #pragma once
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -62,30 +62,71 @@ static void amx_configure(void) {
   _tile_loadconfig(&c);
 }
 
+/* Rows to columns: lane i of r[j] afterwards is lane j of r[i] before (16 x 16 dwords). */
+static inline __attribute__((always_inline)) void amx_transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xDD);
+    t[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xDD);
+  }
+}
+
 /* x's rows as AMX B tiles: for each block of AMX_M rows, unit u (32 elements) and part
  * p, 16 tile rows r of AMX_M pairs (x[m][32u + 2r], x[m][32u + 2r + 1]) as bf16; rows
- * past M are zero. xb: blocks * (K / 32) * 3 * 512 uint16. */
-static void amx_split_x(int M, int K, const float *x, uint16_t *xb) {
-  const int units = K / 32, blocks = (M + AMX_M - 1) / AMX_M;
+ * past M are zero. xb: blocks * (K / 32) * 3 * 512 uint16. Also each row's sum over each
+ * group, as xsum_t[block][g][lane m]. A unit's parts are made row by row (16 pairs a
+ * row), then turned into tile rows in registers. */
+static void amx_split_x(int M, int K, int gs, const float *x, uint16_t *xb, float *xsum_t) {
+  const int units = K / 32, blocks = (M + AMX_M - 1) / AMX_M, G = K / gs;
   const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-  if (M % AMX_M) memset(xb, 0, sizeof(uint16_t) * blocks * units * 3 * 512);
-  for (int m = 0; m < M; m++)
+  memset(xsum_t, 0, sizeof(float) * blocks * G * AMX_M);
+  for (int j = 0; j < blocks; j++)
     for (int u = 0; u < units; u++) {
-      uint32_t part[3][16] __attribute__((aligned(64))); /* the unit's 16 pairs, per part */
-      for (int h = 0; h < 2; h++) { /* 16 floats at a time */
-        const __m512 v = _mm512_loadu_ps(x + (long)m * K + 32 * u + 16 * h);
-        const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), top));
-        const __m512 r1 = _mm512_sub_ps(v, hi); /* exact: the low 16 bits of v's significand */
-        const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r1), top));
-        const __m512 lo = _mm512_sub_ps(r1, mid); /* exact, at most 8 significant bits */
-        const __m512 p[3] = {hi, mid, lo};
-        for (int q = 0; q < 3; q++) /* the top halves, two floats to a dword */
-          _mm256_store_si256((__m256i *)(part[q] + 8 * h),
-                             _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(p[q]), 16)));
+      __m512i part[3][16];
+      __m512 sums[16];
+      for (int i = 0; i < AMX_M; i++) {
+        const int m = j * AMX_M + i;
+        __m256i half[3][2];
+        __m512 sum = _mm512_setzero_ps();
+        for (int h = 0; h < 2; h++) { /* 16 floats at a time */
+          const __m512 v = m < M ? _mm512_loadu_ps(x + (long)m * K + 32 * u + 16 * h) : _mm512_setzero_ps();
+          sum = _mm512_add_ps(sum, v);
+          const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), top));
+          const __m512 r1 = _mm512_sub_ps(v, hi); /* exact: the low 16 bits of v's significand */
+          const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r1), top));
+          const __m512 lo = _mm512_sub_ps(r1, mid); /* exact, at most 8 significant bits */
+          const __m512 p[3] = {hi, mid, lo};
+          for (int q = 0; q < 3; q++) /* the top halves: bf16, two to a dword */
+            half[q][h] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(p[q]), 16));
+        }
+        for (int q = 0; q < 3; q++)
+          part[q][i] = _mm512_inserti64x4(_mm512_castsi256_si512(half[q][0]), half[q][1], 1);
+        sums[i] = sum;
       }
-      uint32_t *dst = (uint32_t *)(xb + ((long)(m / AMX_M) * units + u) * 3 * 512) + m % AMX_M;
-      for (int q = 0; q < 3; q++)
-        for (int r = 0; r < 16; r++) dst[q * 256 + r * 16] = part[q][r];
+      uint16_t *dst = xb + ((long)j * units + u) * 3 * 512;
+      for (int q = 0; q < 3; q++) {
+        amx_transpose16(part[q]); /* row r: pair r of every input row */
+        for (int r = 0; r < 16; r++) _mm512_store_si512(dst + q * 512 + r * 32, part[q][r]);
+      }
+      /* the bias term's factor: x's sum over each group, lane m */
+      float *xs = xsum_t + ((long)j * G + u * 32 / gs) * AMX_M;
+      _mm512_store_ps(xs, _mm512_add_ps(_mm512_load_ps(xs), sum16(sums)));
     }
 }
 
@@ -196,13 +237,8 @@ static void amx_product(int M, int N, int K, int gs, int bits, const float *x, c
                         const float *s, const float *b, float *out) {
   const int G = K / gs, units = K / 32, blocks = (M + AMX_M - 1) / AMX_M;
   uint16_t *xb = aligned_alloc(64, sizeof(uint16_t) * blocks * units * 3 * 512);
-  float *xsum = malloc(sizeof(float) * M * G);
   float *xsum_t = aligned_alloc(64, sizeof(float) * blocks * G * AMX_M);
-  amx_split_x(M, K, x, xb);
-  group_sums(M, K, gs, x, xsum);
-  memset(xsum_t, 0, sizeof(float) * blocks * G * AMX_M); /* lane m of group g, per block */
-  for (int m = 0; m < M; m++)
-    for (int g = 0; g < G; g++) xsum_t[((long)(m / AMX_M) * G + g) * AMX_M + m % AMX_M] = xsum[(long)m * G + g];
+  amx_split_x(M, K, gs, x, xb, xsum_t);
   const int nt = threads_for((long)M * N * K);
   int chunks = (N + AMX_CHUNK - 1) / AMX_CHUNK;
   chunks = (chunks + nt - 1) / nt * nt; /* equal shares */
@@ -229,6 +265,5 @@ static void amx_product(int M, int N, int K, int gs, int bits, const float *x, c
     free(acc);
   }
   free(xb);
-  free(xsum);
   free(xsum_t);
 }
