@@ -29,7 +29,9 @@ NAME = "_mlxnb_ext"
 KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
 GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp", "_ext_pages.cpp"))
 HEADER = Path(__file__).with_name("_ext.h")
-QMM_HEADERS = tuple(Path(__file__).with_name(n) for n in ("_qmm512.h", "_qmm_amx.h"))  # in _qmm.c
+QMM_HEADERS = tuple(
+    Path(__file__).with_name(n) for n in ("_qmm512.h", "_qmm_amx.h", "_qmm_sgemm.h")
+)
 AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
