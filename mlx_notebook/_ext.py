@@ -140,12 +140,22 @@ def load():
     if why is not None:
         _state["reason"] = why
         return None
-    # Linux grants AMX's tile state per process, on request; a VM may refuse it.
-    amx = mod.set_amx(int(os.environ.get(AMX_ENV, "1") != "0"))
-    tiles = "; AMX tiles for products of several rows" if amx else ""
-    _state.update(module=mod, reason=f"on native kernels ({how}){tiles}")
+    _state.update(module=mod, reason=f"on native kernels ({how}){amx_tiles(mod)}")
     _attention_kernel(mod)
     return mod
+
+
+def amx_tiles(mod) -> str:
+    """Turn the AMX tiles on or off as ``MLX_NOTEBOOK_AMX`` says.
+
+    Returns:
+        The status line's words for them: in use, off by the variable, or nothing where
+        the CPU has none (or Linux refuses this process their state, as a VM may).
+    """
+    if os.environ.get(AMX_ENV, "1") == "0":
+        mod.set_amx(0)
+        return f"; AMX tiles off ({AMX_ENV}=0)"
+    return "; AMX tiles for products of several rows" if mod.set_amx(1) else ""
 
 
 def _attention_kernel(mod) -> None:

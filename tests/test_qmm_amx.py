@@ -65,6 +65,17 @@ def test_row_counts_from_12_to_63_take_the_tiles(ext):
         ext.set_amx(1)
 
 
+def test_the_variable_turns_them_off_and_status_says_so(ext, monkeypatch):
+    monkeypatch.setenv("MLX_NOTEBOOK_AMX", "0")
+    try:
+        assert _ext.amx_tiles(ext) == "; AMX tiles off (MLX_NOTEBOOK_AMX=0)"
+        assert ext.path(16) == 1
+    finally:
+        monkeypatch.delenv("MLX_NOTEBOOK_AMX")
+        assert _ext.amx_tiles(ext) == "; AMX tiles for products of several rows"
+    assert ext.path(16) == AMX
+
+
 def test_the_row_tiles_they_replace_are_within_the_same_bound(ext):
     """Off (MLX_NOTEBOOK_AMX=0), the AVX-512 row tiles take these rows: same bound."""
     x, wq, s, b = _case(16, 200, 576, 32, 4, seed=7)
