@@ -73,7 +73,7 @@ def test_views_and_leading_axes(ext):
     assert mx.allclose(got, ref, atol=1e-4, rtol=1e-4).item()
 
 
-@pytest.mark.parametrize("rows", [3, 20])
+@pytest.mark.parametrize("rows", [3, 20])  # 20: the AMX tiles where the CPU has them
 def test_one_thread_gives_the_same_products(ext, rows):
     import mlx.core as mx
 

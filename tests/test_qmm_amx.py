@@ -90,20 +90,6 @@ def test_the_row_tiles_they_replace_are_within_the_same_bound(ext):
         assert np.all(np.abs(got - ref) <= 64 * 2.0**-24 * mag)
 
 
-def test_one_thread_gives_the_same_products(ext):
-    import mlx.core as mx
-
-    x, wq, s, b = _case(20, 4096, 512, 64, 4, seed=3)  # big enough to be threaded
-    many = ext.quant_matmul(x, wq, s, b, 64, 4)
-    ext.set_threads(1)
-    try:
-        one = ext.quant_matmul(x, wq, s, b, 64, 4)
-        mx.eval(one)
-    finally:
-        ext.set_threads(0)
-    assert mx.array_equal(many, one).item()  # weight rows are split, sums are not
-
-
 @pytest.fixture(scope="module")
 def quantized(tiny_dir, tmp_path_factory):
     from mlx_notebook.testing import quantize_model_dir
