@@ -361,8 +361,16 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   if (path == 0)
     small_rows(M, N, K, gs, bits, x, wb, s, b, out);
 #ifdef QMM_AMX
-  else if (path == 3)
-    amx_product(M, N, K, gs, bits, x, wb, s, b, out);
+  else if (path == 3) {
+    /* a last block of a few rows (a verify pass of 17) would cost a whole sweep of the
+     * tiles: they take the weights right after, from cache, on the rows' own path */
+    const int tail = M > AMX_M && M % AMX_M <= AMX_TAIL ? M % AMX_M : 0, head = M - tail;
+    amx_product(head, N, K, gs, bits, x, wb, s, b, out);
+    if (tail == 1)
+      small_rows(1, N, K, gs, bits, x + (long)head * K, wb, s, b, out + (long)head * N);
+    else if (tail)
+      many_rows(tail, N, K, gs, bits, x + (long)head * K, wb, s, b, out + (long)head * N);
+  }
 #endif
   else if (path == 2)
     through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);

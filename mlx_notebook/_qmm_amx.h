@@ -23,6 +23,9 @@
  * and 8 rows the row tiles' steps were faster in the engine (bench_rows), from about 12
  * the tiles'. */
 enum { AMX_FROM = 12 };
+#ifndef AMX_TAIL
+#define AMX_TAIL 3 /* rows past a multiple of AMX_M left to the row tiles */
+#endif
 enum { AMX_M = 16, AMX_CHUNK = 256 }; /* input rows a tile; weight rows a chunk */
 /* Tiles (GCC's intrinsics take literal numbers): 0 A, 1-3 the B parts, 4-7 C. */
 
