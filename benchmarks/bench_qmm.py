@@ -5,10 +5,11 @@ Usage:
 
 For every product of the default model's decode step (stacked q/k/v, output,
 stacked gate/up, down, the tied 8-bit LM head) and each row count, the time of
-``x @ dequantize(W).T`` three ways, interleaved within each round: the
-extension's kernels on the packed weights, the float32 product of the same
-weights (OpenBLAS through the fast path's shim), and ``mx.quantized_matmul``
-(MLX's own CPU kernel). Figures are medians over rounds; ratios are paired.
+``x @ dequantize(W).T`` three or four ways, interleaved within each round: the
+extension's kernels on the packed weights, the same with the AMX tiles off (where the
+CPU has them: "row tiles"), the float32 product of the same weights (OpenBLAS through
+the fast path's shim), and ``mx.quantized_matmul`` (MLX's own CPU kernel). Figures are
+medians over rounds; ratios are paired.
 """
 
 from __future__ import annotations
@@ -40,6 +41,18 @@ def main() -> None:
         raise SystemExit(f"extension unavailable: {_ext.status()}")
     import mlx.core as mx
 
+    amx = ext.set_amx(1)
+
+    def tiles_off(x, wq, s, b, bits):
+        # the primitive runs when evaluated: the switch must hold through mx.eval
+        ext.set_amx(0)
+        try:
+            out = ext.quant_matmul(x, wq, s, b, 32, bits)
+            mx.eval(out)
+        finally:
+            ext.set_amx(1)
+        return out
+
     def timed(f, reps):
         mx.eval(f())
         t0 = time.perf_counter()
@@ -62,6 +75,10 @@ def main() -> None:
                 ),
                 "f32": lambda x=x, wf=wf: x @ wf.T,
             }
+            if amx:
+                ways["row tiles"] = lambda x=x, wq=wq, s=s, b=b, bits=bits: tiles_off(
+                    x, wq, s, b, bits
+                )
             if not args.skip_mlx:
                 ways["mlx q"] = lambda x=x, wq=wq, s=s, b=b, bits=bits: mx.quantized_matmul(
                     x, wq, s, b, transpose=True, group_size=32, bits=bits
@@ -80,6 +97,9 @@ def main() -> None:
         cells = [f"{w} {statistics.median(t[w]):.3f}" for w in ways]
         rs = [a / b for a, b in zip(t["f32"], t["ours"])]
         extra = f"; f32/ours {statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
+        if "row tiles" in t:
+            ra = [a / b for a, b in zip(t["row tiles"], t["ours"])]
+            extra += f", row tiles/ours {statistics.median(ra):.2f}x ({min(ra):.2f}-{max(ra):.2f})"
         if "mlx q" in t:
             rq = [a / b for a, b in zip(t["mlx q"], t["ours"])]
             extra += f", mlx q/ours {statistics.median(rq):.1f}x"
