@@ -341,37 +341,22 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
 
 #include "_qmm_sgemm.h"
 
-/* Which path a product of M rows takes: 0 registers (one row; up to SMALL_M without
- * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm,
- * 3 AMX tiles. */
+/* The path M rows take without the AMX tiles: 0 registers (one row; up to SMALL_M without
+ * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm. */
+static int vector_path(int M) { return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2; }
+
+/* Which path a product of M rows takes: vector_path's, or 3 AMX tiles. */
 int mlxnb_qmm_path(int M) {
 #ifdef QMM_AMX
   if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;
 #endif
-  return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2;
+  return vector_path(M);
 }
 
-/* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
-int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
-              const float *s, const float *b, float *out) {
-  if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
-  const uint8_t *wb = (const uint8_t *)w;
-  const int path = mlxnb_qmm_path(M);
-  calls[path]++;
+static void vector_product(int path, int M, int N, int K, int gs, int bits, const float *x,
+                           const uint8_t *wb, const float *s, const float *b, float *out) {
   if (path == 0)
     small_rows(M, N, K, gs, bits, x, wb, s, b, out);
-#ifdef QMM_AMX
-  else if (path == 3) {
-    /* a last block of a few rows (a verify pass of 17) would cost a whole sweep of the
-     * tiles: they take the weights right after, from cache, on the rows' own path */
-    const int tail = M > AMX_M && M % AMX_M <= AMX_TAIL ? M % AMX_M : 0, head = M - tail;
-    amx_product(head, N, K, gs, bits, x, wb, s, b, out);
-    if (tail == 1)
-      small_rows(1, N, K, gs, bits, x + (long)head * K, wb, s, b, out + (long)head * N);
-    else if (tail)
-      many_rows(tail, N, K, gs, bits, x + (long)head * K, wb, s, b, out + (long)head * N);
-  }
-#endif
   else if (path == 2)
     through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
   else {
@@ -384,5 +369,27 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
     }
 #endif
   }
+}
+
+/* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
+int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
+              const float *s, const float *b, float *out) {
+  if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
+  const uint8_t *wb = (const uint8_t *)w;
+  const int path = mlxnb_qmm_path(M);
+  calls[path]++;
+#ifdef QMM_AMX
+  if (path == 3) {
+    /* a last block of a few rows (a verify pass of 17) would cost the tiles a whole
+     * sweep: those rows take their own path right after, the weights still in cache */
+    const int tail = M > AMX_M && M % AMX_M <= AMX_TAIL ? M % AMX_M : 0, head = M - tail;
+    amx_product(head, N, K, gs, bits, x, wb, s, b, out);
+    if (tail)
+      vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, s, b,
+                     out + (long)head * N);
+    return 0;
+  }
+#endif
+  vector_product(path, M, N, K, gs, bits, x, wb, s, b, out);
   return 0;
 }

@@ -1,6 +1,5 @@
 /* AMX row tiles for _qmm.c (included where the compiler targets AMX-BF16): verify passes
- * and batched steps of 4-bit and 8-bit weights, 16 weight rows by up to 32 input rows a
- * tile.
+ * and batched steps of 4-bit and 8-bit weights, 16 weight rows by 16 input rows a tile.
  *
  * Exact up to the order of float additions, like the other paths: AMX multiplies bf16
  * pairs and adds in float32. A weight's integer q (0..15, or 0..255) is exact in bf16,
@@ -23,10 +22,9 @@
  * and 8 rows the row tiles' steps were faster in the engine (bench_rows), from about 12
  * the tiles'. */
 enum { AMX_FROM = 12 };
-#ifndef AMX_TAIL
-#define AMX_TAIL 3 /* rows past a multiple of AMX_M left to the row tiles */
-#endif
-enum { AMX_M = 16, AMX_CHUNK = 256 }; /* input rows a tile; weight rows a chunk */
+/* input rows a tile; weight rows a chunk; rows past a multiple of AMX_M left to the
+ * vector paths (_qmm.c) */
+enum { AMX_M = 16, AMX_CHUNK = 256, AMX_TAIL = 3 };
 /* Tiles (GCC's intrinsics take literal numbers): 0 A, 1-3 the B parts, 4-7 C. */
 
 typedef struct {
@@ -217,7 +215,7 @@ static void amx_chunk(int N, int K, int gs, int bits, int n0, int n1, int m0, in
   }
   for (int i = 0; i < nb; i++) { /* the bias term, then out[m][n] from lane m of row n */
     const int rows = ROWS(i);
-    float *a = acc + i * 256;
+    const float *a = acc + i * 256;
     const float *br = b + (long)(n0 + 16 * i) * G;
     __m512 t[16]; /* sixteen independent chains */
     for (int r = 0; r < 16; r++) t[r] = _mm512_load_ps(a + 16 * r);
@@ -226,9 +224,12 @@ static void amx_chunk(int N, int K, int gs, int bits, int n0, int n1, int m0, in
       for (int r = 0; r < 16; r++)
         t[r] = _mm512_fmadd_ps(_mm512_set1_ps(r < rows ? br[(long)r * G + g] : 0.0f), v, t[r]);
     }
-    for (int r = 0; r < 16; r++) _mm512_store_ps(a + 16 * r, t[r]);
+    __m512i o[16]; /* lane m of row r -> lane r of output row m */
+    for (int r = 0; r < 16; r++) o[r] = _mm512_castps_si512(t[r]);
+    amx_transpose16(o);
+    const __mmask16 valid = (__mmask16)((1u << rows) - 1);
     for (int m = 0; m < mrows; m++)
-      for (int r = 0; r < rows; r++) out[(long)(m0 + m) * N + n0 + 16 * i + r] = a[16 * r + m];
+      _mm512_mask_storeu_ps(out + (long)(m0 + m) * N + n0 + 16 * i, valid, _mm512_castsi512_ps(o[m]));
   }
 #undef SCALE
 #undef ROWS
