@@ -154,3 +154,65 @@ def test_no_second_openblas_without_avx512_or_where_the_first_has_its_kernels(mo
     monkeypatch.setattr(_blas, "_cpu_flags", lambda: set(_blas.AVX512))
     monkeypatch.setattr(_blas, "_core", lambda lib: "SkylakeX")
     assert _blas._sgemm_library(_blas._state["_path"], blas) is None
+
+
+@needs_openblas
+def test_kernels_match_the_cpu_where_openblas_picks_generic_ones():
+    # Debian's OpenBLAS gives CPUs newer than its table (Sapphire/Emerald Rapids) its
+    # SSE3 "Prescott" kernels: a copy with the kernels the flags allow takes its place.
+    # In a fresh interpreter, before any OpenBLAS is global: a copy loaded after one
+    # is would bind its own globals to that one's (and run its kernels).
+    code = """if 1:
+        import ctypes, json, os, mlx_notebook
+        from mlx_notebook import _blas
+        path = next(p for p in _blas.CANDIDATES if os.path.exists(p))
+        blas, real = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL), _blas._core
+        _blas._core = lambda lib: "Prescott" if lib is blas else real(lib)
+        got = []
+        for flags in (_blas.AVX512 | _blas.AVX2, _blas.AVX2, {"sse3"}):
+            _blas._cpu_flags = lambda flags=flags: flags
+            found = _blas._better_kernels(path, blas)
+            env_left = "OPENBLAS_CORETYPE" in os.environ
+            got.append(found and [real(found[0]), found[1] != path, env_left])
+        os.environ["OPENBLAS_CORETYPE"] = "Prescott"  # the user's choice stays
+        got.append(_blas._better_kernels(path, blas))
+        del os.environ["OPENBLAS_CORETYPE"]
+        _blas._core = real  # kernels it picked itself: kept where they use the flags
+        got.append([real(blas), _blas._better_kernels(path, blas)])
+        print(json.dumps(got))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**env, "MLX_NOTEBOOK_BLAS": "0"},
+    )
+    avx512, avx2, plain, asked, (own, kept) = json.loads(out.stdout.splitlines()[-1])
+    assert avx512 == ["SkylakeX", True, False] and avx2 == ["Haswell", True, False]
+    assert plain is None and asked is None
+    if own.lower() in _blas.CAPABLE:
+        assert kept is None
+
+
+@needs_openblas
+def test_loaded_kernels_use_the_cpus_vector_units():
+    # On this CPU, whatever OpenBLAS would pick by itself: never the generic kernels
+    # where the CPU has AVX2 (float32 prefill ran 3-4x slower on them).
+    code = "import json, mlx_notebook as m; print(json.dumps(m._blas.status()))"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**env, "MLX_NOTEBOOK_BLAS": ""},
+    )
+    status = json.loads(out.stdout.splitlines()[-1])
+    if not _blas.AVX2 <= _blas._cpu_flags():
+        pytest.skip("no AVX2 on this CPU")
+    assert status["core"].lower() in _blas.CAPABLE
+    if "where it picked" in status["reason"]:  # and says which it replaced
+        picked = status["reason"].split("where it picked ")[1].split()[0]
+        assert picked.lower() not in _blas.CAPABLE and status["core"] in status["reason"]
