@@ -65,14 +65,21 @@ enum { TILES_FROM = SMALL_M + 1 };
 #define PREFETCH_ROWS 16
 #endif
 
-/* A decode step's products (and a verify pass's) take one thread unless they are this large
- * (an LM head). Measured on 2 cores: a second OpenMP thread spinning between the
- * step's 150 small products takes the core that the Python thread building the
- * next step needs, and decoding got slower than on one thread. */
+/* A decode step's products (and a verify pass's) take OpenMP's threads only when they are
+ * this large (an LM head). Measured on 2 cores: a second OpenMP thread spinning between
+ * the step's 150 small products takes the core that the Python thread building the
+ * next step needs, and decoding got slower than on one thread. One row's products from
+ * HELPER_MACS take _helper.c's thread instead, which sleeps between calls and joins a
+ * call only when it wakes in time (engine decode of `default:q4`, 64 tokens, 5 paired
+ * runs on 2 cores: 1.07-1.55x, median 1.15x). */
 static long small_parallel_min = 1L << 23;
 void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 
 static int thread_count; /* 0: OpenMP's default */
+/* The fast path's own library (_gemv.c, _helper.c), when loaded: weak, so that the
+ * extension also loads without it. */
+extern int mlxnb_thread_count __attribute__((weak)); /* 1: the thread governor's one thread */
+void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n) __attribute__((weak));
 static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
@@ -220,30 +227,13 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_AVX512
   if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
     const int blocks = N / 4;
+    const one_row_job job = {N, K, gs, bits, G, rb, x, w, s, b, xsum, out};
+    if (nt == 1 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
+        &mlxnb_thread_count && mlxnb_thread_count != 1) /* not one thread; the shim loaded */
+      mlxnb_helper_run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
+    else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int i = 0; i < blocks; i++) {
-      const long n = 4L * i;
-      if (n + PREFETCH_ROWS + 4 <= N) { /* rows ahead: small matrices end before the
-                                         * hardware prefetcher has ramped up */
-        const char *p = (const char *)(w + (n + PREFETCH_ROWS) * rb);
-        for (long o = 0; o < 4 * rb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-        const char *q = (const char *)(s + (n + PREFETCH_ROWS) * G);
-        const char *c = (const char *)(b + (n + PREFETCH_ROWS) * G);
-        for (long o = 0; o < 4L * G * 4; o += 64) {
-          _mm_prefetch(q + o, _MM_HINT_T0);
-          _mm_prefetch(c + o, _MM_HINT_T0);
-        }
-      }
-      if (bits == 4 && gs == 32) { /* GGUF's 4-bit blocks */
-#ifdef QMM_Q4_BLOCKS
-        two_rows_q4(K, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
-        two_rows_q4(K, w + (n + 2) * rb, rb, s + (n + 2) * G, b + (n + 2) * G, x, xsum,
-                    out + n + 2);
-#else
-        four_rows512(K, 32, 4, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
-#endif
-      } else
-        four_rows512(K, gs, bits, w + n * rb, rb, s + n * G, b + n * G, x, xsum, out + n);
+      for (int i = 0; i < blocks; i++) one_row_block(&job, i);
     }
     n_done = 4 * blocks;
   }

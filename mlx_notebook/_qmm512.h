@@ -183,3 +183,48 @@ static inline __attribute__((always_inline)) void two_rows_q4(
     out[r] = finish_row512(_mm512_add_ps(tot[r][0], tot[r][1]), b + (long)r * G, xsum, G);
 }
 #endif
+
+/* One row's product (a decode step) in units of HELPER_BLOCKS blocks of four weight rows,
+ * for _helper.c's thread and the caller. */
+enum { HELPER_MACS = 1 << 18, HELPER_BLOCKS = 16 };
+typedef struct {
+  int N, K, gs, bits, G;
+  long rb;
+  const float *x;
+  const uint8_t *w;
+  const float *s, *b, *xsum;
+  float *out;
+} one_row_job;
+
+/* Weight rows 4i .. 4i + 3. */
+static inline void one_row_block(const one_row_job *j, int i) {
+  const int N = j->N, K = j->K, G = j->G, gs = j->gs, bits = j->bits;
+  const long rb = j->rb, n = 4L * i;
+  const uint8_t *w = j->w;
+  const float *s = j->s, *b = j->b;
+  if (n + PREFETCH_ROWS + 4 <= N) { /* rows ahead: small matrices end before the
+                                     * hardware prefetcher has ramped up */
+    const char *p = (const char *)(w + (n + PREFETCH_ROWS) * rb);
+    for (long o = 0; o < 4 * rb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    const char *q = (const char *)(s + (n + PREFETCH_ROWS) * G);
+    const char *c = (const char *)(b + (n + PREFETCH_ROWS) * G);
+    for (long o = 0; o < 4L * G * 4; o += 64) {
+      _mm_prefetch(q + o, _MM_HINT_T0);
+      _mm_prefetch(c + o, _MM_HINT_T0);
+    }
+  }
+#ifdef QMM_Q4_BLOCKS
+  if (bits == 4 && gs == 32) { /* GGUF's 4-bit blocks */
+    two_rows_q4(K, w + n * rb, rb, s + n * G, b + n * G, j->x, j->xsum, j->out + n);
+    two_rows_q4(K, w + (n + 2) * rb, rb, s + (n + 2) * G, b + (n + 2) * G, j->x, j->xsum,
+                j->out + n + 2);
+  } else
+#endif
+    four_rows512(K, gs, bits, w + n * rb, rb, s + n * G, b + n * G, j->x, j->xsum, j->out + n);
+}
+
+static void one_row_unit(void *arg, int u) {
+  const one_row_job *j = arg;
+  const int blocks = j->N / 4, end = (u + 1) * HELPER_BLOCKS < blocks ? (u + 1) * HELPER_BLOCKS : blocks;
+  for (int i = u * HELPER_BLOCKS; i < end; i++) one_row_block(j, i);
+}

@@ -88,6 +88,36 @@ def test_one_thread_gives_the_same_products(ext, rows):
     assert mx.array_equal(many, one).item()  # rows are split, sums are not
 
 
+def test_one_row_products_share_the_helper_thread(ext):
+    # A decode step's products from 2^18 multiply-adds (below the LM head's OpenMP
+    # threads) are split with _helper.c's thread; the same sums, whoever computes them.
+    import mlx.core as mx
+
+    from mlx_notebook import _blas
+
+    if not _blas.AVX512 <= _blas._cpu_flags():
+        pytest.skip("the four-row blocks that the helper shares are AVX-512's")
+    lib = _blas.native_library()
+    x, wq, s, b, ref = _case(1, 1024, 576, 32, 4)  # 590K multiply-adds
+    before = lib.mlxnb_helper_calls()
+    shared = ext.quant_matmul(x, wq, s, b, 32, 4)
+    mx.eval(shared)
+    assert lib.mlxnb_helper_calls() == before + 1
+    xs, ws, ss, bs, _ = _case(1, 64, 256, 32, 4)
+    small = ext.quant_matmul(xs, ws, ss, bs, 32, 4)
+    mx.eval(small)  # 16K multiply-adds: waking the helper would cost more
+    assert lib.mlxnb_helper_calls() == before + 1
+    ext.set_threads(1)  # the thread governor's one thread: no helper either
+    try:
+        one = ext.quant_matmul(x, wq, s, b, 32, 4)
+        mx.eval(one)
+    finally:
+        ext.set_threads(0)
+    assert lib.mlxnb_helper_calls() == before + 1
+    assert mx.array_equal(shared, one).item()
+    assert mx.abs(shared - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
+
+
 @pytest.mark.parametrize(
     "change",
     [
