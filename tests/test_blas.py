@@ -156,6 +156,15 @@ def test_no_second_openblas_without_avx512_or_where_the_first_has_its_kernels(mo
     assert _blas._sgemm_library(_blas._state["_path"], blas) is None
 
 
+def _without_coretype(code, **env):
+    """The last line of ``code``'s output, as JSON, run where OPENBLAS_CORETYPE is unset."""
+    env = {**{k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}, **env}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 @needs_openblas
 def test_kernels_match_the_cpu_where_openblas_picks_generic_ones():
     # Debian's OpenBLAS gives CPUs newer than its table (Sapphire/Emerald Rapids) its
@@ -181,15 +190,7 @@ def test_kernels_match_the_cpu_where_openblas_picks_generic_ones():
         got.append([real(blas), _blas._better_kernels(path, blas)])
         print(json.dumps(got))
     """
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**env, "MLX_NOTEBOOK_BLAS": "0"},
-    )
-    avx512, avx2, plain, asked, (own, kept) = json.loads(out.stdout.splitlines()[-1])
+    avx512, avx2, plain, asked, (own, kept) = _without_coretype(code, MLX_NOTEBOOK_BLAS="0")
     assert avx512 == ["SkylakeX", True, False] and avx2 == ["Haswell", True, False]
     assert plain is None and asked is None
     if own.lower() in _blas.CAPABLE:
@@ -201,15 +202,7 @@ def test_loaded_kernels_use_the_cpus_vector_units():
     # On this CPU, whatever OpenBLAS would pick by itself: never the generic kernels
     # where the CPU has AVX2 (float32 prefill ran 3-4x slower on them).
     code = "import json, mlx_notebook as m; print(json.dumps(m._blas.status()))"
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**env, "MLX_NOTEBOOK_BLAS": ""},
-    )
-    status = json.loads(out.stdout.splitlines()[-1])
+    status = _without_coretype(code, MLX_NOTEBOOK_BLAS="")
     if not _blas.AVX2 <= _blas._cpu_flags():
         pytest.skip("no AVX2 on this CPU")
     assert status["core"].lower() in _blas.CAPABLE
