@@ -208,14 +208,16 @@ def _load_gemv(blas) -> None:
     lib.mlxnb_gemv_forwarded.restype = ctypes.c_long
     lib.mlxnb_small_forwarded.restype = ctypes.c_long
     lib.mlxnb_tiled_forwarded.restype = ctypes.c_long
+    lib.mlxnb_own_gemv.restype = ctypes.c_long
     core = _core(fast) if fast is not None else ""
     kernels = f", OpenBLAS's {core} sgemm" if core else ""
     tiles = int(lib.mlxnb_tile_rows())
+    one = "an AVX-512 kernel on two threads" if tiles else "sgemv"  # both: AVX-512 builds
     tiles = f", 9-{tiles} rows AVX-512 row tiles" if tiles else ""
     _state.update(
         gemv=True,
         gemv_reason=(
-            f"single-row products use sgemv, 2-24 rows a few-row kernel{tiles}{kernels} ({how})"
+            f"single-row products use {one}, 2-24 rows a few-row kernel{tiles}{kernels} ({how})"
         ),
     )
     _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, core
@@ -227,7 +229,7 @@ def native_library():
 
 
 def gemv_calls() -> int:
-    """Single-row products forwarded to sgemv so far (0 when the shim is not loaded)."""
+    """Single-row products the shim took so far (0 when it is not loaded)."""
     lib = _state.get("_lib")
     return int(lib.mlxnb_gemv_forwarded()) if lib is not None else 0
 

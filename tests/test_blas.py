@@ -27,6 +27,10 @@ def run(code, **env):
     return out
 
 
+CPUINFO = Path("/proc/cpuinfo")
+AVX512 = CPUINFO.exists() and "avx512f" in CPUINFO.read_text(errors="ignore")
+
+
 needs_openblas = pytest.mark.skipif(
     not any(os.path.exists(p) for p in _blas.CANDIDATES),
     reason="OpenBLAS not installed (apt-get install libopenblas0-pthread)",
@@ -61,26 +65,35 @@ def test_warns_once_when_mlx_was_imported_first():
 
 
 @needs_openblas
-def test_single_row_products_go_to_sgemv_and_agree_with_numpy():
+def test_single_row_products_are_taken_and_agree_with_numpy():
+    # x @ W.T (every Linear's decode step) on AVX-512: the shim's own kernel, split with
+    # the helper thread; x @ W and CPUs without AVX-512: OpenBLAS's sgemv.
     code = (
         "import json, mlx_notebook, numpy as np; from mlx_notebook import _blas; "
-        "import mlx.core as mx; a = mx.random.normal((1, 576)); w = mx.random.normal((1536, 576)); "
-        "b = mx.random.normal((5, 576)); y = a @ w.T; z = b @ w.T; t = a @ w[:576].T.T; "
-        "mx.eval(y, z, t); n = _blas.gemv_calls(); f = _blas.few_row_calls(); "
+        "import mlx.core as mx; lib = _blas.native_library(); "
+        "a = mx.random.normal((1, 581)); w = mx.random.normal((1536, 581)); "
+        "b = mx.random.normal((5, 581)); y = a @ w.T; mx.eval(y); "
+        "own, helper = lib.mlxnb_own_gemv(), lib.mlxnb_helper_calls(); "
+        "z = b @ w.T; t = a @ w[:581].T.T; mx.eval(z, t); "
+        "n, f = _blas.gemv_calls(), _blas.few_row_calls(); "
+        "own2, helper2 = lib.mlxnb_own_gemv(), lib.mlxnb_helper_calls(); "
         "err = float(np.abs(np.array(y) - np.array(a) @ np.array(w).T).max()); "
-        "err2 = float(np.abs(np.array(t) - np.array(a) @ np.array(w[:576])).max()); "
+        "err2 = float(np.abs(np.array(t) - np.array(a) @ np.array(w[:581])).max()); "
         "err3 = float(np.abs(np.array(z) - np.array(b) @ np.array(w).T).max()); "
-        "print(json.dumps([_blas.status(), n, f, err, err2, err3]))"
+        "print(json.dumps([_blas.status(), n, f, own, helper, own2, helper2, err, err2, err3]))"
     )
-    status, n, f, err, err2, err3 = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout)
-    assert status["gemv"] is True and "sgemv" in status["gemv_reason"]
+    out = json.loads(run(code, MLX_NOTEBOOK_BLAS="").stdout.splitlines()[-1])
+    status, n, f, own, helper, own2, helper2, err, err2, err3 = out
+    assert status["gemv"] is True
     assert n == 2  # the two single-row products
     assert f == 1  # the five-row one, by the few-row kernel
+    if AVX512:  # 581: a masked tail of 5 floats
+        assert "AVX-512 kernel on two threads" in status["gemv_reason"]
+        assert own == 1 and helper == 1  # the first, 892K multiply-adds: split
+        assert own2 == 1 and helper2 == 1  # x @ W: sgemv
+    else:
+        assert "sgemv" in status["gemv_reason"] and own == own2 == 0
     assert err < 1e-3 and err2 < 1e-3 and err3 < 1e-3
-
-
-CPUINFO = Path("/proc/cpuinfo")
-AVX512 = CPUINFO.exists() and "avx512f" in CPUINFO.read_text(errors="ignore")
 
 
 @needs_openblas
