@@ -212,7 +212,8 @@ def _load_gemv(blas) -> None:
     core = _core(fast) if fast is not None else ""
     kernels = f", OpenBLAS's {core} sgemm" if core else ""
     tiles = int(lib.mlxnb_tile_rows())
-    one = "an AVX-512 kernel on two threads" if tiles else "sgemv"  # both: AVX-512 builds
+    # one_row (_gemv.c) is built where the row tiles are: with AVX-512
+    one = "an AVX-512 kernel on two threads" if tiles else "sgemv"
     tiles = f", 9-{tiles} rows AVX-512 row tiles" if tiles else ""
     _state.update(
         gemv=True,

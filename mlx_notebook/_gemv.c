@@ -206,7 +206,6 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 }
 #endif
 
-
 #ifdef __AVX512F__
 /* One row against the weight rows (x @ W.T, a decode step's product), 16 floats wide,
  * four weight rows at a time with the rows 8 ahead prefetched; split in units of
