@@ -110,7 +110,7 @@ class Batch:
             return None
         if self.main is None:
             self.main, self._tables = main, tables
-        self.rows.append(Row(job, state, setup, seq, out))
+        self.rows.append(Row(job, state, setup, seq, out, alone=lambda: not self.decoding))
         return None
 
     # -- the step -------------------------------------------------------------------------
@@ -319,8 +319,6 @@ class Batch:
         Raises:
             _JoinFailed: Merging failed before anything shared changed.
         """
-        for r in joiners:
-            r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, r.sizer.largest)
         if not self.decoding and len(joiners) == 1:
             self._cache = joiners[0].seq.cache  # alone: its own cache, as a job alone
         else:
@@ -381,6 +379,8 @@ class Batch:
         req = row.job.request
         if req.remember and row.out.generated:
             row.state.suffix.add(row.setup.prompt + row.out.generated)
+        stats = row.out.stats
+        stats.prefill_chunk = max(stats.prefill_chunk, row.sizer.largest)  # also when stopped
         error = None if exc is None else describe(exc)
         row.job.emit(row.out.finish(reason, error, None if exc is None else detach_frames(exc)))
         if broken is not None:

@@ -1,7 +1,10 @@
 """Prompt prefill in chunks sized by throughput and time, with cancel points between chunks.
 
-MLX cannot abort a graph in flight, so one chunk's compute bounds the cancel
-latency: a chunk must fit the time target. Within that bound, bigger chunks
+MLX cannot abort a graph in flight, so the compute between two cancel points
+bounds the Stop latency: it must fit the time target. Cancel points come between
+chunks, and, where the cache can roll a partial pass back (`layer_gates`), every
+few layers inside a chunk; a chunk may then run as long as its layers allow,
+within `ChunkSizer.HOLD_S`. Within those bounds, bigger chunks
 amortize the fixed cost of a forward pass (reading every weight), but attention
 makes each token of a chunk dearer the longer the chunk: on a CPU, one chunk
 of 1,500 tokens runs slower than chunks of 128. A per-model cost model, learned
@@ -21,9 +24,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 
 import mlx.core as mx
 
+from . import layer_gates
+from .errors import Cancelled
 from .sequence import CachedSequence
 from .threads import governor
 
@@ -148,6 +154,9 @@ class ChunkSizer:
 
     # Aim under the target: one chunk's time varies with the machine's load.
     MARGIN = 0.8
+    # Most seconds for a chunk with cancel points inside: progress, pending calls and
+    # other jobs still wait for all of it.
+    HOLD_S = 2.0
 
     def __init__(
         self,
@@ -163,10 +172,17 @@ class ChunkSizer:
         self.largest = 0  # the largest chunk used, for the stats
         self._last = 0
 
-    def size_at(self, pos: int) -> int:
-        """The next chunk's length when prefilling from position ``pos``."""
+    def size_at(self, pos: int, points: int = 1) -> int:
+        """The next chunk's length when prefilling from position ``pos``.
+
+        Args:
+            pos: Where the chunk starts.
+            points: Stretches between cancel points in a chunk (its layers, where
+                gated): each must fit the target, the whole chunk `HOLD_S`.
+        """
         p = self.profile
-        fit = p.largest_within(self.target_s * self.MARGIN, pos)
+        most = self.target_s if points <= 1 else min(self.target_s * points, self.HOLD_S)
+        fit = p.largest_within(most * self.MARGIN, pos)
         if fit is None:
             return self.first
         want = min(fit, p.best(), self.hi)
@@ -177,6 +193,13 @@ class ChunkSizer:
         if grown:
             want = min(want, 4 * max(grown, self.first // 4))
         return int(max(self.lo, want))
+
+    def every(self, n: int, pos: int, layers: int) -> int:
+        """Layers between cancel points for ``n`` tokens at ``pos`` (each stretch fits the target)."""
+        t = self.profile.predict(n, pos)
+        if not t or t <= 0:
+            return 1
+        return max(1, int(layers * self.target_s * self.MARGIN / t))
 
     @property
     def size(self) -> int:
@@ -196,28 +219,48 @@ def prefill_steps(
     *,
     progress: Progress,
     sizer: ChunkSizer,
+    stop: Callable[[], bool] | None = None,
+    alone: Callable[[], bool] = lambda: True,
 ) -> Iterator[int]:
     """Feed ``tokens[:-1]`` beyond what ``seq`` holds, one chunk per iteration.
 
     Yields after each chunk (its length), a point where the caller may stop: the
     cache then holds exactly ``seq.tokens``. The last token is left to decode.
+    When ``stop`` turns true inside a gated chunk, the chunk is rolled back and
+    the steps end early (the caller's next check sees the Stop).
 
     Args:
         seq: The model and cache; ``seq.tokens`` must be a prefix of ``tokens``.
         tokens: The whole prompt.
         progress: Called with ``(done, total)`` before the first chunk and after each.
         sizer: Chooses chunk lengths.
+        stop: Whether the job was stopped; with it, chunks get cancel points
+            between layers where the cache allows (`layer_gates`).
+        alone: Whether nothing else waits for each chunk (other rows' decode
+            steps do): only then are chunks sized past the time target.
     """
     total, end = len(tokens), len(tokens) - 1
     progress(len(seq.tokens), total)
     if len(seq.tokens) < end:
         governor().prefill_chunk()  # starts the meter's window
+    layers = layer_gates.points(seq.model, seq.cache) if stop is not None else 0
+    if layers:
+        layer_gates.install(seq.model)
     while len(seq.tokens) < end:
         start = len(seq.tokens)
-        chunk = tokens[start : min(end, start + sizer.size_at(start))]
+        gated = layers > 1 and alone()
+        chunk = tokens[start : min(end, start + sizer.size_at(start, layers if gated else 1))]
+        gate = nullcontext()
+        if gated:
+            gate = layer_gates.opened(stop, sizer.every(len(chunk), start, layers), layers)
         t0 = clock()
-        seq.forward(chunk)
-        mx.eval([c.state for c in seq.cache])
+        try:
+            with gate:
+                seq.forward(chunk)
+                mx.eval([c.state for c in seq.cache])
+        except layer_gates.Aborted:
+            seq.drop_partial()
+            return
         sizer.observe(len(chunk), clock() - t0, start)
         governor().prefill_chunk()  # other processes took the cores meanwhile: yield them
         mx.clear_cache()
@@ -232,8 +275,15 @@ def prefill(
     check: CancelCheck,
     progress: Progress,
     sizer: ChunkSizer,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
-    """`prefill_steps` to the end, with ``check`` (raises `Cancelled`) before and between chunks."""
+    """`prefill_steps` to the end, with ``check`` (raises `Cancelled`) before and between chunks.
+
+    ``stop`` (see `prefill_steps`) adds cancel points inside chunks; a chunk stopped
+    at one raises `Cancelled`.
+    """
     check()
-    for _ in prefill_steps(seq, tokens, progress=progress, sizer=sizer):
+    for _ in prefill_steps(seq, tokens, progress=progress, sizer=sizer, stop=stop):
         check()
+    if len(seq.tokens) < len(tokens) - 1:  # a gate stopped a chunk
+        raise Cancelled

@@ -20,9 +20,12 @@ class Row:
         setup: Prompt, budget and sampler.
         seq: Its KV cache and tokens (taken from the prompt cache).
         out: Turns its tokens into events.
+        alone: Whether no other row waits for its prefill chunks (see `prefill_steps`).
     """
 
-    def __init__(self, job: Job, state: ModelState, setup: Setup, seq, out: Output) -> None:
+    def __init__(
+        self, job: Job, state: ModelState, setup: Setup, seq, out: Output, alone=lambda: True
+    ) -> None:
         self.job, self.state, self.setup, self.seq, self.out = job, state, setup, seq, out
         self.sizer = ChunkSizer(job.request.prefill_target_s, state.prefill)
         self.steps = prefill_steps(
@@ -30,6 +33,8 @@ class Row:
             setup.prompt,
             progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
             sizer=self.sizer,
+            stop=lambda: job.cancelled,
+            alone=alone,
         )
         self.phase = "prefill"  # then "ready" (prefilled), "decode", "done"
         self.fresh = True  # its next emitted value is its prompt's last token, not output

@@ -77,14 +77,17 @@ def run_job(
             ctx.draft_seq, ctx.draft_profile = dseq, draft_state.prefill
         source: DraftSource | None = make_source(req.kind, ctx)
         sizer = ChunkSizer(req.prefill_target_s, main_state.prefill)
-        prefill(
-            seq,
-            prompt,
-            check=check,
-            progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
-            sizer=sizer,
-        )
-        stats.prefill_chunk = sizer.largest
+        try:
+            prefill(
+                seq,
+                prompt,
+                check=check,
+                progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
+                sizer=sizer,
+                stop=lambda: job.cancelled,
+            )
+        finally:
+            stats.prefill_chunk = sizer.largest
         if req.reuse_cache:
             main_cache.keep_prompt(seq)
         passes0 = seq.passes

@@ -57,9 +57,11 @@ class CachedSequence:
         pend = len(self.pending)
         if pend:
             arr = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), arr.astype(mx.uint32)])
+        # Bookkeeping after the call: a pass stopped partway (`layer_gates`) changes nothing.
+        logits = self.model(arr[None], cache=self.cache)
+        if pend:
             self.replayed += pend - self._fresh
             self.pending, self._fresh = [], 0
-        logits = self.model(arr[None], cache=self.cache)
         self.passes += 1
         if not isinstance(ids, mx.array):
             self.tokens.extend(ids)
@@ -121,6 +123,16 @@ class CachedSequence:
             raise RuntimeError(f"cannot rewind this cache from {held} to {n} tokens")
         del self.tokens[n:]
         self._fresh = min(self._fresh, len(self.pending))
+
+    def drop_partial(self) -> None:
+        """Trim the layers a pass stopped partway had fed, back to `held` tokens.
+
+        Full-attention caches only (`layer_gates.points`): they trim at any length.
+        """
+        for c in self.cache:
+            extra = c.offset - self.held
+            if extra > 0:
+                c.trim(extra)
 
     def settle(self) -> None:
         """Forget pending tokens (the cache holds the rest), e.g. before storing it."""
