@@ -91,7 +91,7 @@ def test_stop_mid_prefill_on_the_default_model(engine):
     text = open(__file__.replace("tests/test_prefill.py", "README.md")).read()
     prompt = tok.decode(tok.encode(text)[:1500])
     rng = random.Random(1)
-    lat, after, chunks = [], [], []
+    lat, after = [], []
     while len(lat) < 10:
         job = engine.submit(Request(prompt, chat=False, max_tokens=1, reuse_cache=False))
         marks = []  # per chunk done: was Stop already pressed when it was reported?
@@ -108,13 +108,109 @@ def test_stop_mid_prefill_on_the_default_model(engine):
         if fin.finish_reason == "cancelled":  # not already past prefill
             lat.append(time.perf_counter() - t0)
             after.append(sum(marks))
-            chunks.append(fin.stats.prefill_chunk)
-    # The mechanism, counted: a Stop waits for the chunk in flight and no other, and
-    # chunks are sized by time (a fraction of the prompt, never all of it).
+    # The mechanism, counted: a Stop ends the chunk in flight at its next cancel point
+    # (between layers) or waits for it, and no other chunk.
     assert max(after) <= 1, after
-    # About 150-260 tokens a chunk on a 2-core CI machine (0.25 s each): half the prompt
-    # leaves room for a machine three times faster, never the whole prompt at once.
-    assert max(chunks) < 1500 / 2, chunks
     # The latency itself is in the README (median ~0.11 s); here only with 10x headroom.
     lat.sort()
     assert (lat[4] + lat[5]) / 2 <= 1.5, lat
+
+
+def test_gated_chunks_fill_the_hold_and_each_stretch_fits_the_target():
+    prof = PrefillProfile()
+    for n, p in [(8, 0), (32, 8), (128, 40), (100, 168), (60, 268), (200, 328), (150, 528)]:
+        prof.observe(n, p, cost(n, p, g=0.0, a=0.01, b=1e-7))
+    s = ChunkSizer(target_s=0.25, profile=prof)
+    plain, gated = s.size_at(300), s.size_at(300, points=30)
+    assert cost(plain, 300, 0, 0.01, 1e-7) <= 0.25 * ChunkSizer.MARGIN + 1e-9
+    # Thirty stretches of 0.2 s would be 6 s: the hold (2 s) bounds the whole chunk.
+    assert gated == int(prof.largest_within(ChunkSizer.HOLD_S * ChunkSizer.MARGIN, 300))
+    assert gated > 7 * plain
+    every = s.every(gated, 300, 30)
+    stretch = cost(gated, 300, 0, 0.01, 1e-7) / 30
+    assert every * stretch <= 0.25 * ChunkSizer.MARGIN < (every + 1) * stretch
+
+
+def _gated_setup(tmp_path, per_token_s):
+    from mlx_lm import load
+
+    from mlx_notebook.engine.sequence import CachedSequence
+    from mlx_notebook.families import build_family
+
+    model = load(str(build_family("llama", tmp_path, num_hidden_layers=4)))[0]
+    prof = PrefillProfile()
+    prof.coef, prof.largest = (0.0, per_token_s, 0.0), 10_000  # as if measured long ago
+    return CachedSequence(model), ChunkSizer(target_s=0.25, profile=prof)
+
+
+def test_a_stop_inside_a_chunk_ends_the_steps_with_the_cache_as_before(tmp_path):
+    from mlx_notebook.engine import prefill as pf
+
+    seq, sizer = _gated_setup(tmp_path, 0.01)  # 10 ms a token: 20 a chunk without gates
+    tokens = list(range(20, 260))
+    seen, asked = [], []
+    steps = pf.prefill_steps(
+        seq, tokens, progress=lambda d, t: seen.append(d), sizer=sizer, stop=lambda: bool(asked.append(1))
+    )
+    first = next(steps)
+    assert first == 80  # 0.8 s of tokens: four layers of 0.2 s each
+    assert len(asked) == 3  # a cancel point after each layer but the last
+    asked.clear()
+    sizer.profile.coef = (0.0, 0.01, 0.0)  # the tiny model ran fast: keep it slow on paper
+    stopped = pf.prefill_steps(
+        seq, tokens, progress=lambda d, t: seen.append(d), sizer=sizer, stop=lambda: not asked.append(1)
+    )
+    assert list(stopped) == [] and len(asked) == 1  # stopped at the first point
+    assert seq.tokens == tokens[:80] and {c.offset for c in seq.cache} == {80}
+    assert seen == [0, 80, 80]  # no progress for the chunk that was rolled back
+    sizer.profile.coef = (0.0, 0.01, 0.0)
+    with pytest.raises(pf.Cancelled):
+        pf.prefill(seq, tokens, check=lambda: None, progress=lambda d, t: None, sizer=sizer, stop=lambda: True)
+    assert seq.tokens == tokens[:80] and seq.consistent()
+
+
+def test_chunks_stay_within_the_target_while_other_rows_wait(tmp_path):
+    from mlx_notebook.engine import prefill as pf
+
+    seq, sizer = _gated_setup(tmp_path, 0.01)
+    asked = []
+    steps = pf.prefill_steps(
+        seq,
+        list(range(20, 260)),
+        progress=lambda d, t: None,
+        sizer=sizer,
+        stop=lambda: bool(asked.append(1)),
+        alone=lambda: False,  # other rows decode between chunks
+    )
+    assert next(steps) == 20 and asked == []  # 0.2 s of tokens, no cancel points inside
+
+
+@pytest.mark.parametrize("batch", [True, False])  # a batch row, a job run alone
+def test_a_stop_at_a_layer_ends_the_job_and_its_cache_serves_the_next(engine, tiny_dir, monkeypatch, batch):
+    from mlx_notebook.engine import layer_gates
+
+    prompt = " ".join(f"w{i}" for i in range(60))
+    base = dict(model=tiny_dir, chat=False, max_tokens=4, temperature=0, batch=batch)
+    holder, passes = [], []
+    passed = layer_gates.Gate.passed
+
+    def spy(self, out):
+        passes.append(self.seen)  # layers of this chunk passed before this one
+        if len(passes) > 20 and self.seen == 0 and not holder[0].cancelled:
+            holder[0].cancel()  # Stop pressed while a chunk's first layer ran
+        passed(self, out)
+
+    monkeypatch.setattr(layer_gates.Gate, "passed", spy)
+    # A tiny target: on paper every chunk outlasts it, so every layer is a cancel point.
+    job = engine.submit(Request(prompt, prefill_target_s=1e-7, **base))
+    holder.append(job)
+    done = []
+    job.add_listener(lambda ev: type(ev).__name__ == "PrefillProgress" and done.append(ev.done))
+    fin = job.wait(60)
+    assert fin.finish_reason == "cancelled" and passes[-1] == 0  # no layer after the Stop
+    monkeypatch.setattr(layer_gates.Gate, "passed", passed)
+    again = engine.submit(Request(prompt, **base)).result(timeout=60)
+    # The chunks before the Stop, reused; the stopped one rolled back.
+    assert again.stats.cached_tokens == done[-1] > 0 and len(done) > 2
+    fresh = engine.submit(Request(prompt, reuse_cache=False, **base)).result(timeout=60)
+    assert again.text == fresh.text
