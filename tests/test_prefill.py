@@ -149,23 +149,20 @@ def test_a_stop_inside_a_chunk_ends_the_steps_with_the_cache_as_before(tmp_path)
     seq, sizer = _gated_setup(tmp_path, 0.01)  # 10 ms a token: 20 a chunk without gates
     tokens = list(range(20, 260))
     seen, asked = [], []
-    steps = pf.prefill_steps(
-        seq, tokens, progress=lambda d, t: seen.append(d), sizer=sizer, stop=lambda: bool(asked.append(1))
-    )
+    note = dict(progress=lambda d, t: seen.append(d), sizer=sizer)
+    steps = pf.prefill_steps(seq, tokens, stop=lambda: bool(asked.append(1)), **note)
     first = next(steps)
     assert first == 80  # 0.8 s of tokens: four layers of 0.2 s each
     assert len(asked) == 3  # a cancel point after each layer but the last
     asked.clear()
     sizer.profile.coef = (0.0, 0.01, 0.0)  # the tiny model ran fast: keep it slow on paper
-    stopped = pf.prefill_steps(
-        seq, tokens, progress=lambda d, t: seen.append(d), sizer=sizer, stop=lambda: not asked.append(1)
-    )
+    stopped = pf.prefill_steps(seq, tokens, stop=lambda: not asked.append(1), **note)
     assert list(stopped) == [] and len(asked) == 1  # stopped at the first point
     assert seq.tokens == tokens[:80] and {c.offset for c in seq.cache} == {80}
     assert seen == [0, 80, 80]  # no progress for the chunk that was rolled back
     sizer.profile.coef = (0.0, 0.01, 0.0)
     with pytest.raises(pf.Cancelled):
-        pf.prefill(seq, tokens, check=lambda: None, progress=lambda d, t: None, sizer=sizer, stop=lambda: True)
+        pf.prefill(seq, tokens, check=lambda: None, stop=lambda: True, **note)
     assert seq.tokens == tokens[:80] and seq.consistent()
 
 
@@ -186,7 +183,9 @@ def test_chunks_stay_within_the_target_while_other_rows_wait(tmp_path):
 
 
 @pytest.mark.parametrize("batch", [True, False])  # a batch row, a job run alone
-def test_a_stop_at_a_layer_ends_the_job_and_its_cache_serves_the_next(engine, tiny_dir, monkeypatch, batch):
+def test_a_stop_at_a_layer_ends_the_job_and_its_cache_serves_the_next(
+    engine, tiny_dir, monkeypatch, batch
+):
     from mlx_notebook.engine import layer_gates
 
     prompt = " ".join(f"w{i}" for i in range(60))

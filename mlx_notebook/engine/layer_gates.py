@@ -54,7 +54,8 @@ class Gate:
         self.seen += 1
         if self.seen % self.every or self.seen >= self.layers:
             return
-        mx.eval([x for x in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(x, mx.array)])
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        mx.eval([x for x in outs if isinstance(x, mx.array)])
         self.points += 1
         if self.stop():
             raise Aborted

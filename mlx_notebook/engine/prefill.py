@@ -195,7 +195,7 @@ class ChunkSizer:
         return int(max(self.lo, want))
 
     def every(self, n: int, pos: int, layers: int) -> int:
-        """Layers between cancel points for ``n`` tokens at ``pos`` (each stretch fits the target)."""
+        """Layers between cancel points in ``n`` tokens at ``pos``: each stretch fits the target."""
         t = self.profile.predict(n, pos)
         if not t or t <= 0:
             return 1
