@@ -43,8 +43,9 @@ class Request:
         num_draft_tokens: Tokens drafted per step, 1..16 (for ``suffix``, the cap
             of its adaptive length). Default: 3.
         lookup_ngram: n-gram size for prompt lookup, 1..8. Default: 3.
-        prefill_target_s: Seconds of compute per prefill chunk, which bounds the
-            cancel latency during prefill. Default: 0.25.
+        prefill_target_s: Seconds of compute between prefill's cancel points (chunks,
+            or layers inside a chunk where the cache can roll one back), which bounds
+            the cancel latency during prefill. Default: 0.25.
         reuse_cache: Reuse the model's KV cache from earlier jobs for a common
             prompt prefix. False prefills from scratch (fair timing comparisons).
         remember: Add this job's prompt and output to the model's session index for
