@@ -71,7 +71,8 @@ enum { TILES_FROM = SMALL_M + 1 };
  * next step needs, and decoding got slower than on one thread. One row's products from
  * HELPER_MACS take _helper.c's thread instead, which sleeps between calls and joins a
  * call only when it wakes in time (engine decode of `default:q4`, 64 tokens, 5 paired
- * runs on 2 cores: 1.07-1.55x, median 1.15x). */
+ * runs on 2 cores: 1.07-1.55x, median 1.15x), and so does an LM head where OpenMP would
+ * give it two threads (18 paired runs in one process, alternating: median 1.06x). */
 static long small_parallel_min = 1L << 23;
 void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 
@@ -228,7 +229,9 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
   if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
     const int blocks = N / 4;
     const one_row_job job = {N, K, gs, bits, G, rb, x, w, s, b, xsum, out};
-    if (nt == 1 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
+    /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
+     * spins after the head, on the core where the next step's graph is being built. */
+    if (nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
         &mlxnb_thread_count && mlxnb_thread_count != 1) /* not one thread; the shim loaded */
       mlxnb_helper_run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
     else {

@@ -122,6 +122,22 @@ def test_one_row_products_share_the_helper_thread(ext):
         ext.set_threads(0)
     assert lib.mlxnb_helper_calls() == before + 1
     assert mx.array_equal(shared, one).item()
+    # Past the size that takes OpenMP's threads (an LM head): the helper where OpenMP
+    # would run two threads, OpenMP's team where it would run more.
+    ext.set_small_parallel_min(1 << 18)
+    governed.value = 0
+    try:
+        for threads, helped in ((2, 1), (4, 0)):
+            ext.set_threads(threads)
+            before = lib.mlxnb_helper_calls()
+            again = ext.quant_matmul(x, wq, s, b, 32, 4)
+            mx.eval(again)
+            assert lib.mlxnb_helper_calls() == before + helped, threads
+            assert mx.array_equal(again, one).item()
+    finally:
+        ext.set_threads(0)
+        ext.set_small_parallel_min(1 << 23)
+        governed.value = kept
     assert mx.abs(shared - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
 
 
