@@ -537,3 +537,36 @@ def test_live_view_stop_thinking_and_inspect(lab, artifacts, theme):
     assert final.locator("details.think").count() == 1  # folded above the answer
     assert final.locator("details.insp-fold").count() == 1  # the inspection, one click away
     final.screenshot(path=str(artifacts / f"stopped-thinking-{slug}.png"))
+
+
+LONG_PROMPT = " ".join(
+    f"Line {i}: the river runs past the old mill, and the town wakes slowly." for i in range(110)
+)
+
+
+def test_stop_during_a_long_prefill_on_the_bundled_model(lab, artifacts):
+    # About 2,100 prompt tokens: several seconds of prefill in chunks of hundreds of
+    # tokens, each with cancel points between its layers.
+    import time
+
+    page = lab(["%%generate -n 200 --raw\n" + LONG_PROMPT, "1+1"])
+    run_done(page, 0)
+    cell = run_cell(page, 1)
+    view = cell.locator(".mlxnb-view")
+    step("view rendered", lambda: view.count() == 1, 120)
+    step("prefilling", lambda: state_word(view) == "prefilling", 120, 0.02)
+    page.screenshot(path=str(artifacts / "long-prefill.png"), full_page=False)
+    t0 = time.monotonic()
+    view.get_by_role("button", name="Stop").click()
+    out = cell.locator(".jp-OutputArea-output")
+    step("Stop ends the prefill", lambda: state_word(out) == "stopped", 30, 0.02)
+    stopped_after = time.monotonic() - t0
+    (artifacts / "long-prefill-stop-seconds.txt").write_text(f"{stopped_after:.2f}\n")
+    assert "0 tokens" in out.locator(".stats").inner_text()  # it stopped before decoding
+    page.screenshot(path=str(artifacts / "long-prefill-stopped.png"), full_page=False)
+    follow = run_cell(page, 2)
+    step(
+        "the kernel is free",
+        lambda: follow.locator(".jp-OutputArea-output").inner_text().strip() == "2",
+        30,
+    )
