@@ -286,6 +286,16 @@ def run_cell(page, i, tries=4):
     raise AssertionError(f"step 'run cell {i}' stalled: the cell never started")
 
 
+def run_prints(page, i, text, timeout=30):
+    """Run cell ``i`` and wait until its output reads ``text`` (the kernel is free again)."""
+    cell = run_cell(page, i)
+    step(
+        f"cell {i} prints {text}",
+        lambda: cell.locator(".jp-OutputArea-output").inner_text().strip() == text,
+        timeout,
+    )
+
+
 def run_done(page, i, timeout=60):
     """Run cell ``i`` and wait until its prompt shows an execution count."""
     cell = run_cell(page, i)

@@ -17,6 +17,7 @@ from .lab import (
     run_all,
     run_cell,
     run_done,
+    run_prints,
     set_theme,
     state_word,
     step,
@@ -114,12 +115,7 @@ def test_generate_stream_stop_and_escaping(lab, artifacts):
     assert "stopped" in out.locator(".stats").inner_text()  # the word the header uses
     page.screenshot(path=str(artifacts / "stopped.png"), full_page=False)
 
-    follow = run_cell(page, 3)
-    step(
-        "next cell prints 2",
-        lambda: follow.locator(".jp-OutputArea-output").inner_text().strip() == "2",
-        20,
-    )
+    run_prints(page, 3, "2", 20)
 
     run_done(page, 4, 30)
     evil = run_cell(page, 5)
@@ -564,9 +560,4 @@ def test_stop_during_a_long_prefill_on_the_bundled_model(lab, artifacts):
     (artifacts / "long-prefill-stop-seconds.txt").write_text(f"{stopped_after:.2f}\n")
     assert "0 tokens" in out.locator(".stats").inner_text()  # it stopped before decoding
     page.screenshot(path=str(artifacts / "long-prefill-stopped.png"), full_page=False)
-    follow = run_cell(page, 2)
-    step(
-        "the kernel is free",
-        lambda: follow.locator(".jp-OutputArea-output").inner_text().strip() == "2",
-        30,
-    )
+    run_prints(page, 2, "2")  # the kernel is free
