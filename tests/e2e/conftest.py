@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .lab import CHROMIUM, browser, dismiss_news, lab_server, notebook, step
+from .lab import CHROMIUM, browser, dismiss_news, kernel_idle, lab_server, notebook, step
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -75,13 +75,7 @@ def lab(request, tmp_path, tiny_dir, chromium, artifacts):
         n = len(nbformat.read(root / "demo.ipynb", as_version=4).cells)
         step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == n, 90)
         if kernel:
-            step(
-                "kernel ready",
-                lambda: (
-                    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
-                ),
-                90,
-            )
+            step("kernel ready", lambda: kernel_idle(page), 90)
         dismiss_news(page)
         ctx["page"] = page
         return page

@@ -267,6 +267,29 @@ def notebook(path, tiny_dir, cells):
     nbformat.write(nb, path)
 
 
+KERNEL_STATUS_JS = """
+() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return k ? k.status : null;
+}
+"""
+
+
+def kernel_idle(page) -> bool:
+    """Whether the open notebook's kernel is up and idle, answering Lab's kernel choice.
+
+    Lab asks "Select Kernel" when its first start of the notebook's kernel fails or
+    comes before the kernel list (seen once in CI on a busy machine); a user then takes
+    the preferred kernel it offers, and so does this. The toolbar's status indicator is
+    no evidence: it reads idle while no kernel exists.
+    """
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count() and "Select Kernel" in dialog.first.inner_text():
+        dialog.first.locator(".jp-Dialog-button.jp-mod-accept").click()
+    return page.evaluate(KERNEL_STATUS_JS) == "idle"
+
+
 def run_cell(page, i, tries=4):
     """Run cell ``i`` the way a user does; retry if the keypress was lost while Lab settled."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
