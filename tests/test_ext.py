@@ -217,6 +217,39 @@ def test_decode_attention_equals_mlx(attention, mask_rows, keys):
     assert attention.attention_calls() == before + 1
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(14, 2), (8, 1), (5, 5), (12, 3)])
+def test_decode_attention_with_any_number_of_heads_per_group(attention, heads, kv_heads):
+    # With AVX-512 a group's heads share each key and value row read, their value sums in
+    # registers four heads at a time: 7 heads = 4 + 3, 8 = 4 + 4; keys 16 at a time (45 = 2
+    # blocks and a tail of 13).
+    import mlx.core as mx
+
+    rows, size = 3, 45
+    mx.random.seed(8)
+    q = mx.random.normal((rows, heads, 1, 64))
+    kbuf, vbuf = mx.random.normal((2, rows, kv_heads, 64, 64))
+    k, v = kbuf[..., :size, :], vbuf[..., :size, :]
+    mask = mx.array([0, 7, 44])[:, None, None, None] <= mx.arange(size)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+    got = attention.decode_attention(q, k, v, mask, 0.125)
+    assert got.shape == ref.shape and mx.allclose(got, ref, atol=1e-5).item()
+
+
+def test_a_mask_that_shows_every_key_gives_the_unmasked_numbers(attention):
+    # A batched row without padding and the same row alone (no mask): the same softmax,
+    # bit for bit, so batching cannot move a greedy token.
+    import mlx.core as mx
+
+    rows, size = 2, 70
+    mx.random.seed(9)
+    q = mx.random.normal((rows, 9, 1, 64)) * 3
+    k, v = mx.random.normal((2, rows, 3, size, 64))
+    every = mx.ones((rows, 1, 1, size), mx.bool_)
+    plain = attention.decode_attention(q, k, v, None, 0.125)
+    masked = attention.decode_attention(q, k, v, every, 0.125)
+    assert mx.array_equal(plain, masked).item()
+
+
 @pytest.mark.parametrize("threads", [2, 1])
 def test_decode_attention_splits_a_long_cache_over_threads(attention, threads):
     # One or two rows of 3 key/value heads are too few for 2 threads: each head's keys are
