@@ -11,7 +11,8 @@
  * one pass over only the keys that row can see, with a vectorised exp, its rows
  * split over OpenMP threads, and the masked keys set to zero; then one sgemm
  * sums the values. A chunk of up to FEW_QUERIES queries (a verify pass) takes
- * the decode step's kernels instead, one query at a time over the keys it sees.
+ * the decode step's kernels instead: each query position's heads of a key/value
+ * group together, over the keys that position sees.
  *
  * Layouts (float32): q [H, L, D] and out [H, L, D] contiguous; k [Hkv, S, D] and
  * v [Hkv, S, D] with rows D apart and heads ksh and vsh floats apart (a KV cache's
@@ -343,14 +344,6 @@ static void group_query(int G, const float *q, const float *k, const float *v, l
     if (blind[h]) memset(o + (size_t)h * D, 0, sizeof(float) * (size_t)D);
 }
 
-/* One query's attention over the first n keys and values (rows kss and vss floats apart,
- * those with m[s] == 0 masked): o = softmax(scale q . k_s) v; zeros for a query that sees
- * no key. p: n floats of scratch. */
-static void one_query(const float *q, const float *k, const float *v, long kss, long vss,
-                      const unsigned char *m, int n, int D, float scale, float *p, float *o) {
-  group_query(1, q, k, v, kss, vss, m, n, D, scale, p, n, n, o, NULL);
-}
-
 /* One query's output from its P parts (group_query's o and max and sum pairs, parts
  * `step` queries apart): each weighted by e^(scale (its max - the largest)), as one
  * softmax over all the keys would have it; zeros where no part sees a key. */
@@ -381,11 +374,18 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
     float *p = malloc(sizeof(float) * (size_t)H * L * S);
     if (!p) return -1;
     const int nt = step_threads((long)H * L * S * D);
+    /* a query position's heads of one group together, so they share each key row read
+     * (their rows gathered: q and out hold a head's L queries together) */
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int r = 0; r < H * L; r++) {
-      const int g = r / L / group, n = S - L + r % L + 1;
-      one_query(q + (size_t)r * D, k + (size_t)g * ksh, v + (size_t)g * vsh, D, D, NULL, n, D,
-                scale, p + (size_t)r * S, out + (size_t)r * D);
+    for (int r = 0; r < Hkv * L; r++) {
+      const int g = r / L, i = r % L, n = S - L + i + 1;
+      float qg[group * D], og[group * D];
+      for (int j = 0; j < group; j++)
+        memcpy(qg + j * D, q + ((size_t)(g * group + j) * L + i) * D, sizeof(float) * D);
+      group_query(group, qg, k + (size_t)g * ksh, v + (size_t)g * vsh, D, D, NULL, n, D, scale,
+                  p + (size_t)r * group * S, S, n, og, NULL);
+      for (int j = 0; j < group; j++)
+        memcpy(out + ((size_t)(g * group + j) * L + i) * D, og + j * D, sizeof(float) * D);
     }
     free(p);
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
