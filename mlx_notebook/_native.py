@@ -18,8 +18,9 @@ from pathlib import Path
 
 FAST_ENV = "MLX_NOTEBOOK_FAST"
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("_gemv.c", "_attn.c", "_helper.c"))
-# included: _vec8.h by _attn.c and _layer.c, _vec16.h (AVX-512) by _gemv.c and _qmm.c
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("_vec8.h", "_vec16.h"))
+# included: _vec8.h by _attn.c and _layer.c, _vec16.h (AVX-512) by _gemv.c, _attn.c and
+# _qmm.c, _attn512.h (AVX-512) by _attn.c
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("_vec8.h", "_vec16.h", "_attn512.h"))
 
 
 FLAGS = (
