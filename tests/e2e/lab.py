@@ -290,6 +290,17 @@ def kernel_idle(page) -> bool:
     return page.evaluate(KERNEL_STATUS_JS) == "idle"
 
 
+def keep_no_kernel(page) -> None:
+    """Answer Lab's "Select Kernel" with No Kernel whenever it asks, before any action.
+
+    On a busy machine Lab asks late, after the notebook has rendered (seen in CI: the
+    dialog then took a hover meant for a token); Playwright runs this handler whenever
+    the dialog stands in the way of an action.
+    """
+    dialog = page.locator(".jp-Dialog").filter(has_text="Select Kernel")
+    page.add_locator_handler(dialog, lambda d: d.get_by_role("button", name="No Kernel").click())
+
+
 def run_cell(page, i, tries=4):
     """Run cell ``i`` the way a user does; retry if the keypress was lost while Lab settled."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
