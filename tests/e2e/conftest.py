@@ -5,7 +5,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .lab import CHROMIUM, browser, dismiss_news, kernel_idle, lab_server, notebook, step
+from .lab import (
+    CHROMIUM,
+    browser,
+    dismiss_news,
+    keep_no_kernel,
+    kernel_idle,
+    lab_server,
+    notebook,
+    step,
+)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -76,6 +85,8 @@ def lab(request, tmp_path, tiny_dir, chromium, artifacts):
         step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == n, 90)
         if kernel:
             step("kernel ready", lambda: kernel_idle(page), 90)
+        else:  # Lab asks which kernel to use, sometimes late: keep none
+            keep_no_kernel(page)
         dismiss_news(page)
         ctx["page"] = page
         return page

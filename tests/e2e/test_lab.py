@@ -10,7 +10,6 @@ from .lab import (
     broken_words,
     browser,
     contrasts,
-    keep_no_kernel,
     lab_server,
     leftovers,
     notebook,
@@ -238,7 +237,6 @@ def test_saved_notebook_reopens_without_a_kernel(
         nbformat.write(nb, root / "demo.ipynb")
 
     page = lab(None, kernel=False, prepare=prepare)
-    keep_no_kernel(page)  # JupyterLab asks which kernel to use, sometimes late: keep none
     shown = page.locator(".jp-Notebook")
     step("outputs rendered", lambda: shown.locator(".jp-OutputArea-output").count() >= 6, 30)
     top = shown.inner_text()  # Lab renders cells lazily: read the top before scrolling
