@@ -76,6 +76,36 @@ mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& 
                    {xc, w, scales, biases});
 }
 
+struct NoParams {
+  bool operator==(const NoParams&) const = default;
+};
+
+// The index of each row's largest element along the last axis, as uint32 (_argmax.c).
+class ArgmaxRows : public CpuPrimitive<NoParams> {
+ public:
+  explicit ArgmaxRows(mx::Stream s) : CpuPrimitive(s, NoParams{}, "MlxnbArgmaxRows") {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& enc = prepare(stream(), inputs, outputs);
+    enc.dispatch([x = inputs[0], out = mx::array::unsafe_weak_copy(outputs[0])]() mutable {
+      const long n = x.shape(-1);
+      mlxnb_argmax_rows(static_cast<int>(x.size() / n), n, n, x.data<float>(),
+                        out.data<uint32_t>());
+    });
+  }
+};
+
+mx::array argmax_rows(const mx::array& x) {
+  if (x.dtype() != mx::float32 || x.ndim() < 1 || x.shape(-1) == 0 ||
+      x.size() / x.shape(-1) > INT32_MAX || x.shape(-1) > UINT32_MAX)
+    throw std::invalid_argument("argmax_rows: float32 rows of at least one element");
+  auto shape = x.shape();
+  shape.pop_back();
+  auto s = mx::default_stream(mx::Device::cpu);
+  return mx::array(shape, mx::uint32, std::make_shared<ArgmaxRows>(s),
+                   {mx::contiguous(x, false, s)});
+}
+
 struct AttentionParams {
   float scale;
   bool operator==(const AttentionParams&) const = default;
@@ -194,6 +224,9 @@ NB_MODULE(_mlxnb_ext, m) {
         "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm, 3 AMX tiles.");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
+  m.def("argmax_rows", &argmax_rows, nb::arg("x"),
+        "mx.argmax(x, axis=-1) for float32 on the CPU: first index of the maximum, NaN first.");
+  m.def("argmax_calls", &mlxnb_argmax_calls, "Row sets picked by argmax_rows so far.");
   m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("mask").none(), nb::arg("scale"),

@@ -1,8 +1,8 @@
 """Build and load, once, the fast path's MLX extension (``_ext*.cpp``).
 
 Its MLX primitives compute quantized products, decode steps' attention, the fused
-parts of a llama layer's decode step (``_layer.c``) on the CPU, and copy weights
-onto huge pages (``_ext_pages.cpp``).
+parts of a llama layer's decode step (``_layer.c``) and greedy picks (``_argmax.c``)
+on the CPU, and copy weights onto huge pages (``_ext_pages.cpp``).
 Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
 it takes and returns ``mlx.core.array``. Built with the system compilers into
 the cache folder, keyed by the sources, the CPU, and the mlx, nanobind and
@@ -26,7 +26,7 @@ from . import _native
 from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_that_compiles
 
 NAME = "_mlxnb_ext"
-KERNELS = (Path(__file__).with_name("_qmm.c"), Path(__file__).with_name("_layer.c"))
+KERNELS = tuple(Path(__file__).with_name(n) for n in ("_qmm.c", "_layer.c", "_argmax.c"))
 GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp", "_ext_pages.cpp"))
 HEADER = Path(__file__).with_name("_ext.h")
 QMM_HEADERS = tuple(
@@ -174,6 +174,11 @@ def _attention_kernel(mod) -> None:
 def attention():
     """The extension when it can compute attention (its kernels are set), else None."""
     return _state["module"] if _state.get("attention") else None
+
+
+def loaded():
+    """The extension module when it is loaded already, else None (never builds it)."""
+    return _state["module"]
 
 
 def status() -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import mlx.core as mx
 
+from ..models import cpu_argmax
 from .prefill import CancelCheck
 from .sequence import CachedSequence
 from .threads import governor
@@ -61,7 +62,7 @@ def make_step(
             forced = constraint is not None and constraint.last_forced
             recorder.stash(logits, None if logits is raw else raw, forced)
         if greedy:
-            y = mx.argmax(logits, axis=-1)
+            y = cpu_argmax.argmax(logits)
         else:
             y = sampler(logits - mx.logsumexp(logits, keepdims=True), position - 1)
         if recorder is not None:

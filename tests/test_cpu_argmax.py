@@ -1,0 +1,155 @@
+"""The greedy pick on the CPU fast path (``_argmax.c``): the indices mx.argmax gives, on
+every shape and edge (ties, NaNs, infinities), and the engine's greedy steps take it."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+from mlx_notebook import _ext
+from mlx_notebook.engine import Request
+from mlx_notebook.models import cpu_argmax
+
+
+@pytest.fixture(scope="module")
+def ext():
+    mod = _ext.load()
+    assert mod is not None, _ext.status()  # built here: gcc, g++ and nanobind are installed
+    return mod
+
+
+def _same(ext, x):
+    before = ext.argmax_calls()
+    got = cpu_argmax.argmax(x)
+    want = mx.argmax(x, axis=-1)
+    assert got.dtype == want.dtype == mx.uint32 and got.shape == want.shape
+    assert got.tolist() == want.tolist()
+    assert ext.argmax_calls() == before + 1  # the kernel, not mx.argmax
+
+
+# 49152: the default model's vocabulary; 100 and 70: vector blocks plus a tail; 5 and 1:
+# shorter than one block (the scalar scan).
+@pytest.mark.parametrize("shape", [(1, 49152), (16, 49152), (3, 100), (2, 5), (1, 1), (2, 3, 70)])
+def test_random_rows_give_mlx_argmax_indices(ext, shape):
+    _same(ext, mx.random.normal(shape, key=mx.random.key(sum(shape))))
+
+
+def test_views_are_read_as_their_values(ext):
+    x = mx.random.normal((6, 300), key=mx.random.key(3))
+    _same(ext, x[:, ::3])  # strided
+    _same(ext, x.T)  # transposed
+    _same(ext, x[1:4, 40:])  # sliced
+
+
+def _rows(n, cases):
+    x = np.zeros((len(cases), n), dtype=np.float32)
+    for r, (fill, marks) in enumerate(cases):
+        x[r] = fill
+        for i, v in marks.items():
+            x[r, i] = v
+    return mx.array(x)
+
+
+@pytest.mark.parametrize("n", [5, 64, 200, 49152])
+def test_ties_nans_and_infinities_pick_what_mlx_picks(ext, n):
+    """The first index of the maximum, whichever lane and block holds it; the first NaN
+    wherever one is (in the vector body or the tail); rows of -inf give index 0."""
+    inf, nan, last = math.inf, math.nan, n - 1
+    cases = [
+        (0.0, {1: 3.0, last: 3.0}),  # a tie: the first
+        (0.0, {last: 3.0, 2: 3.0, 3: 3.0}),  # ties in neighbouring lanes
+        (-1.0, {}),  # all equal: index 0
+        (-inf, {}),  # all -inf: index 0
+        (0.0, {last: inf, 1: 5.0}),  # +inf last
+        (0.0, {2: nan, 0: 9.0}),  # a NaN beats a larger number
+        (0.0, {last: nan, 1: 9.0}),  # a NaN in the tail (or last lane)
+        (0.0, {3: nan, last: nan}),  # the first of two NaNs
+        (-inf, {last: nan}),
+    ]
+    if n > 64:
+        cases += [
+            (0.0, {17: 4.0, 81: 4.0, 33: 4.0}),  # equal values in different accumulators
+            (0.0, {n - 3: 4.0, 5: 2.0}),  # the maximum in the tail alone
+        ]
+    _same(ext, _rows(n, cases))
+
+
+def test_other_dtypes_and_devices_take_mlx_argmax(ext, monkeypatch):
+    x = mx.random.normal((2, 300), key=mx.random.key(5))
+    before = ext.argmax_calls()
+    assert cpu_argmax.argmax(x.astype(mx.bfloat16)).tolist() == mx.argmax(x, axis=-1).tolist()
+    monkeypatch.setattr(cpu_argmax.mx, "default_device", lambda: mx.gpu)
+    assert cpu_argmax.argmax(x).tolist() == mx.argmax(x, axis=-1).tolist()
+    assert ext.argmax_calls() == before  # neither took the kernel
+
+
+def test_the_pick_stays_in_the_lazy_graph(ext):
+    x = mx.random.normal((4, 1000), key=mx.random.key(6))
+    mx.eval(x)
+    before = ext.argmax_calls()
+    y = cpu_argmax.argmax(x * 2)
+    assert ext.argmax_calls() == before  # built, not run
+    mx.eval(y)
+    assert ext.argmax_calls() == before + 1
+
+
+def test_greedy_steps_solo_batched_and_speculative_take_the_kernel(ext, engine, tiny_dir):
+    def run(**kw):
+        before = ext.argmax_calls()
+        r = engine.submit(Request("The quick brown fox", model=tiny_dir, chat=False, **kw))
+        return r.result(timeout=120), ext.argmax_calls() - before
+
+    solo, picks = run(max_tokens=12, batch=False)
+    assert picks >= 12  # one pick per step (the first from the prefill's logits)
+    spec, picks = run(max_tokens=12, batch=False, draft="lookup", num_draft_tokens=3)
+    assert spec.token_ids == solo.token_ids and picks >= 1
+    before = ext.argmax_calls()
+    jobs = [
+        engine.submit(Request(p, model=tiny_dir, chat=False, max_tokens=12))
+        for p in ("The quick brown fox", "Hello world", "Rivers flow")
+    ]
+    batched = [j.result(timeout=120) for j in jobs]
+    assert max(r.stats.batch_rows for r in batched) >= 2 and ext.argmax_calls() > before
+    assert batched[0].token_ids == solo.token_ids
+
+
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-mno-avx"]], ids=["avx2", "scalar"])
+def test_the_avx2_and_scalar_builds_pick_the_same(tmp_path, flags):
+    """This machine builds the AVX-512 kernel; CPUs with AVX2 alone, or neither, build
+    these."""
+    import ctypes
+    import platform
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("needs a C compiler for x86-64")
+    src = Path(cpu_argmax.__file__).parents[1] / "_argmax.c"
+    lib_path = tmp_path / "argmax.so"
+    subprocess.run([cc, "-O2", *flags, "-shared", "-fPIC", "-o", lib_path, src], check=True)
+    lib = ctypes.CDLL(str(lib_path))
+    u32 = ctypes.POINTER(ctypes.c_uint32)
+    f32 = ctypes.POINTER(ctypes.c_float)
+    lib.mlxnb_argmax_rows.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_long, f32, u32]
+    inf, nan = math.inf, math.nan
+    for n in (5, 40, 200, 49152):
+        last = n - 1
+        x = _rows(
+            n,
+            [
+                (0.0, {1: 3.0, last: 3.0}),
+                (-inf, {}),
+                (0.0, {2: nan, 0: 9.0}),
+                (0.0, {last: nan, 1: 9.0}),
+                (0.0, {n // 2: 4.0, n // 3: 4.0}),
+            ],
+        )
+        x = mx.concatenate([x, mx.random.normal((3, n), key=mx.random.key(n))])
+        a = np.ascontiguousarray(np.array(x))
+        out = np.zeros(a.shape[0], dtype=np.uint32)
+        lib.mlxnb_argmax_rows(a.shape[0], n, n, a.ctypes.data_as(f32), out.ctypes.data_as(u32))
+        assert out.tolist() == mx.argmax(x, axis=-1).tolist(), n
