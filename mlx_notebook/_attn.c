@@ -50,13 +50,15 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
 extern sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's (_gemv.c) */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-#ifdef __AVX512F__
+/* _attn512.h's masks take AVX512-BW and -VL too (every AVX-512 CPU but Xeon Phi) */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ATTN512 1
 #include "_attn512.h"
 #endif
 
 /* p[t] = exp(scale (p[t] - m)) for t < n, in place; returns their sum. */
 static float exp_row(float *p, int n, float m, float scale) {
-#ifdef __AVX512F__
+#ifdef ATTN512
   return exp_row16(p, NULL, n, m, scale);
 #else
   int t = 0;
@@ -120,7 +122,7 @@ static float step_exp(float *p, const unsigned char *m, int S, float scale, floa
     mx = max_of(p, S);
   else {
     int s = 0;
-#ifdef __AVX512F__
+#ifdef ATTN512
     __m512 mx16 = _mm512_set1_ps(-INFINITY);
     for (; s + 16 <= S; s += 16) {
       const __mmask16 seen = _mm_cmpneq_epi8_mask(_mm_loadu_si128((const __m128i *)(m + s)),
@@ -135,7 +137,7 @@ static float step_exp(float *p, const unsigned char *m, int S, float scale, floa
   *max = mx;
   if (mx == -INFINITY) return -1.0f;
   if (!m) return exp_row(p, S, mx, scale);
-#ifdef __AVX512F__
+#ifdef ATTN512
   return exp_row16(p, m, S, mx, scale);
 #else
   v8 sum8 = splat(0.0f);
@@ -190,7 +192,7 @@ enum { BLOCK_KEYS = 256 };
 /* p[h * S + s] = q_h . k_s for the group's heads h < G and keys s < n (rows kss apart). */
 static void group_scores(int G, const float *q, const float *k, long kss, int n, int D, int S,
                          int block, float *p) {
-#ifdef __AVX512F__
+#ifdef ATTN512
   if (D == 64) {
     group_scores64(G, q, k, kss, n, S, p);
     return;
@@ -206,7 +208,7 @@ static void group_scores(int G, const float *q, const float *k, long kss, int n,
 /* o_h = sum_s p[h * S + s] v_s for the group's heads h < G (outputs D apart). */
 static void group_values(int G, const float *p, int S, const float *v, long vss, int n, int D,
                          int block, float *o) {
-#ifdef __AVX512F__
+#ifdef ATTN512
   if (D == 64) {
     group_values64(G, p, S, v, vss, n, block, o);
     return;
