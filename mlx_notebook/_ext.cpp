@@ -2,7 +2,7 @@
 // attention, of decode steps and of chunks (the kernels in _attn.c, from the fast path's
 // library);
 // the fused layer halves are in _ext_layer.cpp, weight packing on huge pages in
-// _ext_pages.cpp.
+// _ext_pages.cpp, sampling's row work in _ext_sample.cpp.
 //
 // A Primitive keeps the work inside MLX's lazy graph: it is scheduled on the CPU
 // stream's thread like MLX's own ops, so decode stays pipelined (a native call
@@ -74,36 +74,6 @@ mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& 
   return mx::array(shape, mx::float32,
                    std::make_shared<QuantMatmul>(s, QuantParams{group_size, bits}),
                    {xc, w, scales, biases});
-}
-
-struct NoParams {
-  bool operator==(const NoParams&) const = default;
-};
-
-// The index of each row's largest element along the last axis, as uint32 (_argmax.c).
-class ArgmaxRows : public CpuPrimitive<NoParams> {
- public:
-  explicit ArgmaxRows(mx::Stream s) : CpuPrimitive(s, NoParams{}, "MlxnbArgmaxRows") {}
-
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    auto& enc = prepare(stream(), inputs, outputs);
-    enc.dispatch([x = inputs[0], out = mx::array::unsafe_weak_copy(outputs[0])]() mutable {
-      const long n = x.shape(-1);
-      mlxnb_argmax_rows(static_cast<int>(x.size() / n), n, n, x.data<float>(),
-                        out.data<uint32_t>());
-    });
-  }
-};
-
-mx::array argmax_rows(const mx::array& x) {
-  if (x.dtype() != mx::float32 || x.ndim() < 1 || x.shape(-1) == 0 ||
-      x.size() / x.shape(-1) > INT32_MAX || x.shape(-1) > UINT32_MAX)
-    throw std::invalid_argument("argmax_rows: float32 rows of at least one element");
-  auto shape = x.shape();
-  shape.pop_back();
-  auto s = mx::default_stream(mx::Device::cpu);
-  return mx::array(shape, mx::uint32, std::make_shared<ArgmaxRows>(s),
-                   {mx::contiguous(x, false, s)});
 }
 
 struct AttentionParams {
@@ -224,9 +194,6 @@ NB_MODULE(_mlxnb_ext, m) {
         "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm, 3 AMX tiles.");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
-  m.def("argmax_rows", &argmax_rows, nb::arg("x"),
-        "mx.argmax(x, axis=-1) for float32 on the CPU: first index of the maximum, NaN first.");
-  m.def("argmax_calls", &mlxnb_argmax_calls, "Row sets picked by argmax_rows so far.");
   m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("mask").none(), nb::arg("scale"),
@@ -245,4 +212,5 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("causal_calls", [] { return causal_calls; }, "Causal attentions computed so far.");
   bind_layers(m);
   bind_pages(m);
+  bind_sampling(m);
 }

@@ -1,4 +1,4 @@
-// Shared by the extension's compilation units (_ext.cpp, _ext_layer.cpp, _ext_pages.cpp): the C
+// Shared by the extension's compilation units (_ext*.cpp): the C
 // kernels' declarations and what every CPU primitive here needs.
 #pragma once
 
@@ -37,6 +37,9 @@ int mlxnb_layer_out(int B, int E, const float* a, const float* x, const mlxnb_li
 long mlxnb_layer_calls(void);
 void mlxnb_argmax_rows(int rows, long n, long stride, const float* x, uint32_t* out);
 long mlxnb_argmax_calls(void);
+int mlxnb_logsumexp_rows(int rows, long n, const float* x, float* out);
+int mlxnb_top_p_rows(int rows, long n, const float* x, float top_p, float* out);
+long mlxnb_sample_calls(int which);
 }
 
 namespace mlxnb {
@@ -122,5 +125,8 @@ void bind_layers(nanobind::module_& m);
 
 // Registers weight packing on huge pages (_ext_pages.cpp) on the module.
 void bind_pages(nanobind::module_& m);
+
+// Registers sampling's row work (_ext_sample.cpp) on the module.
+void bind_sampling(nanobind::module_& m);
 
 }  // namespace mlxnb

@@ -26,8 +26,13 @@ from . import _native
 from ._native import _cache_dir, _cpu_id, build_atomically, fast_enabled, first_that_compiles
 
 NAME = "_mlxnb_ext"
-KERNELS = tuple(Path(__file__).with_name(n) for n in ("_qmm.c", "_layer.c", "_argmax.c"))
-GLUE = tuple(Path(__file__).with_name(n) for n in ("_ext.cpp", "_ext_layer.cpp", "_ext_pages.cpp"))
+KERNELS = tuple(
+    Path(__file__).with_name(n) for n in ("_qmm.c", "_layer.c", "_argmax.c", "_sample.c")
+)
+GLUE = tuple(
+    Path(__file__).with_name(n)
+    for n in ("_ext.cpp", "_ext_layer.cpp", "_ext_pages.cpp", "_ext_sample.cpp")
+)
 HEADER = Path(__file__).with_name("_ext.h")
 QMM_HEADERS = tuple(
     Path(__file__).with_name(n) for n in ("_qmm512.h", "_qmm_amx.h", "_qmm_sgemm.h")

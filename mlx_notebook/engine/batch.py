@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ..models import cpu_argmax, cpu_fast
+from ..models import cpu_fast, cpu_sampling
 from .caches import extract, finalize, merge, prepare_padding
 from .errors import describe, detach_frames
 from .events import Finished, PrefillProgress
@@ -276,7 +276,7 @@ class Batch:
     ) -> mx.array:
         plain = not any(r.setup.processors or r.setup.constraint or r.setup.recorder for r in rows)
         if plain and all(r.setup.greedy for r in rows):
-            return cpu_argmax.argmax(logits)
+            return cpu_sampling.argmax(logits)
         if values is not None:
             self._advance_constraints(rows, values)
         parts = []
@@ -295,11 +295,11 @@ class Batch:
                 forced = c is not None and c.last_forced
                 row.setup.recorder.stash(lg, None if lg is raw else raw, forced)
             if row.setup.greedy:
-                parts.append(cpu_argmax.argmax(lg))
+                parts.append(cpu_sampling.argmax(lg))
                 continue
             # Keyed by position, whatever the other rows do: the same seed gives the
             # same text as the job alone.
-            lp = lg - mx.logsumexp(lg, keepdims=True)
+            lp = lg - cpu_sampling.logsumexp(lg)
             parts.append(row.setup.sample(lp, len(row.seq.tokens)))
         return mx.concatenate(parts)
 

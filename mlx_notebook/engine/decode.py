@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import mlx.core as mx
 
-from ..models import cpu_argmax
+from ..models import cpu_sampling
 from .prefill import CancelCheck
 from .sequence import CachedSequence
 from .threads import governor
@@ -62,9 +62,9 @@ def make_step(
             forced = constraint is not None and constraint.last_forced
             recorder.stash(logits, None if logits is raw else raw, forced)
         if greedy:
-            y = cpu_argmax.argmax(logits)
+            y = cpu_sampling.argmax(logits)
         else:
-            y = sampler(logits - mx.logsumexp(logits, keepdims=True), position - 1)
+            y = sampler(logits - cpu_sampling.logsumexp(logits), position - 1)
         if recorder is not None:
             recorder.bind(y)  # its statistics evaluate with it: no extra wait
         return y

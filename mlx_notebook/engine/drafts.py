@@ -14,6 +14,7 @@ from typing import Protocol
 
 import mlx.core as mx
 
+from ..models import cpu_sampling
 from .decode import Sampler
 from .prefill import CancelCheck, ChunkSizer, Progress, prefill
 from .sequence import CachedSequence, common_prefix
@@ -122,7 +123,7 @@ class DraftModel:
 
     def _sample(self, logits: mx.array) -> mx.array:
         logits = logits[:, -1, :]
-        return self.sampler(logits - mx.logsumexp(logits, keepdims=True))
+        return self.sampler(logits - cpu_sampling.logsumexp(logits))
 
 
 @dataclass

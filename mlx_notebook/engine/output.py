@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+from mlx_lm.sample_utils import make_logits_processors
 
+from ..models.cpu_sampling import make_sampler
 from .events import Finished, Notice, Stats, Token
 from .job import Job
 from .prompt import check_top_k, encode_prompt, fit_context

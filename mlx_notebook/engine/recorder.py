@@ -17,6 +17,7 @@ from collections import deque
 
 import mlx.core as mx
 
+from ..models import cpu_sampling
 from .token_records import TokenRecord, position_stats
 
 
@@ -59,8 +60,8 @@ class Recorder:
         if forced:
             return
         logits = logits if logits.dtype == mx.float32 else logits.astype(mx.float32)
-        # mlx-lm's own normalizer, so the logprobs are its own to the last bit.
-        lse = mx.logsumexp(logits, axis=-1, keepdims=True)
+        # MLX's normalizer to the last bit (the fast path's kernel computes the same).
+        lse = cpu_sampling.logsumexp(logits)
         if raw is not None and raw.dtype != mx.float32:
             raw = raw.astype(mx.float32)
         self._stash[-1] = (logits, raw, forced, lse)
@@ -88,7 +89,7 @@ class Recorder:
         if forced:  # the same record as where no pass ran for it
             return self.forced(token)
         if lse is None:  # a verify pass's row: its normalizer as mlx-lm computes it
-            lse = mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
+            lse = cpu_sampling.logsumexp(logits.astype(mx.float32))
         stats = position_stats(logits, tgt, self.top_k, lse)
         lp, rank, ent, ids, lps = (c[0] for c in stats)
         raw_lp = lp if raw is None else position_stats(raw, tgt, 0)[0][0]

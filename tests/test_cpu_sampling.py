@@ -1,5 +1,6 @@
-"""The greedy pick on the CPU fast path (``_argmax.c``): the indices mx.argmax gives, on
-every shape and edge (ties, NaNs, infinities), and the engine's greedy steps take it."""
+"""Sampling's row work on the CPU fast path (``_argmax.c``, ``_sample.c``): the greedy pick,
+logsumexp and the nucleus filter equal MLX's and mlx-lm's bit for bit on every shape and
+edge (ties, NaNs, infinities), and the engine's steps take them."""
 
 import math
 
@@ -10,7 +11,7 @@ import pytest
 import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
 from mlx_notebook import _ext
 from mlx_notebook.engine import Request
-from mlx_notebook.models import cpu_argmax
+from mlx_notebook.models import cpu_sampling
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +21,13 @@ def ext():
     return mod
 
 
+def _bits(a):
+    return np.array(a, dtype=np.float32).view(np.uint32)
+
+
 def _same(ext, x):
     before = ext.argmax_calls()
-    got = cpu_argmax.argmax(x)
+    got = cpu_sampling.argmax(x)
     want = mx.argmax(x, axis=-1)
     assert got.dtype == want.dtype == mx.uint32 and got.shape == want.shape
     assert got.tolist() == want.tolist()
@@ -79,9 +84,9 @@ def test_ties_nans_and_infinities_pick_what_mlx_picks(ext, n):
 def test_other_dtypes_and_devices_take_mlx_argmax(ext, monkeypatch):
     x = mx.random.normal((2, 300), key=mx.random.key(5))
     before = ext.argmax_calls()
-    assert cpu_argmax.argmax(x.astype(mx.bfloat16)).tolist() == mx.argmax(x, axis=-1).tolist()
-    monkeypatch.setattr(cpu_argmax.mx, "default_device", lambda: mx.gpu)
-    assert cpu_argmax.argmax(x).tolist() == mx.argmax(x, axis=-1).tolist()
+    assert cpu_sampling.argmax(x.astype(mx.bfloat16)).tolist() == mx.argmax(x, axis=-1).tolist()
+    monkeypatch.setattr(cpu_sampling.mx, "default_device", lambda: mx.gpu)
+    assert cpu_sampling.argmax(x).tolist() == mx.argmax(x, axis=-1).tolist()
     assert ext.argmax_calls() == before  # neither took the kernel
 
 
@@ -89,7 +94,7 @@ def test_the_pick_stays_in_the_lazy_graph(ext):
     x = mx.random.normal((4, 1000), key=mx.random.key(6))
     mx.eval(x)
     before = ext.argmax_calls()
-    y = cpu_argmax.argmax(x * 2)
+    y = cpu_sampling.argmax(x * 2)
     assert ext.argmax_calls() == before  # built, not run
     mx.eval(y)
     assert ext.argmax_calls() == before + 1
@@ -128,7 +133,7 @@ def test_the_avx2_and_scalar_builds_pick_the_same(tmp_path, flags):
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("needs a C compiler for x86-64")
-    src = Path(cpu_argmax.__file__).parents[1] / "_argmax.c"
+    src = Path(cpu_sampling.__file__).parents[1] / "_argmax.c"
     lib_path = tmp_path / "argmax.so"
     subprocess.run([cc, "-O2", *flags, "-shared", "-fPIC", "-o", lib_path, src], check=True)
     lib = ctypes.CDLL(str(lib_path))
@@ -153,3 +158,82 @@ def test_the_avx2_and_scalar_builds_pick_the_same(tmp_path, flags):
         out = np.zeros(a.shape[0], dtype=np.uint32)
         lib.mlxnb_argmax_rows(a.shape[0], n, n, a.ctypes.data_as(f32), out.ctypes.data_as(u32))
         assert out.tolist() == mx.argmax(x, axis=-1).tolist(), n
+
+
+def _logit_rows(seed, n=49152):
+    """Rows as a model's logits vary: peaked and flat, masked (-inf), and ties."""
+    key = mx.random.key(seed)
+    rows = [
+        mx.random.normal((n,), key=mx.random.key(seed + i)) * s for i, s in enumerate((0.5, 3, 12))
+    ]
+    rows.append(mx.where(mx.random.uniform(shape=(n,), key=key) < 0.5, -math.inf, rows[1]))
+    rows.append(mx.round(rows[1] * 2) / 2)  # few distinct values: many ties
+    return mx.stack(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_logsumexp_is_mlx_bit_for_bit(ext, seed):
+    x = _logit_rows(seed)
+    before = ext.sample_calls(0)
+    got = cpu_sampling.logsumexp(x)
+    mx.eval(got)
+    assert got.shape == (5, 1) and ext.sample_calls(0) == before + 5
+    assert np.array_equal(_bits(got), _bits(mx.logsumexp(x, axis=-1, keepdims=True)))
+    inf, nan = math.inf, math.nan
+    odd = _rows(70, [(-inf, {}), (0.0, {3: inf}), (0.0, {5: nan}), (-inf, {9: 2.0})])
+    for y in (odd, x[:2, :5], x[:1, :1], mx.random.normal((2, 3, 300), key=mx.random.key(seed))):
+        want = mx.logsumexp(y, axis=-1, keepdims=True)
+        assert np.array_equal(_bits(cpu_sampling.logsumexp(y)), _bits(want), equal_nan=True)
+
+
+@pytest.mark.parametrize("p", [0.05, 0.5, 0.9, 0.99])
+def test_the_nucleus_filter_is_mlx_lms_bit_for_bit(ext, p):
+    from mlx_lm.sample_utils import apply_top_p
+
+    x = _logit_rows(int(p * 100))
+    lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    before = ext.sample_calls(1)
+    got = cpu_sampling.apply_top_p(lp, p)
+    mx.eval(got)
+    assert ext.sample_calls(1) == before + lp.shape[0]
+    assert np.array_equal(_bits(got), _bits(apply_top_p(lp, p)))
+    kept = np.isfinite(np.array(got)).sum(axis=-1)
+    assert kept.min() >= 1 and kept.max() < lp.shape[1]  # it filtered, and kept some
+    small = mx.random.normal((2, 3, 40), key=mx.random.key(7)) * 4
+    assert np.array_equal(_bits(cpu_sampling.apply_top_p(small, p)), _bits(apply_top_p(small, p)))
+    nan_row = _rows(64, [(0.0, {3: math.nan, 5: 2.0})])
+    want = np.array(apply_top_p(nan_row, p))
+    assert np.array_equal(np.array(cpu_sampling.apply_top_p(nan_row, p)), want, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(temp=0.2, top_p=0.9), dict(temp=0.8, top_p=0.5, min_p=0.02), dict(temp=1.0, top_k=40)],
+)
+def test_the_sampler_draws_mlx_lms_tokens_from_the_same_key(ext, kw):
+    from mlx_lm.sample_utils import make_sampler
+
+    x = _logit_rows(11)
+    lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    ours, theirs = cpu_sampling.make_sampler(**kw), make_sampler(**kw)
+    for seed in range(6):
+        mx.random.seed(seed)
+        a = ours(lp).tolist()
+        mx.random.seed(seed)
+        assert a == theirs(lp).tolist(), seed
+
+
+def test_seeded_sampled_text_is_the_same_with_the_kernels_off(ext, engine, tiny_dir, monkeypatch):
+    def run(**kw):
+        kw = dict(model=tiny_dir, chat=False, max_tokens=16, temperature=0.8, top_p=0.9, **kw)
+        jobs = [engine.submit(Request(p, seed=s, **kw)) for p, s in (("The quick", 3), ("Hi", 4))]
+        return [j.result(timeout=120).token_ids for j in jobs]
+
+    before = ext.sample_calls(1)
+    on = run(), run(batch=False)
+    assert ext.sample_calls(1) > before  # the kernel drew them
+    monkeypatch.setattr(_ext, "loaded", lambda: None)  # MLX's and mlx-lm's own functions
+    after = ext.sample_calls(1)
+    off = run(), run(batch=False)
+    assert ext.sample_calls(1) == after
+    assert on == off and on[0] == on[1]  # and batched rows draw what solo jobs draw
