@@ -39,6 +39,8 @@ void mlxnb_argmax_rows(int rows, long n, long stride, const float* x, uint32_t* 
 long mlxnb_argmax_calls(void);
 int mlxnb_logsumexp_rows(int rows, long n, const float* x, float* out);
 int mlxnb_top_p_rows(int rows, long n, const float* x, float top_p, float* out);
+int mlxnb_categorical_rows(int rows, long n, const float* x, float inv_temp, const float* u,
+                           uint32_t* out);
 long mlxnb_sample_calls(int which);
 }
 

@@ -1,6 +1,6 @@
 // Sampling's row work as MLX primitives, on the CPU: the greedy pick (_argmax.c), and
-// logsumexp and mlx-lm's nucleus filter (_sample.c), each giving exactly what MLX's own
-// operations give. Primitives keep them in the step's lazy graph (decode stays pipelined).
+// logsumexp, mlx-lm's nucleus filter and the draw (_sample.c), each giving exactly what
+// MLX's own operations give. Primitives keep them in the step's lazy graph (decode stays pipelined).
 #include "_ext.h"
 
 namespace nb = nanobind;
@@ -65,6 +65,29 @@ class TopPRows : public CpuPrimitive<TopParams> {
   }
 };
 
+struct DrawParams {
+  float inv_temp;
+  bool operator==(const DrawParams&) const = default;
+};
+
+// mx.random.categorical(x * inv_temp) row by row, given each row's uniform number u.
+class CategoricalRows : public CpuPrimitive<DrawParams> {
+ public:
+  CategoricalRows(mx::Stream s, float inv_temp)
+      : CpuPrimitive(s, DrawParams{inv_temp}, "MlxnbCategoricalRows") {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& enc = prepare(stream(), inputs, outputs);
+    enc.dispatch([x = inputs[0], u = inputs[1], out = mx::array::unsafe_weak_copy(outputs[0]),
+                  inv_temp = p_.inv_temp]() mutable {
+      const long n = x.shape(-1);
+      if (mlxnb_categorical_rows(static_cast<int>(x.size() / n), n, x.data<float>(), inv_temp,
+                                 u.data<float>(), out.data<uint32_t>()) != 0)
+        throw std::runtime_error("categorical_rows: out of memory");
+    });
+  }
+};
+
 // float32 rows on the CPU, dense: the kernels' input.
 mx::array rows_of(const mx::array& x, const char* name) {
   if (x.dtype() != mx::float32 || x.ndim() < 1 || x.shape(-1) == 0 ||
@@ -94,6 +117,17 @@ mx::array top_p_rows(const mx::array& x, float top_p) {
                    {rows_of(x, "top_p_rows")});
 }
 
+mx::array categorical_rows(const mx::array& x, const mx::array& u, float inv_temp) {
+  auto shape = x.shape();
+  shape.pop_back();
+  auto rows = rows_of(x, "categorical_rows");
+  if (u.dtype() != mx::float32 || u.size() != rows.size() / rows.shape(-1))
+    throw std::invalid_argument("categorical_rows: one float32 uniform number per row");
+  auto s = mx::default_stream(mx::Device::cpu);
+  return mx::array(shape, mx::uint32, std::make_shared<CategoricalRows>(s, inv_temp),
+                   {rows, mx::contiguous(u, false, s)});
+}
+
 }  // namespace
 
 void bind_sampling(nb::module_& m) {
@@ -104,8 +138,10 @@ void bind_sampling(nb::module_& m) {
         "mx.logsumexp(x, axis=-1, keepdims=True) for float32 on the CPU, bit for bit.");
   m.def("top_p_rows", &top_p_rows, nb::arg("x"), nb::arg("top_p"),
         "mlx-lm's apply_top_p(x, top_p) for float32 on the CPU, bit for bit.");
+  m.def("categorical_rows", &categorical_rows, nb::arg("x"), nb::arg("u"), nb::arg("inv_temp"),
+        "mx.random.categorical(x * inv_temp) of each row, given its uniform draw u, bit for bit.");
   m.def("sample_calls", &mlxnb_sample_calls, nb::arg("which"),
-        "Rows computed so far: 0 logsumexp_rows, 1 top_p_rows.");
+        "Rows computed so far: 0 logsumexp_rows, 1 top_p_rows, 2 categorical_rows.");
 }
 
 }  // namespace mlxnb

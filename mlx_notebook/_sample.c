@@ -1,5 +1,6 @@
 /* Sampling's row work on the CPU, bit for bit what MLX computes, for the fast path's
- * extension: logsumexp over the vocabulary and mlx-lm's nucleus (top-p) filter.
+ * extension: logsumexp over the vocabulary, mlx-lm's nucleus (top-p) filter, and the draw
+ * (mx.random.categorical of one row, given its uniform number).
  *
  * On x86 MLX's CPU backend runs these one element at a time (its exp calls fmaf through
  * the PLT) and sorts the whole vocabulary with std::stable_sort: at the bundled model's
@@ -26,9 +27,9 @@
 #define SAMPLE_AVX512 1
 #endif
 
-static long calls[2]; /* logsumexp rows, top-p rows */
+static long calls[3]; /* logsumexp rows, top-p rows, draws */
 
-long mlxnb_sample_calls(int which) { return which == 0 || which == 1 ? calls[which] : -1; }
+long mlxnb_sample_calls(int which) { return which >= 0 && which < 3 ? calls[which] : -1; }
 
 static inline float bits_float(uint32_t u) {
   float f;
@@ -208,5 +209,41 @@ int mlxnb_top_p_rows(int rows, long n, const float *x, float top_p, float *out) 
   free(keys);
   free(v);
   calls[1] += rows;
+  return 0;
+}
+
+/* mx.random.categorical(x * inv_temp) of one row given u, the uniform number it draws:
+ * MLX's inverse-CDF path for one distribution. w = exp(y - max y) (where the maximum is
+ * infinite: 1 at each maximal entry, else 0), the draw is the last index whose running
+ * sum of w before it is at most u times the sum of w, every sum taken in order. */
+static uint32_t categorical_row(const float *x, long n, float inv_temp, float u, float *y, float *w) {
+  float m = -INFINITY;
+  for (long i = 0; i < n; i++) m = max_mlx(y[i] = x[i] * inv_temp, m);
+  if (isinf(m))
+    for (long i = 0; i < n; i++) w[i] = y[i] == m ? 1.0f : 0.0f;
+  else
+    exp_all(y, m, n, w);
+  float total = 0.0f;
+  for (long i = 0; i < n; i++) total += w[i];
+  const float target = u * total;
+  float cdf = 0.0f;
+  long count = 0;
+  for (long i = 0; i < n; i++) { /* non-decreasing: stop at the first above */
+    if (!(cdf <= target)) break;
+    count++;
+    cdf += w[i];
+  }
+  return (uint32_t)(count - 1);
+}
+
+/* out[r] = the draw from row r (n elements, contiguous rows) with uniform number u[r].
+ * Returns 0, or -1 without memory. */
+int mlxnb_categorical_rows(int rows, long n, const float *x, float inv_temp, const float *u,
+                           uint32_t *out) {
+  float *buf = malloc(sizeof(float) * (n > 0 ? 2 * n : 1));
+  if (buf == NULL) return -1;
+  for (int r = 0; r < rows; r++) out[r] = categorical_row(x + r * n, n, inv_temp, u[r], buf, buf + n);
+  free(buf);
+  calls[2] += rows;
   return 0;
 }

@@ -223,17 +223,46 @@ def test_the_sampler_draws_mlx_lms_tokens_from_the_same_key(ext, kw):
         assert a == theirs(lp).tolist(), seed
 
 
+@pytest.mark.parametrize("temp", [0.2, 1.0, 1.7])
+def test_a_rows_draw_is_mlxs_for_the_same_key(ext, temp):
+    """MLX draws one row by inverse CDF from one uniform number: the kernel, given that
+    number, lands on the same token, on peaked, flat, filtered and tied rows."""
+    from mlx_lm.sample_utils import apply_top_p, categorical_sampling
+
+    x = _logit_rows(int(temp * 10))
+    lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    rows = [lp[i : i + 1] for i in range(lp.shape[0])] + [apply_top_p(lp[1:2], 0.9)]
+    rows.append(_rows(100, [(-math.inf, {7: 0.0, 50: 0.0})]))  # two tokens, both able to win
+    before, draws = ext.sample_calls(2), 0
+    for row in rows:
+        for seed in range(8):
+            mx.random.seed(seed)
+            got = cpu_sampling.categorical_sampling(row, temp)
+            assert got.shape == (1,) and got.dtype == mx.uint32
+            got = got.item()
+            mx.random.seed(seed)
+            assert got == categorical_sampling(row, temp).item(), seed
+            draws += 1
+    assert ext.sample_calls(2) == before + draws
+    several = mx.concatenate(rows[:2])  # MLX draws several rows another way: its own path
+    mx.random.seed(1)
+    a = cpu_sampling.categorical_sampling(several, temp).tolist()
+    mx.random.seed(1)
+    assert a == categorical_sampling(several, temp).tolist()
+    assert ext.sample_calls(2) == before + draws
+
+
 def test_seeded_sampled_text_is_the_same_with_the_kernels_off(ext, engine, tiny_dir, monkeypatch):
     def run(**kw):
         kw = dict(model=tiny_dir, chat=False, max_tokens=16, temperature=0.8, top_p=0.9, **kw)
         jobs = [engine.submit(Request(p, seed=s, **kw)) for p, s in (("The quick", 3), ("Hi", 4))]
         return [j.result(timeout=120).token_ids for j in jobs]
 
-    before = ext.sample_calls(1)
+    before = [ext.sample_calls(i) for i in range(3)]
     on = run(), run(batch=False)
-    assert ext.sample_calls(1) > before  # the kernel drew them
+    assert all(ext.sample_calls(i) > before[i] for i in range(3))  # the kernels drew them
     monkeypatch.setattr(_ext, "loaded", lambda: None)  # MLX's and mlx-lm's own functions
-    after = ext.sample_calls(1)
+    after = [ext.sample_calls(i) for i in range(3)]
     off = run(), run(batch=False)
-    assert ext.sample_calls(1) == after
+    assert [ext.sample_calls(i) for i in range(3)] == after
     assert on == off and on[0] == on[1]  # and batched rows draw what solo jobs draw

@@ -4,7 +4,7 @@ On x86, MLX's CPU backend takes each of these one element at a time over the who
 vocabulary, and they add up to about as much as a one-row step's forward pass at the
 bundled model's recommended sampling (temperature 0.2, top-p 0.9; measured here):
 ``mx.argmax`` 0.14 ms a row (2.0 ms for a batched step's 16), ``mx.logsumexp`` 1.3-1.9
-ms, mlx-lm's ``apply_top_p`` 7-10 ms (it sorts the vocabulary). The fast path's
+ms, mlx-lm's ``apply_top_p`` 7-10 ms (it sorts the vocabulary), its draw 1.6-1.8 ms. The fast path's
 extension (`_ext`; kernels in ``_argmax.c`` and ``_sample.c``) computes each as an MLX
 primitive, so a step stays one lazy graph, with results equal bit for bit: the same
 algorithms (MLX's exp, sums in MLX's order), vectorized, and a radix sort.
@@ -79,10 +79,30 @@ def apply_top_p(logprobs: mx.array, top_p: float) -> mx.array:
     return su.apply_top_p(logprobs, top_p) if mod is None else mod.top_p_rows(logprobs, top_p)
 
 
+def categorical_sampling(logits: mx.array, temp: float) -> mx.array:
+    """mlx-lm's ``categorical_sampling``: a draw from ``softmax(logits / temp)``.
+
+    For one row MLX draws by inverse CDF from one uniform number of its global random
+    sequence; the kernel takes that same number (``mx.random.uniform``, the draw
+    MLX's own sampler would make) and does the rest, so the token is MLX's.
+
+    Args:
+        logits: One row's scores (``[1, vocabulary]``); several rows take MLX's path.
+        temp: Temperature, above 0.
+
+    Returns:
+        The token, shaped as ``mx.random.categorical`` shapes it.
+    """
+    mod = _native(logits)
+    if mod is None or logits.ndim < 2 or logits.size != logits.shape[-1]:
+        return su.categorical_sampling(logits, temp)
+    return mod.categorical_rows(logits, mx.random.uniform(shape=(1,)), 1.0 / temp)
+
+
 def make_sampler(
     temp: float = 0.0, top_p: float = 0.0, min_p: float = 0.0, top_k: int = 0
 ) -> Callable[[mx.array], mx.array]:
-    """mlx-lm's ``make_sampler`` with its nucleus filter on the fast path's kernel.
+    """mlx-lm's ``make_sampler``, with its nucleus filter and its draw on the fast path's kernels.
 
     The same filters in the same order (top-p, min-p, top-k), then the same draw
     (``categorical_sampling``, from MLX's random state), so a seed gives the same tokens
@@ -110,6 +130,6 @@ def make_sampler(
     def sampler(logprobs: mx.array) -> mx.array:
         for f in filters:
             logprobs = f(logprobs)
-        return su.categorical_sampling(logprobs, temp)
+        return categorical_sampling(logprobs, temp)
 
     return sampler
