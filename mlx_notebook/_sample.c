@@ -43,6 +43,19 @@ static inline uint32_t float_bits(float f) {
   return u;
 }
 
+/* A buffer of at least `bytes`, kept for the thread's next call: a fresh one each call cost
+ * its page faults, a fifth of a row's filter. */
+static void *scratch(size_t bytes) {
+  static __thread void *buf;
+  static __thread size_t size;
+  if (bytes > size) {
+    free(buf);
+    buf = malloc(bytes);
+    size = buf != NULL ? bytes : 0;
+  }
+  return buf;
+}
+
 /* mlx::core::simd::exp<float, 1>, operation for operation. */
 static float exp_mlx(float in) {
   const float x = in * 1.442695f;
@@ -123,10 +136,9 @@ static float logsumexp_row(const float *x, long n, float *buf) {
 /* out[r] = logsumexp of row r (n elements, contiguous rows). Returns 0, or -1 without
  * memory. */
 int mlxnb_logsumexp_rows(int rows, long n, const float *x, float *out) {
-  float *buf = malloc(sizeof(float) * (n > 0 ? n : 1));
+  float *buf = scratch(sizeof(float) * (n > 0 ? n : 1));
   if (buf == NULL) return -1;
   for (int r = 0; r < rows; r++) out[r] = logsumexp_row(x + r * n, n, buf);
-  free(buf);
   calls[0] += rows;
   return 0;
 }
@@ -147,15 +159,15 @@ static inline float key_value(uint32_t k, float nan) {
 /* keys ascending (three passes of 11 bits), through tmp. */
 static void radix_sort(uint32_t *keys, uint32_t *tmp, long n) {
   enum { BITS = 11, BUCKETS = 1 << BITS, PASSES = 3 };
-  static __thread long count[PASSES][BUCKETS];
+  uint32_t count[PASSES][BUCKETS]; /* on the stack: a thread-local costs a call per use */
   memset(count, 0, sizeof count);
   for (long i = 0; i < n; i++)
     for (int p = 0; p < PASSES; p++) count[p][(keys[i] >> (p * BITS)) & (BUCKETS - 1)]++;
   uint32_t *src = keys, *dst = tmp;
   for (int p = 0; p < PASSES; p++) {
-    long at = 0;
+    uint32_t at = 0;
     for (int b = 0; b < BUCKETS; b++) {
-      const long c = count[p][b];
+      const uint32_t c = count[p][b];
       count[p][b] = at;
       at += c;
     }
@@ -194,20 +206,14 @@ static void top_p_row(const float *x, long n, float top_p, float *out, uint32_t 
   for (long i = 0; i < n; i++) out[i] = x[i] < threshold ? -INFINITY : x[i];
 }
 
-/* out = apply_top_p(x, top_p) for `rows` contiguous rows of n. Returns 0, or -1 without
- * memory. */
+/* out = apply_top_p(x, top_p) for `rows` contiguous rows of n (n < 2^32). Returns 0, or -1
+ * without memory. */
 int mlxnb_top_p_rows(int rows, long n, const float *x, float top_p, float *out) {
   if (n <= 0) return 0;
-  uint32_t *keys = malloc(sizeof(uint32_t) * n * 2);
-  float *v = malloc(sizeof(float) * n * 3);
-  if (keys == NULL || v == NULL) {
-    free(keys);
-    free(v);
-    return -1;
-  }
+  uint32_t *keys = scratch(sizeof(uint32_t) * n * 5);
+  if (keys == NULL) return -1;
+  float *v = (float *)(keys + 2 * n); /* floats after the keys: no location is both */
   for (int r = 0; r < rows; r++) top_p_row(x + r * n, n, top_p, out + r * n, keys, keys + n, v, v + n, v + 2 * n);
-  free(keys);
-  free(v);
   calls[1] += rows;
   return 0;
 }
@@ -240,10 +246,9 @@ static uint32_t categorical_row(const float *x, long n, float inv_temp, float u,
  * Returns 0, or -1 without memory. */
 int mlxnb_categorical_rows(int rows, long n, const float *x, float inv_temp, const float *u,
                            uint32_t *out) {
-  float *buf = malloc(sizeof(float) * (n > 0 ? 2 * n : 1));
+  float *buf = scratch(sizeof(float) * (n > 0 ? 2 * n : 1));
   if (buf == NULL) return -1;
   for (int r = 0; r < rows; r++) out[r] = categorical_row(x + r * n, n, inv_temp, u[r], buf, buf + n);
-  free(buf);
   calls[2] += rows;
   return 0;
 }
