@@ -11,10 +11,13 @@ algorithms (MLX's exp, sums in MLX's order), vectorized, and a radix sort.
 
 Anything else (no extension loaded, a GPU, arrays that are not float32) takes MLX's and
 mlx-lm's own functions unchanged, so every path draws the same tokens from the same key.
+``MLX_NOTEBOOK_NATIVE_SAMPLING=0`` does too (read at each call; the rest of the fast
+path stays).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -22,12 +25,15 @@ from mlx_lm import sample_utils as su
 
 from .. import _ext
 
+ENV = "MLX_NOTEBOOK_NATIVE_SAMPLING"
+
 
 def _native(x: mx.array):
     """The extension when it can take ``x`` (float32 rows on the CPU), else None."""
     mod = _ext.loaded()  # loaded with a CPU model's fast path; never built here
     if (
         mod is None
+        or os.environ.get(ENV, "1") == "0"
         or x.dtype != mx.float32
         or x.ndim == 0
         or x.size == 0
