@@ -1,10 +1,12 @@
 """Batched generation on the bundled default model: map() against one-after-another.
 
-Usage: python benchmarks/bench_batch.py [--rounds 3] [--tokens 64]
+Usage: python benchmarks/bench_batch.py [--rounds 3] [--tokens 64] [--sampling model|greedy]
 
 Each round runs, in alternating order, the same short prompts as one `map` (the
 engine decodes them together) and as jobs run alone one after another, for 8
-and for 4 prompts. Every round uses prompts no earlier round used, so neither
+and for 4 prompts, both sides with the same sampling: the model's own (what a job
+gets by default; the bundled model's is temperature 0.2, top-p 0.9, repetition
+penalty 1.1) or greedy. Every round uses prompts no earlier round used, so neither
 side reuses the other's prompt cache beyond the shared chat-template prefix.
 Prints the aggregate generated tok/s (wall time, prefill included) as median
 (min-max), the per-round ratio, and the decode step time per row (from each
@@ -37,24 +39,21 @@ def prompts(round_: int, n: int, salt: int) -> list[str]:
     return [f"Write a detailed essay about {s}. (#{round_}.{salt})" for s in chosen]
 
 
-def batched(eng, ps, tokens) -> tuple[float, list[float]]:
+SAMPLING = {"model": {}, "greedy": dict(temperature=0, repetition_penalty=1)}
+
+
+def batched(eng, ps, tokens, sampling) -> tuple[float, list[float]]:
     """Aggregate tok/s of one map, and each row's decode tok/s."""
-    res = mlx_notebook.map(ps, max_tokens=tokens, backend=eng)
+    res = mlx_notebook.map(ps, max_tokens=tokens, backend=eng, **sampling)
     return res.tps, [r.stats.generation_tps for r in res]
 
 
-def sequential(eng, ps, tokens) -> tuple[float, list[float]]:
+def sequential(eng, ps, tokens, sampling) -> tuple[float, list[float]]:
     """Aggregate tok/s of the prompts run alone one after another, and each one's decode tok/s."""
     t0 = time.perf_counter()
     n, rates = 0, []
     for p in ps:
-        st = (
-            eng.submit(
-                Request(p, max_tokens=tokens, batch=False, temperature=0, repetition_penalty=1)
-            )
-            .result()
-            .stats
-        )
+        st = eng.submit(Request(p, max_tokens=tokens, batch=False, **sampling)).result().stats
         n += st.generation_tokens
         rates.append(st.generation_tps)
     return n / (time.perf_counter() - t0), rates
@@ -91,7 +90,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--sampling", choices=sorted(SAMPLING), default="model")
     args = ap.parse_args()
+    sampling = SAMPLING[args.sampling]
     eng = Engine()
     eng.submit(Request("hi", max_tokens=2)).result()
     for n in (8, 4):
@@ -102,12 +103,13 @@ def main() -> None:
             order = [("batched", batched), ("sequential", sequential)]
             got = {}
             for salt, (name, fn) in enumerate(order if r % 2 == 0 else order[::-1]):
-                got[name], rates = fn(eng, prompts(r, n, salt + 2 * n), args.tokens)
+                got[name], rates = fn(eng, prompts(r, n, salt + 2 * n), args.tokens, sampling)
                 tps[name].append(got[name])
                 steps[name] += [1000 / x for x in rates if x > 0]
             ratios.append(got["batched"] / got["sequential"])
         print(
-            f"{n} prompts x {args.tokens} tokens: batched {fmt(tps['batched'])} tok/s, "
+            f"{n} prompts x {args.tokens} tokens ({args.sampling} sampling): "
+            f"batched {fmt(tps['batched'])} tok/s, "
             f"one after another {fmt(tps['sequential'])} tok/s, ratio per round "
             f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}); "
             f"decode step {fmt(steps['batched'])} ms for {n} rows, "
