@@ -108,6 +108,17 @@ def engine_runs(eng, rounds: int, tokens: int) -> dict[str, dict[str, list[float
     return out
 
 
+def report(table: dict, keys: tuple[str, str], labels: tuple[str, str], digits: int) -> None:
+    """One line per row of ``table``: both sides and their paired ratio."""
+    a, b = keys
+    for name, t in table.items():
+        ratios = [x / y for x, y in zip(t[a], t[b])]
+        print(
+            f"  {name:15s} {labels[0]} {fmt(t[a], digits)}  {labels[1]} {fmt(t[b], digits)}"
+            f"  {labels[0]} / {labels[1]} {fmt(ratios)}x"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -118,20 +129,10 @@ def main() -> None:
     print(f"default model on {first.stats.sampling}")
     pieces = row_pieces(eng, args.rounds)
     print(f"\nPer row (one row of the model's logits), ms, median over {args.rounds} rounds:")
-    for name, t in pieces.items():
-        ratios = [a / b for a, b in zip(t["mlx"], t["kernel"])]
-        print(
-            f"  {name:15s} MLX {fmt(t['mlx'], 3)}  kernel {fmt(t['kernel'], 3)}"
-            f"  MLX / kernel {fmt(ratios)}x"
-        )
+    report(pieces, ("mlx", "kernel"), ("MLX", "kernel"), 3)
     runs = engine_runs(eng, args.rounds, args.tokens)
     print(f"\nIn the engine ({args.tokens} tokens a row, the model's sampling), tok/s:")
-    for name, t in runs.items():
-        ratios = [a / b for a, b in zip(t["on"], t["off"])]
-        print(
-            f"  {name:9s} kernels {fmt(t['on'], 1)}  MLX {fmt(t['off'], 1)}"
-            f"  on / off {fmt(ratios)}x"
-        )
+    report(runs, ("on", "off"), ("kernels", "MLX"), 1)
     eng.close()
 
 
