@@ -17,7 +17,11 @@
  *     puts them.
  * Built without floating-point contraction: a multiply and an add fused into an fma would
  * round once where MLX rounds twice. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
