@@ -1,7 +1,8 @@
 """Build and load, once, the fast path's MLX extension (``_ext*.cpp``).
 
 Its MLX primitives compute quantized products, decode steps' attention, the fused
-parts of a llama layer's decode step (``_layer.c``) and greedy picks (``_argmax.c``)
+parts of a llama layer's decode step (``_layer.c``) and sampling's row work (the
+greedy pick, logsumexp, the nucleus filter and the draw: ``_argmax.c``, ``_sample.c``)
 on the CPU, and copy weights onto huge pages (``_ext_pages.cpp``).
 Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
 it takes and returns ``mlx.core.array``. Built with the system compilers into
