@@ -85,6 +85,16 @@ static long calls[4];    /* products per path: registers, 8-row passes, sgemm, A
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
+/* Threads the extension's other kernels may take (the sampling kernels' rows): 1 where
+ * the thread governor has set one. */
+int mlxnb_ext_threads(void) {
+#ifdef _OPENMP
+  return thread_count == 1 ? 1 : thread_count > 0 ? thread_count : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1; }
 
 static int threads_for(long macs) {

@@ -33,6 +33,15 @@
 
 static long calls[3]; /* logsumexp rows, top-p rows, draws */
 
+int mlxnb_ext_threads(void); /* _qmm.c: 1 where the thread governor set one */
+
+/* Threads for `rows` independent rows: each row's work is the same on any thread (its own
+ * scratch), so the results do not depend on the split. */
+static int row_threads(int rows) {
+  const int nt = mlxnb_ext_threads();
+  return rows < nt ? rows : nt;
+}
+
 long mlxnb_sample_calls(int which) { return which >= 0 && which < 3 ? calls[which] : -1; }
 
 static inline float bits_float(uint32_t u) {
@@ -140,9 +149,16 @@ static float logsumexp_row(const float *x, long n, float *buf) {
 /* out[r] = logsumexp of row r (n elements, contiguous rows). Returns 0, or -1 without
  * memory. */
 int mlxnb_logsumexp_rows(int rows, long n, const float *x, float *out) {
-  float *buf = scratch(sizeof(float) * (n > 0 ? n : 1));
-  if (buf == NULL) return -1;
-  for (int r = 0; r < rows; r++) out[r] = logsumexp_row(x + r * n, n, buf);
+  int failed = 0;
+#pragma omp parallel num_threads(row_threads(rows)) if (rows > 1) reduction(| : failed)
+  {
+    float *buf = scratch(sizeof(float) * (n > 0 ? n : 1));
+    failed = buf == NULL;
+#pragma omp for schedule(static)
+    for (int r = 0; r < rows; r++)
+      if (!failed) out[r] = logsumexp_row(x + r * n, n, buf);
+  }
+  if (failed) return -1;
   calls[0] += rows;
   return 0;
 }
@@ -214,10 +230,17 @@ static void top_p_row(const float *x, long n, float top_p, float *out, uint32_t 
  * without memory. */
 int mlxnb_top_p_rows(int rows, long n, const float *x, float top_p, float *out) {
   if (n <= 0) return 0;
-  uint32_t *keys = scratch(sizeof(uint32_t) * n * 5);
-  if (keys == NULL) return -1;
-  float *v = (float *)(keys + 2 * n); /* floats after the keys: no location is both */
-  for (int r = 0; r < rows; r++) top_p_row(x + r * n, n, top_p, out + r * n, keys, keys + n, v, v + n, v + 2 * n);
+  int failed = 0;
+#pragma omp parallel num_threads(row_threads(rows)) if (rows > 1) reduction(| : failed)
+  {
+    uint32_t *keys = scratch(sizeof(uint32_t) * n * 5);
+    failed = keys == NULL;
+    float *v = (float *)(keys + 2 * n); /* floats after the keys: no location is both */
+#pragma omp for schedule(static)
+    for (int r = 0; r < rows; r++)
+      if (!failed) top_p_row(x + r * n, n, top_p, out + r * n, keys, keys + n, v, v + n, v + 2 * n);
+  }
+  if (failed) return -1;
   calls[1] += rows;
   return 0;
 }
@@ -250,9 +273,16 @@ static uint32_t categorical_row(const float *x, long n, float inv_temp, float u,
  * Returns 0, or -1 without memory. */
 int mlxnb_categorical_rows(int rows, long n, const float *x, float inv_temp, const float *u,
                            uint32_t *out) {
-  float *buf = scratch(sizeof(float) * (n > 0 ? 2 * n : 1));
-  if (buf == NULL) return -1;
-  for (int r = 0; r < rows; r++) out[r] = categorical_row(x + r * n, n, inv_temp, u[r], buf, buf + n);
+  int failed = 0;
+#pragma omp parallel num_threads(row_threads(rows)) if (rows > 1) reduction(| : failed)
+  {
+    float *buf = scratch(sizeof(float) * (n > 0 ? 2 * n : 1));
+    failed = buf == NULL;
+#pragma omp for schedule(static)
+    for (int r = 0; r < rows; r++)
+      if (!failed) out[r] = categorical_row(x + r * n, n, inv_temp, u[r], buf, buf + n);
+  }
+  if (failed) return -1;
   calls[2] += rows;
   return 0;
 }

@@ -266,3 +266,55 @@ def test_seeded_sampled_text_is_the_same_with_the_kernels_off(ext, engine, tiny_
     off = run(), run(batch=False)
     assert [ext.sample_calls(i) for i in range(3)] == after
     assert on == off and on[0] == on[1]  # and batched rows draw what solo jobs draw
+
+
+def _sampler_rows():
+    """Five rows' samplers: three alike (one group), one with min-p and top-k, one hot."""
+    alike = dict(temp=0.2, top_p=0.9)
+    kws = [alike, dict(temp=0.8, top_p=0.5, min_p=0.02, top_k=40), alike, dict(temp=1.7), alike]
+    return [cpu_sampling.make_sampler(**kw) for kw in kws]
+
+
+@pytest.mark.parametrize("threads", [0, 1])
+def test_rows_drawn_together_are_the_rows_own_draws(ext, threads):
+    """draw_rows against each row's own sampler, keyed and from the global sequence: the
+    same tokens, in row order, from one draw call per group of settings, on one thread
+    or several (the governor's knob)."""
+    x = _logit_rows(5)
+    lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    samplers = _sampler_rows()
+    ext.set_threads(threads)
+    try:
+        for keyed in (True, False):
+            keys = [
+                (lambda i=i: mx.random.seed(100 + i)) if keyed else (lambda: None) for i in range(5)
+            ]
+            mx.random.seed(9)
+            before = ext.sample_calls(2)
+            got = cpu_sampling.draw_rows(lp, samplers, keys)
+            assert got.dtype == mx.uint32 and got.shape == (5,)
+            got = got.tolist()
+            assert ext.sample_calls(2) == before + 5
+            mx.random.seed(9)
+            want = []
+            for i, s in enumerate(samplers):
+                keys[i]()
+                want.append(s(lp[i : i + 1]).item())
+            assert got == want, keyed
+    finally:
+        ext.set_threads(0)
+
+
+def test_draw_rows_leaves_what_the_kernels_cannot_take_to_the_rows(ext, monkeypatch):
+    """None (and no random number drawn) for a sampler of another origin or with the
+    kernels off: the caller goes row by row."""
+    x = _logit_rows(6)[:2]
+    samplers = _sampler_rows()[:2]
+    noop = [lambda: None] * 2
+    mx.random.seed(3)
+    assert cpu_sampling.draw_rows(x, [samplers[0], lambda lp: lp], noop) is None
+    monkeypatch.setenv(cpu_sampling.ENV, "0")
+    assert cpu_sampling.draw_rows(x, samplers, noop) is None
+    after = mx.random.uniform(shape=(1,)).item()
+    mx.random.seed(3)
+    assert mx.random.uniform(shape=(1,)).item() == after  # the sequence untouched

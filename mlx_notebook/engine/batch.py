@@ -32,7 +32,8 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ..models import cpu_fast, cpu_sampling
+from ..models import cpu_fast
+from .batch_sampling import next_tokens
 from .caches import extract, finalize, merge, prepare_padding
 from .errors import describe, detach_frames
 from .events import Finished, PrefillProgress
@@ -253,7 +254,9 @@ class Batch:
         # (once), else after queueing the next step, so the read overlaps it.
         constrained = any(r.setup.constraint is not None for r in rows)
         values = cur.tolist() if constrained else None
-        nxt = self._sample(rows, cur, logits, values)
+        if values is not None:
+            self._advance_constraints(rows, values)
+        nxt = next_tokens(rows, cur, logits)
         mx.async_eval(nxt)
         if values is None:
             values = cur.tolist()
@@ -270,38 +273,6 @@ class Batch:
         self._pending = nxt
         for row in done:
             self._end(row, None)
-
-    def _sample(
-        self, rows: list[Row], cur: mx.array, logits: mx.array, values: list[int] | None = None
-    ) -> mx.array:
-        plain = not any(r.setup.processors or r.setup.constraint or r.setup.recorder for r in rows)
-        if plain and all(r.setup.greedy for r in rows):
-            return cpu_sampling.argmax(logits)
-        if values is not None:
-            self._advance_constraints(rows, values)
-        parts = []
-        for i, row in enumerate(rows):
-            lg = raw = logits[i : i + 1]
-            if row.setup.recorder is not None and row.setup.processors:
-                raw = lg + 0  # mlx-lm's processors assign into their input
-            if row.setup.processors:
-                row.context = mx.concatenate([row.context, cur[i : i + 1]])
-                for p in row.setup.processors:
-                    lg = p(row.context, lg)
-            if row.setup.constraint is not None:  # after the processors, as alone
-                lg = row.setup.constraint.mask(lg)
-            if row.setup.recorder is not None:
-                c = row.setup.constraint
-                forced = c is not None and c.last_forced
-                row.setup.recorder.stash(lg, None if lg is raw else raw, forced)
-            if row.setup.greedy:
-                parts.append(cpu_sampling.argmax(lg))
-                continue
-            # Keyed by position, whatever the other rows do: the same seed gives the
-            # same text as the job alone.
-            lp = lg - cpu_sampling.logsumexp(lg)
-            parts.append(row.setup.sample(lp, len(row.seq.tokens)))
-        return mx.concatenate(parts)
 
     def _advance_constraints(self, rows: list[Row], values: list[int]) -> None:
         """Feed each constrained row's grammar the token this step fed, before its mask.

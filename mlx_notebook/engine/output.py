@@ -50,7 +50,7 @@ class Setup:
     recorder: object = None
 
 
-def keyed_sampler(sampler, seed: int | None):
+class KeyedSampler:
     """``sample(logprobs, position)``: with a seed, each position draws with its own key.
 
     ``position`` is the index of the token just fed. The key depends only on the
@@ -58,15 +58,29 @@ def keyed_sampler(sampler, seed: int | None):
     or when a verify pass samples several positions at once: seeded sampling
     gives the same text on every path, and speculation keeps it. Without a seed,
     draws come from MLX's global generator.
+
+    Args:
+        sampler: From `make_sampler`.
+        seed: The job's seed, or None.
     """
-    if seed is None:
-        return lambda logprobs, _position: sampler(logprobs)
 
-    def sample(logprobs, position: int):
-        mx.random.seed((seed * 1_000_003 + position) % 2**64)
-        return sampler(logprobs)
+    def __init__(self, sampler, seed: int | None) -> None:
+        self.sampler, self.seed = sampler, seed
 
-    return sample
+    def key(self, position: int) -> None:
+        """Set the random key for ``position`` (nothing without a seed)."""
+        if self.seed is not None:
+            mx.random.seed((self.seed * 1_000_003 + position) % 2**64)
+
+    def __call__(self, logprobs: mx.array, position: int) -> mx.array:
+        """The token ``sampler`` draws from ``logprobs`` with ``position``'s key."""
+        self.key(position)
+        return self.sampler(logprobs)
+
+
+def keyed_sampler(sampler, seed: int | None) -> KeyedSampler:
+    """A `KeyedSampler` of ``sampler`` and ``seed``."""
+    return KeyedSampler(sampler, seed)
 
 
 def prepare(job: Job, main) -> Setup:

@@ -18,7 +18,7 @@ path stays).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 from mlx_lm import sample_utils as su
@@ -125,6 +125,19 @@ def make_sampler(
     """
     if temp == 0:
         return argmax
+    filters = _filters(top_p, min_p, top_k)
+
+    def sampler(logprobs: mx.array) -> mx.array:
+        for f in filters:
+            logprobs = f(logprobs)
+        return categorical_sampling(logprobs, temp)
+
+    sampler.settings = (temp, top_p, min_p, top_k)  # read by `draw_rows`
+    return sampler
+
+
+def _filters(top_p: float, min_p: float, top_k: int) -> list[Callable[[mx.array], mx.array]]:
+    """mlx-lm's filters in its order (top-p, min-p, top-k), the ones these values turn on."""
     filters: list[Callable[[mx.array], mx.array]] = []
     if 0 < top_p < 1.0:
         filters.append(lambda x: apply_top_p(x, top_p))
@@ -132,10 +145,51 @@ def make_sampler(
         filters.append(lambda x: su.apply_min_p(x, min_p, 1))
     if top_k > 0:
         filters.append(lambda x: su.apply_top_k(x, top_k))
+    return filters
 
-    def sampler(logprobs: mx.array) -> mx.array:
-        for f in filters:
-            logprobs = f(logprobs)
-        return categorical_sampling(logprobs, temp)
 
-    return sampler
+def draw_rows(
+    logprobs: mx.array, samplers: Sequence[Callable], keys: Sequence[Callable[[], None]]
+) -> mx.array | None:
+    """One token per row, the one ``samplers[i](logprobs[i : i + 1])`` draws, in a few calls.
+
+    Rows whose samplers (`make_sampler`'s) have the same settings go through each filter
+    and the draw together, one kernel call each, their rows split over the threads,
+    where row after row took a call per row and piece. The rows' uniform numbers are
+    drawn first, in row order, each right after ``keys[i]()`` (a seeded job keys its
+    position there): the global random sequence is used as row after row uses it, so
+    each row gets the token it draws alone.
+
+    Args:
+        logprobs: ``[rows, vocabulary]`` log-probabilities.
+        samplers: Each row's sampler, from `make_sampler` with a temperature above 0.
+        keys: Each row's call that sets its random key (or does nothing).
+
+    Returns:
+        uint32 tokens ``[rows]``; None where the kernels do not apply (no extension, not
+        float32 on the CPU, or a sampler `make_sampler` did not make): go row by row.
+    """
+    settings = [getattr(s, "settings", None) for s in samplers]
+    mod = _native(logprobs)
+    if mod is None or logprobs.ndim != 2 or None in settings:
+        return None
+    uniforms = []
+    for key in keys:
+        key()
+        uniforms.append(mx.random.uniform(shape=(1,)))
+    u = mx.concatenate(uniforms)
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(settings):
+        groups.setdefault(s, []).append(i)
+    drawn, order = [], []
+    for (temp, top_p, min_p, top_k), rows in groups.items():
+        pick = None if len(groups) == 1 else mx.array(rows)
+        x = logprobs if pick is None else logprobs[pick]
+        for f in _filters(top_p, min_p, top_k):
+            x = f(x)
+        drawn.append(mod.categorical_rows(x, u if pick is None else u[pick], 1.0 / temp))
+        order += rows
+    if len(drawn) == 1:
+        return drawn[0]
+    back = sorted(range(len(order)), key=order.__getitem__)  # group order -> row order
+    return mx.concatenate(drawn)[mx.array(back)]
