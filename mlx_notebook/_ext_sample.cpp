@@ -141,7 +141,8 @@ void bind_sampling(nb::module_& m) {
   m.def("categorical_rows", &categorical_rows, nb::arg("x"), nb::arg("u"), nb::arg("inv_temp"),
         "mx.random.categorical(x * inv_temp) of each row, given its uniform draw u, bit for bit.");
   m.def("sample_calls", &mlxnb_sample_calls, nb::arg("which"),
-        "Rows computed so far: 0 logsumexp_rows, 1 top_p_rows, 2 categorical_rows.");
+        "Rows computed so far: 0 logsumexp_rows, 1 top_p_rows, 2 categorical_rows; 3 the "
+        "top_p_rows rows that sorted only the values that can change their sums.");
 }
 
 }  // namespace mlxnb

@@ -31,7 +31,8 @@
 #define SAMPLE_AVX512 1
 #endif
 
-static long calls[3]; /* logsumexp rows, top-p rows, draws */
+static long calls[3];  /* logsumexp rows, top-p rows, draws */
+static long head_rows; /* top-p rows that sorted their head alone (top_p_head) */
 
 int mlxnb_ext_threads(void); /* _qmm.c: 1 where the thread governor set one */
 
@@ -42,7 +43,9 @@ static int row_threads(int rows) {
   return rows < nt ? rows : nt;
 }
 
-long mlxnb_sample_calls(int which) { return which >= 0 && which < 3 ? calls[which] : -1; }
+long mlxnb_sample_calls(int which) {
+  return which >= 0 && which < 3 ? calls[which] : which == 3 ? head_rows : -1;
+}
 
 static inline float bits_float(uint32_t u) {
   float f;
@@ -199,12 +202,67 @@ static void radix_sort(uint32_t *keys, uint32_t *tmp, long n) {
   if (src != keys) memcpy(keys, src, sizeof(uint32_t) * n);
 }
 
+/* Below TAIL_CUT under a row's maximum, exp(value) is under 2^-25 of exp(maximum)
+ * (e^-18 < 2^-25.9): under half an ulp of any running sum that holds the maximum. */
+#define TAIL_CUT 18.0f
+
+/* top_p_row for a row whose sorted tail cannot change the sums: the values at least
+ * TAIL_CUT under its maximum come last in the descending running sum, after every
+ * larger value, and each adds under half an ulp to it (checked below, exactly), so
+ * adding them changes nothing: the sums and the positions' masses are those of the
+ * other values alone, and their order never matters. Only those others are sorted
+ * (about half of a model's vocabulary, measured on the default model). Returns 0, or
+ * -1 where a check fails (the caller sorts the whole row). */
+static int top_p_head(const float *x, long n, float top_p, float *out, uint32_t *keys,
+                      uint32_t *tmp, float *v, float *p, float *above) {
+  float m = -INFINITY;
+  for (long i = 0; i < n; i++) {
+    if (x[i] != x[i]) return -1; /* a NaN: sums of NaN, the whole row's way */
+    m = x[i] > m ? x[i] : m;
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f) || !isfinite(m)) return -1;
+  const float cut = m - TAIL_CUT;
+  long h = 0;
+  float tail_max = -INFINITY;
+  for (long i = 0; i < n; i++) {
+    if (x[i] >= cut)
+      keys[h++] = sort_key(x[i]);
+    else if (x[i] > tail_max)
+      tail_max = x[i];
+  }
+  const long z = n - h; /* the tail: the lowest z positions of the sorted row */
+  radix_sort(keys, tmp, h);
+  for (long j = 0; j < h; j++) v[j] = key_value(keys[j], NAN);
+  exp_all(v, 0.0f, h, p);
+  float acc = 0.0f;
+  above[h - 1] = 0.0f;
+  for (long j = h - 1; j > 0; j--) above[j - 1] = acc = acc + p[j];
+  const float total = above[0] + p[0]; /* the mass above the tail's top position */
+  if (z > 0) { /* each tail value must vanish in `total`: under half its ulp */
+    const uint32_t e = float_bits(total) & 0x7F800000u;
+    if (e <= (24u << 23) || e == 0x7F800000u) return -1; /* tiny or infinite */
+    const float half_ulp = bits_float(e - (24u << 23)); /* 2^(exponent - 24) */
+    if (!(exp_mlx(tail_max) < half_ulp)) return -1;
+  }
+  const float thr = top_p * total; /* at most total: every tail position is dropped */
+  long dropped = z;
+  for (long j = 0; j < h; j++) dropped += above[j] >= thr;
+  if (dropped > n - 1) dropped = n - 1;
+  const float threshold = v[dropped - z];
+  for (long i = 0; i < n; i++) out[i] = x[i] < threshold ? -INFINITY : x[i];
+  return 0;
+}
+
 /* mlx-lm's apply_top_p on one row: sorted ascending, probabilities exp(sorted), the mass
  * above each position (a reverse exclusive running sum, in order), the positions whose
  * mass above reaches top_p of the total dropped; values under the first kept one become
  * -inf. */
 static void top_p_row(const float *x, long n, float top_p, float *out, uint32_t *keys,
                       uint32_t *tmp, float *v, float *p, float *above) {
+  if (top_p_head(x, n, top_p, out, keys, tmp, v, p, above) == 0) {
+    __atomic_add_fetch(&head_rows, 1, __ATOMIC_RELAXED);
+    return;
+  }
   float nan = NAN;
   for (long i = 0; i < n; i++) {
     keys[i] = sort_key(x[i]);

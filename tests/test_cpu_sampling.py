@@ -318,3 +318,23 @@ def test_draw_rows_leaves_what_the_kernels_cannot_take_to_the_rows(ext, monkeypa
     after = mx.random.uniform(shape=(1,)).item()
     mx.random.seed(3)
     assert mx.random.uniform(shape=(1,)).item() == after  # the sequence untouched
+
+
+def test_the_nucleus_filter_sorts_only_what_can_change_its_sums(ext):
+    """Values 18 or more under a row's maximum add under half an ulp to the running sum
+    (checked per row): only the rest is sorted, bit for bit mlx-lm's filter still. Rows
+    where that cannot hold (NaN, no finite maximum, sums too small for the check, top-p
+    above 1) sort everything, with the same result as mlx-lm's."""
+    from mlx_lm.sample_utils import apply_top_p
+
+    x = _logit_rows(21)
+    wide = mx.random.normal((2, 49152), key=mx.random.key(4)) * 9  # long tails under the cut
+    lp = mx.concatenate([x, wide]) - mx.logsumexp(mx.concatenate([x, wide]), axis=-1, keepdims=True)
+    tiny = lp[5:] - 80  # long tails, and sums under the check's range
+    for rows, p, head in ((lp, 0.9, 7), (lp, 0.3, 7), (tiny, 0.9, 0), (lp[:2], 1.5, 0)):
+        before = ext.sample_calls(3)
+        got = cpu_sampling.apply_top_p(rows, p)
+        mx.eval(got)
+        assert ext.sample_calls(3) == before + head, p
+        assert np.array_equal(_bits(got), _bits(apply_top_p(rows, p))), p
+    assert np.isfinite(np.array(cpu_sampling.apply_top_p(wide, 0.9))).sum() > 1
