@@ -68,3 +68,39 @@ def test_without_the_kernels_rows_go_one_by_one_to_the_same_text(
     assert ext.sample_calls(2) == before  # MLX's own draws, row after row
     assert on == off
     mx.random.seed(0)  # leave the global sequence as other tests expect it
+
+
+def test_rows_penalized_together_get_their_own_processors_scores():
+    """Rows whose only processor is mlx-lm's repetition penalty: one gather, select and
+    scatter for each group of equal settings, each row's scores bit for bit its own
+    processor's (contexts shorter and longer than the penalty's, repeated tokens); a
+    row alone in its group, or with other processors, is left to itself."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mlx_lm.sample_utils import make_logits_processors
+
+    from mlx_notebook.engine.batch_sampling import _penalties_together
+    from mlx_notebook.engine.output import tag_penalty
+
+    def row(penalty, context, extra=False):
+        procs = tag_penalty(make_logits_processors(repetition_penalty=penalty), penalty)
+        if extra:
+            procs = [*procs, lambda _tokens, lg: lg]
+        ctx = mx.array(context, dtype=mx.uint32)
+        return SimpleNamespace(setup=SimpleNamespace(processors=procs), context=ctx)
+
+    contexts = [list(range(30)), [5, 5, 9], [7] * 25, list(range(100, 140, 3)), [1, 2], [3]]
+    rows = [row(1.3, contexts[0]), row(1.3, contexts[1]), row(1.3, contexts[2])]
+    rows += [row(0.8, contexts[3]), row(0.8, contexts[4]), row(1.3, contexts[5], extra=True)]
+    rows.append(row(2.0, [4, 4]))  # alone with its settings
+    logits = mx.random.normal((len(rows), 512), key=mx.random.key(3)) * 4
+    cur = mx.array([11, 5, 7, 100, 2, 3, 4], dtype=mx.uint32)
+    got = _penalties_together(rows, cur, logits)
+    assert sorted(got) == [0, 1, 2, 3, 4]
+    for i in got:
+        ctx = mx.concatenate([mx.array(contexts[i], dtype=mx.uint32), cur[i : i + 1]])
+        assert rows[i].context.tolist() == ctx.tolist()  # advanced, as alone
+        want = rows[i].setup.processors[0](ctx, logits[i : i + 1] + 0)
+        assert np.array_equal(np.array(got[i]), np.array(want)), i
+    assert rows[5].context.size == len(contexts[5]) and rows[6].context.size == 2

@@ -83,6 +83,17 @@ def keyed_sampler(sampler, seed: int | None) -> KeyedSampler:
     return KeyedSampler(sampler, seed)
 
 
+def tag_penalty(processors: list, penalty: float) -> list:
+    """mlx-lm's repetition penalty processor, marked ``penalty = (penalty, context)``.
+
+    A batched step applies the marked processors of several rows together
+    (`batch_sampling`); mlx-lm's closure keeps its values to itself. The context is
+    mlx-lm's default, 20 tokens, which ``make_logits_processors`` was given.
+    """
+    (processors[0]).penalty = (float(penalty), 20)
+    return processors
+
+
 def prepare(job: Job, main) -> Setup:
     """Encode the prompt, fit the context (emitting a `Notice` if clamped), build the sampler.
 
@@ -112,7 +123,10 @@ def prepare(job: Job, main) -> Setup:
     )
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
-        processors = make_logits_processors(repetition_penalty=req.repetition_penalty)
+        processors = tag_penalty(
+            make_logits_processors(repetition_penalty=req.repetition_penalty),
+            req.repetition_penalty,
+        )
     if req.chat and getattr(main.tokenizer, "has_thinking", False):
         from .reasoning import EndThinking  # a no-op until `Job.end_thinking`
 
