@@ -202,6 +202,20 @@ static void radix_sort(uint32_t *keys, uint32_t *tmp, long n) {
   if (src != keys) memcpy(keys, src, sizeof(uint32_t) * n);
 }
 
+/* Sorted keys -> their values v (NaN keys as `nan`), probabilities p = exp(v) and each
+ * position's mass above it (mlx-lm's reverse exclusive running sum, in order). Returns
+ * the total, the mass above position 0 plus its own. */
+static float sorted_masses(uint32_t *keys, uint32_t *tmp, long n, float nan, float *v, float *p,
+                           float *above) {
+  radix_sort(keys, tmp, n);
+  for (long j = 0; j < n; j++) v[j] = key_value(keys[j], nan);
+  exp_all(v, 0.0f, n, p);
+  float acc = 0.0f;
+  above[n - 1] = 0.0f;
+  for (long j = n - 1; j > 0; j--) above[j - 1] = acc = acc + p[j];
+  return above[0] + p[0];
+}
+
 /* Below TAIL_CUT under a row's maximum, exp(value) is under 2^-25 of exp(maximum)
  * (e^-18 < 2^-25.9): under half an ulp of any running sum that holds the maximum. */
 #define TAIL_CUT 18.0f
@@ -231,13 +245,8 @@ static int top_p_head(const float *x, long n, float top_p, float *out, uint32_t 
       tail_max = x[i];
   }
   const long z = n - h; /* the tail: the lowest z positions of the sorted row */
-  radix_sort(keys, tmp, h);
-  for (long j = 0; j < h; j++) v[j] = key_value(keys[j], NAN);
-  exp_all(v, 0.0f, h, p);
-  float acc = 0.0f;
-  above[h - 1] = 0.0f;
-  for (long j = h - 1; j > 0; j--) above[j - 1] = acc = acc + p[j];
-  const float total = above[0] + p[0]; /* the mass above the tail's top position */
+  /* the mass above the tail's top position */
+  const float total = sorted_masses(keys, tmp, h, NAN, v, p, above);
   if (z > 0) { /* each tail value must vanish in `total`: under half its ulp */
     const uint32_t e = float_bits(total) & 0x7F800000u;
     if (e <= (24u << 23) || e == 0x7F800000u) return -1; /* tiny or infinite */
@@ -268,15 +277,7 @@ static void top_p_row(const float *x, long n, float top_p, float *out, uint32_t 
     keys[i] = sort_key(x[i]);
     if (x[i] != x[i]) nan = x[i];
   }
-  radix_sort(keys, tmp, n);
-  for (long i = 0; i < n; i++) v[i] = key_value(keys[i], nan);
-  exp_all(v, 0.0f, n, p);
-  /* mass_above[n - 1] = 0, mass_above[j - 1] = mass_above[j] + p[j]; the total is
-   * mass_above[0] + p[0] */
-  float acc = 0.0f;
-  above[n - 1] = 0.0f;
-  for (long j = n - 1; j > 0; j--) above[j - 1] = acc = acc + p[j];
-  const float thr = top_p * (above[0] + p[0]);
+  const float thr = top_p * sorted_masses(keys, tmp, n, nan, v, p, above);
   long dropped = 0;
   for (long j = 0; j < n; j++) dropped += above[j] >= thr;
   if (dropped > n - 1) dropped = n - 1; /* no mass at all: MLX would read past the end */
