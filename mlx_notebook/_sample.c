@@ -216,13 +216,14 @@ static float sorted_masses(uint32_t *keys, uint32_t *tmp, long n, float nan, flo
   return above[0] + p[0];
 }
 
-/* Below TAIL_CUT under a row's maximum, exp(value) is under 2^-25 of exp(maximum)
- * (e^-18 < 2^-25.9): under half an ulp of any running sum that holds the maximum. */
-#define TAIL_CUT 18.0f
+/* Below TAIL_CUT under a row's maximum, exp(value) is under 2^-27 of exp(maximum)
+ * (e^-19 < 2^-27.4): under a tenth of an ulp of any running sum that holds the
+ * maximum, so the check below (with its factor of 2) passes. */
+#define TAIL_CUT 19.0f
 
 /* top_p_row for a row whose sorted tail cannot change the sums: the values at least
  * TAIL_CUT under its maximum come last in the descending running sum, after every
- * larger value, and each adds under half an ulp to it (checked below, exactly), so
+ * larger value, and each adds under half an ulp to it (checked below), so
  * adding them changes nothing: the sums and the positions' masses are those of the
  * other values alone, and their order never matters. Only those others are sorted
  * (about half of a model's vocabulary, measured on the default model). Returns 0, or
@@ -251,7 +252,9 @@ static int top_p_head(const float *x, long n, float top_p, float *out, uint32_t 
     const uint32_t e = float_bits(total) & 0x7F800000u;
     if (e <= (24u << 23) || e == 0x7F800000u) return -1; /* tiny or infinite */
     const float half_ulp = bits_float(e - (24u << 23)); /* 2^(exponent - 24) */
-    if (!(exp_mlx(tail_max) < half_ulp)) return -1;
+    /* twice the largest tail value's exp: any tail value's, as MLX's exp is monotone
+     * up to an ulp or so */
+    if (!(2.0f * exp_mlx(tail_max) < half_ulp)) return -1;
   }
   const float thr = top_p * total; /* at most total: every tail position is dropped */
   long dropped = z;

@@ -321,7 +321,7 @@ def test_draw_rows_leaves_what_the_kernels_cannot_take_to_the_rows(ext, monkeypa
 
 
 def test_the_nucleus_filter_sorts_only_what_can_change_its_sums(ext):
-    """Values 18 or more under a row's maximum add under half an ulp to the running sum
+    """Values 19 or more under a row's maximum add under half an ulp to the running sum
     (checked per row): only the rest is sorted, bit for bit mlx-lm's filter still. Rows
     where that cannot hold (NaN, no finite maximum, sums too small for the check, top-p
     above 1) sort everything, with the same result as mlx-lm's."""
