@@ -97,14 +97,7 @@ int mlxnb_ext_threads(void) {
 
 long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1; }
 
-static int threads_for(long macs) {
-  if (thread_count == 1 || macs < PARALLEL_MIN) return 1;
-#ifdef _OPENMP
-  return thread_count > 0 ? thread_count : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
 /* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
 static inline void widen_scalar(const uint8_t *p, int bits, float *f) {

@@ -78,13 +78,12 @@ def test_rows_penalized_together_get_their_own_processors_scores():
     from types import SimpleNamespace
 
     import numpy as np
-    from mlx_lm.sample_utils import make_logits_processors
 
     from mlx_notebook.engine.batch_sampling import _penalties_together
-    from mlx_notebook.engine.output import tag_penalty
+    from mlx_notebook.engine.output import repetition_processors
 
     def row(penalty, context, extra=False):
-        procs = tag_penalty(make_logits_processors(repetition_penalty=penalty), penalty)
+        procs = repetition_processors(penalty)
         if extra:
             procs = [*procs, lambda _tokens, lg: lg]
         ctx = mx.array(context, dtype=mx.uint32)

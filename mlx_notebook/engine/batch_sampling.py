@@ -78,8 +78,6 @@ def _processed(row: Row, fed: mx.array, lg: mx.array, penalized: mx.array | None
 def _draw_together(rows: list[Row], sampled: list[int], scores: list[mx.array]):
     """The sampled rows' tokens from one normalizer call and `draw_rows`, or None."""
     samplers = [rows[i].setup.sample for i in sampled]
-    if not all(hasattr(s, "key") for s in samplers):
-        return None
     together = mx.concatenate([scores[i] for i in sampled])
     lp = together - cpu_sampling.logsumexp(together)  # lazy: unused where None comes back
     keys = [lambda s=s, i=i: s.key(len(rows[i].seq.tokens)) for s, i in zip(samplers, sampled)]
@@ -89,7 +87,7 @@ def _draw_together(rows: list[Row], sampled: list[int], scores: list[mx.array]):
 def _penalties_together(rows: list[Row], cur: mx.array, logits: mx.array) -> dict[int, mx.array]:
     """The rows whose only processor is a repetition penalty, penalized a group at a time.
 
-    mlx-lm's penalty (`output.tag_penalty` marks it) gathers a row's logits at its last
+    mlx-lm's penalty (`output.repetition_processors` marks it) gathers a row's logits at its last
     ``context`` tokens, scales them (times the penalty below zero, divided by it above)
     and writes them back: per row a gather, a select and a scatter. Rows with the same
     penalty and context length take the three together, on a ``[rows, context]`` index

@@ -17,11 +17,36 @@ from .sequence import CachedSequence
 from .threads import governor
 
 Sampler = Callable[[mx.array], mx.array]
-# ``sample(logprobs, position)``: position is the index of the token just fed
-# (`output.keyed_sampler`), so a seeded draw is the same on every path.
-KeyedSampler = Callable[[mx.array, int], mx.array]
 Processor = Callable[[mx.array, mx.array], mx.array]
 TokenStream = Iterator[tuple[int, bool]]
+
+
+class KeyedSampler:
+    """``sample(logprobs, position)``: with a seed, each position draws with its own key.
+
+    ``position`` is the index of the token just fed. The key depends only on the
+    seed and the position, so a job draws the same token alone, as a batch row,
+    or when a verify pass samples several positions at once: seeded sampling
+    gives the same text on every path, and speculation keeps it. Without a seed,
+    draws come from MLX's global generator.
+
+    Args:
+        sampler: From `cpu_sampling.make_sampler`.
+        seed: The job's seed, or None.
+    """
+
+    def __init__(self, sampler, seed: int | None) -> None:
+        self.sampler, self.seed = sampler, seed
+
+    def key(self, position: int) -> None:
+        """Set the random key for ``position`` (nothing without a seed)."""
+        if self.seed is not None:
+            mx.random.seed((self.seed * 1_000_003 + position) % 2**64)
+
+    def __call__(self, logprobs: mx.array, position: int) -> mx.array:
+        """The token ``sampler`` draws from ``logprobs`` with ``position``'s key."""
+        self.key(position)
+        return self.sampler(logprobs)
 
 
 def make_step(
@@ -93,7 +118,7 @@ def normal_tokens(
     Args:
         seq: Main model; must hold ``history[:-1]``.
         history: Prompt tokens. The generator appends generated tokens to it.
-        sampler: ``sample(logprobs, position)`` (`output.keyed_sampler`).
+        sampler: ``sample(logprobs, position)`` (`KeyedSampler`).
         processors: From `make_logits_processors`, or None.
         max_tokens: Most tokens to yield.
         check: Cancel point; raises `Cancelled`.

@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors
 
 from ..models.cpu_sampling import make_sampler
+from .decode import KeyedSampler
 from .events import Finished, Notice, Stats, Token
 from .job import Job
 from .prompt import check_top_k, encode_prompt, fit_context
@@ -34,7 +35,7 @@ class Setup:
         processors: From `make_logits_processors`, or None.
         greedy: Whether sampling is argmax.
         sampling: The sampling values in force (`generation.in_force`).
-        sample: ``sample(logprobs, position)`` for the main model (`keyed_sampler`).
+        sample: ``sample(logprobs, position)`` for the main model (`KeyedSampler`).
         constraint: The job's grammar state (`constraint.Constraint`), or None.
         recorder: Per-token records (`recorder.Recorder`) when ``logprobs`` is asked.
     """
@@ -50,47 +51,21 @@ class Setup:
     recorder: object = None
 
 
-class KeyedSampler:
-    """``sample(logprobs, position)``: with a seed, each position draws with its own key.
-
-    ``position`` is the index of the token just fed. The key depends only on the
-    seed and the position, so a job draws the same token alone, as a batch row,
-    or when a verify pass samples several positions at once: seeded sampling
-    gives the same text on every path, and speculation keeps it. Without a seed,
-    draws come from MLX's global generator.
-
-    Args:
-        sampler: From `make_sampler`.
-        seed: The job's seed, or None.
-    """
-
-    def __init__(self, sampler, seed: int | None) -> None:
-        self.sampler, self.seed = sampler, seed
-
-    def key(self, position: int) -> None:
-        """Set the random key for ``position`` (nothing without a seed)."""
-        if self.seed is not None:
-            mx.random.seed((self.seed * 1_000_003 + position) % 2**64)
-
-    def __call__(self, logprobs: mx.array, position: int) -> mx.array:
-        """The token ``sampler`` draws from ``logprobs`` with ``position``'s key."""
-        self.key(position)
-        return self.sampler(logprobs)
+# Tokens a repetition penalty looks back over (mlx-lm's default, passed to it explicitly:
+# `repetition_processors` marks its processor with the same number).
+REPETITION_CONTEXT = 20
 
 
-def keyed_sampler(sampler, seed: int | None) -> KeyedSampler:
-    """A `KeyedSampler` of ``sampler`` and ``seed``."""
-    return KeyedSampler(sampler, seed)
-
-
-def tag_penalty(processors: list, penalty: float) -> list:
+def repetition_processors(penalty: float) -> list:
     """mlx-lm's repetition penalty processor, marked ``penalty = (penalty, context)``.
 
     A batched step applies the marked processors of several rows together
-    (`batch_sampling`); mlx-lm's closure keeps its values to itself. The context is
-    mlx-lm's default, 20 tokens, which ``make_logits_processors`` was given.
+    (`batch_sampling`); mlx-lm's closure keeps its values to itself.
     """
-    (processors[0]).penalty = (float(penalty), 20)
+    processors = make_logits_processors(
+        repetition_penalty=penalty, repetition_context_size=REPETITION_CONTEXT
+    )
+    processors[0].penalty = (float(penalty), REPETITION_CONTEXT)
     return processors
 
 
@@ -123,10 +98,7 @@ def prepare(job: Job, main) -> Setup:
     )
     processors = None
     if req.repetition_penalty not in (None, 1, 1.0):
-        processors = tag_penalty(
-            make_logits_processors(repetition_penalty=req.repetition_penalty),
-            req.repetition_penalty,
-        )
+        processors = repetition_processors(req.repetition_penalty)
     if req.chat and getattr(main.tokenizer, "has_thinking", False):
         from .reasoning import EndThinking  # a no-op until `Job.end_thinking`
 
@@ -153,7 +125,7 @@ def prepare(job: Job, main) -> Setup:
         recorder = Recorder(req.logprobs, main.tokenizer, chosen_first=chosen)
     return Setup(
         prompt, max_tokens, sampler, processors, req.greedy, sampling,
-        keyed_sampler(sampler, req.seed), constraint, recorder,
+        KeyedSampler(sampler, req.seed), constraint, recorder,
     )  # fmt: skip
 
 

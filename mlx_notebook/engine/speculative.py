@@ -78,7 +78,7 @@ def speculative_tokens(
         history: Prompt tokens. The generator appends generated tokens to it.
         source: Where drafts come from.
         num_draft: Most draft tokens per round.
-        sampler: ``sample(logprobs, position)`` (`output.keyed_sampler`).
+        sampler: ``sample(logprobs, position)`` (`decode.KeyedSampler`).
         processors: Logits processors, or None.
         max_tokens: Most tokens to yield.
         check: Cancel point; raises `Cancelled`.
