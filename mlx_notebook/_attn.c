@@ -190,14 +190,16 @@ static void weighted_values(const float *p, const float *v, long vss, int S, int
 enum { BLOCK_KEYS = 256 };
 
 /* p[h * S + s] = q_h . k_s for the group's heads h < G and keys s < n (rows kss apart). */
-static void group_scores(int G, const float *q, const float *k, long kss, int n, int D, int S,
-                         int block, float *p) {
+static void group_scores(int G, const float *q, const float *k, long kss, const float *v,
+                         long vss, int n, int D, int S, int block, float *p) {
 #ifdef ATTN512
   if (D == 64) {
-    group_scores64(G, q, k, kss, n, S, p);
+    group_scores64(G, q, k, kss, v, vss, n, S, p);
     return;
   }
 #endif
+  (void)v; /* the prefetches are the AVX-512 kernels' */
+  (void)vss;
   for (int s0 = 0; s0 < n; s0 += block) {
     const int b = n - s0 < block ? n - s0 : block;
     for (int h = 0; h < G; h++)
@@ -207,13 +209,15 @@ static void group_scores(int G, const float *q, const float *k, long kss, int n,
 
 /* o_h = sum_s p[h * S + s] v_s for the group's heads h < G (outputs D apart). */
 static void group_values(int G, const float *p, int S, const float *v, long vss, int n, int D,
-                         int block, float *o) {
+                         int block, const float *next, long nss, float *o) {
 #ifdef ATTN512
   if (D == 64) {
-    group_values64(G, p, S, v, vss, n, block, o);
+    group_values64(G, p, S, v, vss, n, block, next, nss, o);
     return;
   }
 #endif
+  (void)next; /* the prefetches are the AVX-512 kernels' */
+  (void)nss;
   for (int s0 = 0; s0 < n; s0 += block) {
     const int b = n - s0 < block ? n - s0 : block;
     for (int h = 0; h < G; h++)
@@ -239,9 +243,9 @@ static int step_threads(long macs) {
  * parts[2h] = max, parts[2h + 1] = sum_s e_s (-inf and zeros where it sees no key). */
 static void group_query(int G, const float *q, const float *k, const float *v, long kss,
                         long vss, const unsigned char *m, int n, int D, float scale, float *p,
-                        int S, int block, float *o, float *parts) {
+                        int S, int block, const float *next, float *o, float *parts) {
   unsigned char blind[G]; /* heads that see no key */
-  group_scores(G, q, k, kss, n, D, S, block, p);
+  group_scores(G, q, k, kss, v, vss, n, D, S, block, p);
   for (int h = 0; h < G; h++) {
     float mx, *ph = p + (size_t)h * S;
     const float sum = step_exp(ph, m, n, scale, &mx);
@@ -252,7 +256,7 @@ static void group_query(int G, const float *q, const float *k, const float *v, l
       parts[2 * h + 1] = sum < 0.0f ? 0.0f : sum;
     }
   }
-  group_values(G, p, S, v, vss, n, D, block, o);
+  group_values(G, p, S, v, vss, n, D, block, next, kss, o);
   for (int h = 0; h < G; h++)
     if (blind[h]) memset(o + (size_t)h * D, 0, sizeof(float) * (size_t)D);
 }
@@ -296,7 +300,7 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
       for (int j = 0; j < group; j++)
         memcpy(qg + j * D, q + ((size_t)(g * group + j) * L + i) * D, sizeof(float) * D);
       group_query(group, qg, k + (size_t)g * ksh, v + (size_t)g * vsh, D, D, NULL, n, D, scale,
-                  p + (size_t)r * group * S, S, n, og, NULL);
+                  p + (size_t)r * group * S, S, n, NULL, og, NULL);
       for (int j = 0; j < group; j++)
         memcpy(out + ((size_t)(g * group + j) * L + i) * D, og + j * D, sizeof(float) * D);
     }
@@ -344,10 +348,17 @@ static void step_unit(void *arg, int u) {
   const int bg = u / P, i = u % P, b = bg / j->Hkv, g = bg % j->Hkv;
   const int s0 = (int)((long)S * i / P), n = (int)((long)S * (i + 1) / P) - s0;
   const size_t bh = (size_t)b * j->H + (size_t)g * group; /* the group's first head */
+  /* unit u + 1's keys (the same thread's next, but at a share's end), prefetched while
+   * this unit reads its values: measured on 16 rows' caches of 257 keys over 30 layers,
+   * with the values prefetched during the scores, 0.85x the time (12 alternating runs) */
+  const int u1 = u + 1, i1 = u1 % P, b1 = u1 / P / j->Hkv, g1 = u1 / P % j->Hkv;
+  const float *next = u1 < j->B * j->Hkv * P
+                          ? j->k + b1 * j->ksb + g1 * j->ksh + (long)S * i1 / P * j->kss
+                          : NULL;
   group_query(group, j->q + bh * D, j->k + b * j->ksb + g * j->ksh + s0 * j->kss,
               j->v + b * j->vsb + g * j->vsh + s0 * j->vss, j->kss, j->vss,
               j->mask ? j->mask + (size_t)b * S + s0 : NULL, n, D, j->scale,
-              j->scratch + bh * S + s0, S, j->block ? j->block : n,
+              j->scratch + bh * S + s0, S, j->block ? j->block : n, next,
               P > 1 ? j->po + (size_t)u * group * D : j->out + bh * D,
               P > 1 ? j->parts + (size_t)u * group * 2 : NULL);
 }

@@ -35,11 +35,21 @@ static inline __attribute__((always_inline)) __m512 dot64(const __m512 q[4], con
   return _mm512_fmadd_ps(q[3], _mm512_loadu_ps(k + 48), a);
 }
 
-static void group_scores64(int G, const float *q, const float *k, long kss, int n, int S,
-                           float *p) {
+/* A row of 64 floats into L2 (prefetch hints, no faults: a pointer past the cache reads
+ * nothing). */
+static inline __attribute__((always_inline)) void ahead64(const float *row) {
+  for (int j = 0; j < 4; j++) _mm_prefetch((const char *)row + 64 * j, _MM_HINT_T1);
+}
+
+/* The scores of the group's heads against keys k; the value rows v of each block of 16
+ * keys are prefetched as it goes, so the values pass after the softmax finds them in L2
+ * (the memory streams keys and values at once, not one after the other). */
+static void group_scores64(int G, const float *q, const float *k, long kss, const float *v,
+                           long vss, int n, int S, float *p) {
   for (int s0 = 0; s0 < n; s0 += 16) {
     const int b = n - s0 < 16 ? n - s0 : 16;
     const float *ks = k + s0 * kss;
+    for (int i = 0; i < b; i++) ahead64(v + (s0 + i) * vss);
     for (int h = 0; h < G; h++) {
       const float *qh = q + (size_t)h * 64;
       const __m512 qv[4] = {_mm512_loadu_ps(qh), _mm512_loadu_ps(qh + 16),
@@ -59,6 +69,7 @@ static void group_scores64(int G, const float *q, const float *k, long kss, int 
  * weighted_values's. */
 static inline __attribute__((always_inline)) void values64(int H, const float *p, int S,
                                                            const float *v, long vss, int n,
+                                                           const float *next, long nss,
                                                            float *o, int add) {
   __m512 acc[4][4];
   for (int h = 0; h < H; h++)
@@ -66,6 +77,7 @@ static inline __attribute__((always_inline)) void values64(int H, const float *p
       acc[h][j] = add ? _mm512_loadu_ps(o + h * 64 + 16 * j) : _mm512_setzero_ps();
   for (int s = 0; s < n; s++) {
     const float *vs = v + s * vss;
+    if (next) ahead64(next + s * nss);
     const __m512 vv[4] = {_mm512_loadu_ps(vs), _mm512_loadu_ps(vs + 16), _mm512_loadu_ps(vs + 32),
                           _mm512_loadu_ps(vs + 48)};
     for (int h = 0; h < H; h++) {
@@ -77,18 +89,21 @@ static inline __attribute__((always_inline)) void values64(int H, const float *p
     for (int j = 0; j < 4; j++) _mm512_storeu_ps(o + h * 64 + 16 * j, acc[h][j]);
 }
 
+/* The weighted values of the group's heads; with next (the thread's next unit's keys,
+ * rows nss apart, or NULL), those keys are prefetched row for row as the values are read. */
 static void group_values64(int G, const float *p, int S, const float *v, long vss, int n,
-                           int block, float *o) {
+                           int block, const float *next, long nss, float *o) {
   for (int s0 = 0; s0 < n; s0 += block) {
     const int b = n - s0 < block ? n - s0 : block;
     for (int h = 0; h < G; h += 4) {
       const float *ph = p + (size_t)h * S + s0, *vb = v + s0 * vss;
+      const float *nb = next && h == 0 ? next + s0 * nss : NULL;
       float *oh = o + (size_t)h * 64;
       switch (G - h < 4 ? G - h : 4) { /* the head count a literal: sums in registers */
-      case 1: values64(1, ph, S, vb, vss, b, oh, s0 > 0); break;
-      case 2: values64(2, ph, S, vb, vss, b, oh, s0 > 0); break;
-      case 3: values64(3, ph, S, vb, vss, b, oh, s0 > 0); break;
-      default: values64(4, ph, S, vb, vss, b, oh, s0 > 0); break;
+      case 1: values64(1, ph, S, vb, vss, b, nb, nss, oh, s0 > 0); break;
+      case 2: values64(2, ph, S, vb, vss, b, nb, nss, oh, s0 > 0); break;
+      case 3: values64(3, ph, S, vb, vss, b, nb, nss, oh, s0 > 0); break;
+      default: values64(4, ph, S, vb, vss, b, nb, nss, oh, s0 > 0); break;
       }
     }
   }
