@@ -243,9 +243,13 @@ static int step_threads(long macs) {
  * parts[2h] = max, parts[2h + 1] = sum_s e_s (-inf and zeros where it sees no key). */
 static void group_query(int G, const float *q, const float *k, const float *v, long kss,
                         long vss, const unsigned char *m, int n, int D, float scale, float *p,
-                        int S, int block, const float *next, float *o, float *parts) {
+                        int S, int block, int stream, const float *next, float *o,
+                        float *parts) {
   unsigned char blind[G]; /* heads that see no key */
-  group_scores(G, q, k, kss, v, vss, n, D, S, block, p);
+  /* stream: a decode step's unit reads its keys and values once, so they stream together
+   * (and next, the thread's next unit's keys or NULL, after them); a verify pass's
+   * queries read the same ones again from cache */
+  group_scores(G, q, k, kss, stream ? v : NULL, vss, n, D, S, block, p);
   for (int h = 0; h < G; h++) {
     float mx, *ph = p + (size_t)h * S;
     const float sum = step_exp(ph, m, n, scale, &mx);
@@ -300,7 +304,7 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
       for (int j = 0; j < group; j++)
         memcpy(qg + j * D, q + ((size_t)(g * group + j) * L + i) * D, sizeof(float) * D);
       group_query(group, qg, k + (size_t)g * ksh, v + (size_t)g * vsh, D, D, NULL, n, D, scale,
-                  p + (size_t)r * group * S, S, n, NULL, og, NULL);
+                  p + (size_t)r * group * S, S, n, 0, NULL, og, NULL);
       for (int j = 0; j < group; j++)
         memcpy(out + ((size_t)(g * group + j) * L + i) * D, og + j * D, sizeof(float) * D);
     }
@@ -358,7 +362,7 @@ static void step_unit(void *arg, int u) {
   group_query(group, j->q + bh * D, j->k + b * j->ksb + g * j->ksh + s0 * j->kss,
               j->v + b * j->vsb + g * j->vsh + s0 * j->vss, j->kss, j->vss,
               j->mask ? j->mask + (size_t)b * S + s0 : NULL, n, D, j->scale,
-              j->scratch + bh * S + s0, S, j->block ? j->block : n, next,
+              j->scratch + bh * S + s0, S, j->block ? j->block : n, 1, next,
               P > 1 ? j->po + (size_t)u * group * D : j->out + bh * D,
               P > 1 ? j->parts + (size_t)u * group * 2 : NULL);
 }

@@ -41,15 +41,17 @@ static inline __attribute__((always_inline)) void ahead64(const float *row) {
   for (int j = 0; j < 4; j++) _mm_prefetch((const char *)row + 64 * j, _MM_HINT_T1);
 }
 
-/* The scores of the group's heads against keys k; the value rows v of each block of 16
- * keys are prefetched as it goes, so the values pass after the softmax finds them in L2
- * (the memory streams keys and values at once, not one after the other). */
+/* The scores of the group's heads against keys k; with v (else NULL), the value rows of
+ * each block of 16 keys are prefetched as it goes, so the values pass after the softmax
+ * finds them in L2 (the memory streams keys and values at once, not one after the
+ * other). */
 static void group_scores64(int G, const float *q, const float *k, long kss, const float *v,
                            long vss, int n, int S, float *p) {
   for (int s0 = 0; s0 < n; s0 += 16) {
     const int b = n - s0 < 16 ? n - s0 : 16;
     const float *ks = k + s0 * kss;
-    for (int i = 0; i < b; i++) ahead64(v + (s0 + i) * vss);
+    if (v)
+      for (int i = 0; i < b; i++) ahead64(v + (s0 + i) * vss);
     for (int h = 0; h < G; h++) {
       const float *qh = q + (size_t)h * 64;
       const __m512 qv[4] = {_mm512_loadu_ps(qh), _mm512_loadu_ps(qh + 16),

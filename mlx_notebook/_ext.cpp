@@ -97,14 +97,7 @@ class DecodeAttention : public CpuPrimitive<AttentionParams> {
       const int B = q.shape(0), H = q.shape(1), D = q.shape(3), Hkv = k.shape(1),
                 S = k.shape(2);
       std::vector<unsigned char> m;
-      if (ins.size() > 3) {  // the mask, read through its strides (often broadcast)
-        const auto& a = ins[3];
-        const auto* p = a.data<bool>();
-        const long sb = a.shape(0) == 1 ? 0 : a.strides()[0], ss = a.strides()[3];
-        m.resize(static_cast<size_t>(B) * S);
-        for (int b = 0; b < B; b++)
-          for (int t = 0; t < S; t++) m[static_cast<size_t>(b) * S + t] = p[b * sb + t * ss];
-      }
+      if (ins.size() > 3) m = mask_rows(ins[3], B, S);
       std::vector<float> kd, vd;
       auto ks = dense_rows(k, kd), vs = dense_rows(v, vd);
       decode_kernel(q.data<float>(), kd.empty() ? k.data<float>() : kd.data(),
@@ -129,11 +122,9 @@ mx::array decode_attention(const mx::array& q, const mx::array& k, const mx::arr
   // are read in place when their last axis is dense (a KV cache), else gathered.
   std::vector<mx::array> ins = {mx::contiguous(q, false, s), k, v};
   if (mask) {
-    const auto& a = *mask;
-    if (a.dtype() != mx::bool_ || a.ndim() != 4 || a.shape(1) != 1 || a.shape(2) != 1 ||
-        a.shape(3) != k.shape(2) || (a.shape(0) != 1 && a.shape(0) != k.shape(0)))
+    if (!is_step_mask(*mask, k.shape(0), k.shape(2)))
       throw std::invalid_argument("decode_attention: a boolean mask [B or 1, 1, 1, S]");
-    ins.push_back(a);
+    ins.push_back(*mask);
   }
   return mx::array(q.shape(), mx::float32, std::make_shared<DecodeAttention>(s, scale), ins);
 }

@@ -110,6 +110,23 @@ inline std::vector<int64_t> dense_rows(const mx::array& a, std::vector<float>& b
   return {n1 * n2 * n3, n2 * n3, n3, 1};
 }
 
+// A decode step's boolean mask [B or 1, 1, 1, S] (any strides, often broadcast) as the
+// attention kernel takes it: B rows of S bytes, 1 where the row sees the key.
+inline std::vector<unsigned char> mask_rows(const mx::array& a, int B, int S) {
+  const auto* p = a.data<bool>();
+  const int64_t sb = a.shape(0) == 1 ? 0 : a.strides()[0], ss = a.strides()[3];
+  std::vector<unsigned char> m(static_cast<size_t>(B) * S);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < S; t++) m[static_cast<size_t>(b) * S + t] = p[b * sb + t * ss];
+  return m;
+}
+
+// Whether a is a decode step's boolean mask [B or 1, 1, 1, S].
+inline bool is_step_mask(const mx::array& a, int B, int S) {
+  return a.dtype() == mx::bool_ && a.ndim() == 4 && a.shape(1) == 1 && a.shape(2) == 1 &&
+         a.shape(3) == S && (a.shape(0) == 1 || a.shape(0) == B);
+}
+
 // A parameter as given when it is dense already (loaded weights are), else made so.
 inline mx::array dense_param(const mx::array& a, mx::Stream s) {
   return a.is_available() && a.flags().row_contiguous ? a : mx::contiguous(a, false, s);

@@ -1,6 +1,7 @@
 // The two halves of a llama-style layer's decode step as MLX primitives (kernels in
 // _layer.c): layer_in (RMSNorm, the stacked q/k/v product, RoPE) and layer_out (the
 // output product and residual, RMSNorm, gate/up, SwiGLU, down and residual).
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include "_ext.h"
@@ -163,18 +164,20 @@ mx::array layer_out(const mx::array& a, const mx::array& x, const std::vector<mx
   return mx::array(x.shape(), mx::float32, std::make_shared<LayerOut>(s, p), ins);
 }
 
-// The rest of a one-row decode step after the KV cache took its key and value: the
-// attention of q [1, H, 1, D] over the first S rows of the cache's buffers [1, Hkv,
-// capacity, D] (read in place: no slices), then layer_out. One primitive where MLX's
-// graph had two slices, the attention and layer_out. The cache's write stays before it
-// (mlx-lm's slice assignment, in place): a primitive that read the buffer before the
-// write would keep its data held (MLX holds a task's inputs until it has run), and the
-// write right after would copy the whole cache each step instead of writing in place.
-// Inputs: q, keys, values, x [1, 1, E], the norm's weight, then o, gate/up and down.
+// The rest of a decode step after the KV cache took its keys and values: the attention
+// of q [B, H, 1, D] over the first S rows of the cache's buffers [B, Hkv, capacity, D]
+// (read in place: no slices), each row through its mask [B or 1, 1, 1, S] if given (a
+// batched cache's left padding), then layer_out. One primitive where MLX's graph had two
+// slices, the attention and layer_out. The cache's write stays before it (mlx-lm's slice
+// assignment, in place): a primitive that read the buffer before the write would keep
+// its data held (MLX holds a task's inputs until it has run), and the write right after
+// would copy the whole cache each step instead of writing in place.
+// Inputs: q, keys, values, x [B, 1, E], the norm's weight, o, gate/up and down, the mask.
 struct AttendParams {
   OutParams out;
   int S;
   float scale;
+  bool masked;
   bool operator==(const AttendParams&) const = default;
 };
 
@@ -188,20 +191,24 @@ class AttendOut : public CpuPrimitive<AttendParams> {
     auto& enc = prepare(stream(), inputs, outputs);
     enc.dispatch([ins = inputs, out = mx::array::unsafe_weak_copy(outputs[0]), p = p_]() mutable {
       const auto &q = ins[0], &k = ins[1], &v = ins[2];
-      const int H = q.shape(1), D = q.shape(3), Hkv = k.shape(1), E = p.out.o.N;
-      std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(H) * D);
+      const int B = q.shape(0), H = q.shape(1), D = q.shape(3), Hkv = k.shape(1), E = p.out.o.N;
+      std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(B) * H * D);
+      std::vector<unsigned char> m;
+      if (p.masked) m = mask_rows(ins.back(), B, p.S);
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
-      // threads 2: a long cache's second core is _helper.c's thread, not OpenMP's, whose
-      // worker spins after its region on the core OpenBLAS's worker (float32 products) or
-      // the next step's graph build (4-bit) needs next
+      // one row, threads 2: a long cache's second core is _helper.c's thread, not
+      // OpenMP's, whose worker spins after its region on the core OpenBLAS's worker
+      // (float32 products) or the next step's graph build (4-bit) needs next; several
+      // rows take OpenMP's, as the products around them do
       decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
-                    vb.empty() ? v.data<float>() : vb.data(), nullptr, a.data(), 1, H, Hkv, p.S,
-                    D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], p.scale, 2);
+                    vb.empty() ? v.data<float>() : vb.data(), m.empty() ? nullptr : m.data(),
+                    a.data(), B, H, Hkv, p.S, D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
+                    p.scale, B == 1 ? 2 : 0);
       const mx::array* l = &ins[5];
       auto o = p.out.o.at(l);
       auto gu = p.out.gu.at(l + p.out.o.arrays());
       auto down = p.out.down.at(l + p.out.o.arrays() + p.out.gu.arrays());
-      mlxnb_layer_out(1, E, a.data(), dense(ins[3], xb), &o, ins[4].data<float>(), p.out.eps,
+      mlxnb_layer_out(B, E, a.data(), dense(ins[3], xb), &o, ins[4].data<float>(), p.out.eps,
                       &gu, &down, out.data<float>());
       attend_calls++;
     });
@@ -211,25 +218,29 @@ class AttendOut : public CpuPrimitive<AttendParams> {
 mx::array attend_out(const mx::array& q, const mx::array& keys, const mx::array& values, int S,
                      float scale, const mx::array& x, const std::vector<mx::array>& o,
                      const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
-                     const std::vector<mx::array>& down) {
+                     const std::vector<mx::array>& down, std::optional<mx::array> mask) {
   if (decode_kernel == nullptr) throw std::runtime_error("attend_out: no attention kernel set");
-  if (q.dtype() != mx::float32 || q.ndim() != 4 || q.shape(0) != 1 || q.shape(2) != 1 ||
-      x.ndim() != 3 || x.shape(0) != 1)
-    throw std::invalid_argument("attend_out: q [1, H, 1, D] float32 and x [1, 1, E]");
-  const int H = q.shape(1), D = q.shape(3);
+  if (q.dtype() != mx::float32 || q.ndim() != 4 || q.shape(0) < 1 || q.shape(2) != 1 ||
+      x.ndim() != 3 || x.shape(0) != q.shape(0) || x.shape(1) != 1)
+    throw std::invalid_argument("attend_out: q [B, H, 1, D] float32 and x [B, 1, E]");
+  const int B = q.shape(0), H = q.shape(1), D = q.shape(3);
   for (const auto* c : {&keys, &values})  // shapes only: the buffers are often not evaluated yet
-    if (c->dtype() != mx::float32 || c->ndim() != 4 || c->shape(0) != 1 || c->shape(3) != D ||
+    if (c->dtype() != mx::float32 || c->ndim() != 4 || c->shape(0) != B || c->shape(3) != D ||
         c->shape(1) < 1 || H % c->shape(1) || c->shape(1) != keys.shape(1) || S < 1 ||
         c->shape(2) < S)
       throw std::invalid_argument(
-          "attend_out: keys and values float32 [1, Hkv, capacity >= S, D], H a multiple of Hkv");
+          "attend_out: keys and values float32 [B, Hkv, capacity >= S, D], H a multiple of Hkv");
+  if (mask && !is_step_mask(*mask, B, S))
+    throw std::invalid_argument("attend_out: a boolean mask [B or 1, 1, 1, S]");
   auto p = out_params(H * D, x, o, norm_w, eps, gate_up, down);
   auto s = mx::default_stream(mx::Device::cpu);
   std::vector<mx::array> ins = {q, keys, values, x, dense_param(norm_w, s)};
   for (const auto* l : {&o, &gate_up, &down})
     for (const auto& w : *l) ins.push_back(dense_param(w, s));
+  if (mask) ins.push_back(*mask);
   return mx::array(x.shape(), mx::float32,
-                   std::make_shared<AttendOut>(s, AttendParams{p, S, scale}), ins);
+                   std::make_shared<AttendOut>(s, AttendParams{p, S, scale, mask.has_value()}),
+                   ins);
 }
 
 }  // namespace
@@ -244,9 +255,9 @@ void bind_layers(nb::module_& m) {
         "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm).");
   m.def("attend_out", &attend_out, nb::arg("q"), nb::arg("keys"), nb::arg("values"),
         nb::arg("S"), nb::arg("scale"), nb::arg("x"), nb::arg("o"), nb::arg("norm_weight"),
-        nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
-        "A one-row decode step after the cache's write: the attention of q over the first S "
-        "rows of the cache's buffers, then layer_out.");
+        nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"), nb::arg("mask").none() = nb::none(),
+        "A decode step after the cache's write: the attention of q over the first S rows of "
+        "the cache's buffers (each row through its mask, if given), then layer_out.");
   m.def("layer_calls", &mlxnb_layer_calls, "Fused layer halves computed so far.");
   m.def("attend_calls", [] { return attend_calls; }, "attend_out steps computed so far.");
 }

@@ -287,12 +287,17 @@ def test_chunks_at_an_offset_are_fused_and_batched_chunks_are_not(ext, tiny_dir)
 
 
 def test_batched_steps_read_the_pinned_rope_rows(ext, tiny_dir):
+    # Left-padded rows of a batched cache: the merge leaves no room, so the first step
+    # grows the buffer through mlx-lm's own update (and its attention), the next ones
+    # write in place and attend through the step's mask in one primitive per layer.
     import mlx.core as mx
+    import numpy as np
     from mlx_lm.models.cache import KVCache
 
     fused, plain = _model(tiny_dir), _model(tiny_dir)
     cpu_layer.install(fused)
     prompts = [[5, 17, 99], [8, 1, 2, 3, 4, 60, 61]]
+    addr = lambda a: np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data  # noqa: E731
     outs = {}
     for name, model in (("fused", fused), ("plain", plain)):
         caches = []
@@ -302,16 +307,28 @@ def test_batched_steps_read_the_pinned_rope_rows(ext, tiny_dir):
             caches.append(c)
         batch = [KVCache.merge([cs[i] for cs in caches]) for i in range(len(model.layers))]
         tables = cpu_fast.rope_tables(model)
-        for t in tables:
-            t.pin([len(p) for p in prompts])
-        before = ext.layer_calls()
-        outs[name] = model(mx.array([[7], [9]]), cache=batch)
-        mx.eval(outs[name])
-        outs[name + " calls"] = ext.layer_calls() - before
-        for t in tables:
-            t.pin(None)
-    assert outs["fused calls"] == 2 * 2 and outs["plain calls"] == 0
-    assert mx.allclose(outs["fused"], outs["plain"], atol=1e-4, rtol=1e-4).item()
+        outs[name], calls, steps, buffers = [], [], [], set()
+        for i in range(3):
+            for t in tables:
+                t.pin([len(p) + i for p in prompts])
+            before, steps_before = ext.layer_calls(), ext.attend_calls()
+            out = model(mx.array([[7 + i], [9 + i]]), cache=batch)
+            mx.eval(out)
+            outs[name].append(out)
+            calls.append(ext.layer_calls() - before)
+            steps.append(ext.attend_calls() - steps_before)
+            if i:
+                buffers.add(addr(batch[0].keys))
+            for t in tables:
+                t.pin(None)
+        outs[name + " calls"], outs[name + " steps"] = calls, steps
+        assert [c._idx for c in batch] == [len(prompts[1]) + 3] * len(model.layers)
+        if name == "fused":
+            assert len(buffers) == 1  # written in place after the first step grew it
+    assert outs["fused calls"] == [2 * 2] * 3 and outs["plain calls"] == [0] * 3
+    assert outs["fused steps"] == [0, 2, 2] and outs["plain steps"] == [0] * 3
+    for got, ref in zip(outs["fused"], outs["plain"]):
+        assert mx.allclose(got, ref, atol=1e-4, rtol=1e-4).item()
 
 
 def test_other_families_and_the_switch_keep_their_own_layers(tmp_path, tiny_dir, monkeypatch):

@@ -15,11 +15,13 @@ of tokens: prefill, a verify pass) is:
 - ``layer_out``: the output product and residual, RMSNorm, the stacked gate/up
   product, SwiGLU, the down product and residual, one primitive.
 
-A one-row decode step over mlx-lm's plain KV cache (the usual case) takes four nodes
-instead of seven: ``layer_in``, the cache's slice assignment of the new key and value
-(in place, as mlx-lm writes it), and ``attend_out``, which reads the cache's buffers
-in place (no slices) and then computes ``layer_out``. Measured paired in one process
-on the default model (8 alternating rounds): +4% decode, median, rounds 1.00-1.09x.
+A decode step over mlx-lm's plain KV cache (one row, the usual case) or its batched
+cache (rows of ``map`` and concurrent jobs, left-padded) takes four nodes instead of
+seven: ``layer_in``, the cache's slice assignment of the new keys and values (in
+place, as mlx-lm writes them), and ``attend_out``, which reads the cache's buffers in
+place (no slices; a batch's rows through the step's mask) and then computes
+``layer_out``. Measured paired in one process on the default model (8 alternating
+rounds): +4% one-row decode, median, rounds 1.00-1.09x.
 
 Both are primitives of the fast path's extension (`_ext`, kernels in ``_layer.c``):
 in MLX's lazy graph, so the step stays pipelined. A chunk's tokens go through them as
@@ -112,12 +114,13 @@ class _Plan:
         self.ext = _ext.load()  # not None: `install` checked
         self.heads = (attn.n_heads, attn.n_kv_heads)
         self.attention_module = sys.modules[type(attn).__module__]
-        # One-row decode steps as one primitive, where the fused attention is on.
-        from mlx_lm.models.cache import KVCache
+        # Decode steps as one primitive after the cache's write, where the fused attention
+        # is on: one row over mlx-lm's plain KV cache, several over its batched one.
+        from mlx_lm.models.cache import BatchKVCache, KVCache
 
         from .cpu_attention import ENV as ATTENTION_ENV
 
-        self.kv_cache = KVCache
+        self.kv_cache, self.batch_cache = KVCache, BatchKVCache
         self.step = os.environ.get(ATTENTION_ENV, "1") != "0"
 
     def arrays(self, i: int) -> list[mx.array]:
@@ -146,8 +149,8 @@ def _step(block, x: mx.array, mask, cache):
     p = block._mlxnb_plan
     if L == 1:
         rows = p.table.step_rows(cache.offset, B, p.traditional)
-        if B == 1 and rows is not None and mask is None and _fits_step(p, cache):
-            return _one_row_step(p, x, rows, cache)
+        if rows is not None and _fits_step(p, cache, B, mask):
+            return _decode_step(p, x, rows, cache, mask)
     elif B == 1 and isinstance(cache.offset, int):
         rows = p.table.span(cache.offset, L, p.traditional)
         x = x.reshape(L, 1, E)
@@ -170,37 +173,61 @@ def _step(block, x: mx.array, mask, cache):
     return out.reshape(1, L, E) if L > 1 else out
 
 
-def _fits_step(p, cache) -> bool:
-    """Whether ``cache`` is mlx-lm's plain KV cache with room for this step's key."""
+def _fits_step(p, cache, rows: int, mask) -> bool:
+    """Whether a decode step of ``rows`` rows takes `_decode_step`.
+
+    One row over mlx-lm's plain KV cache with no mask, or several over its batched
+    cache (left-padded rows) with its boolean mask of the step, float32 keys, room in
+    the buffer for this step's key (else the cache's own update grows it).
+    """
+    if not p.step or _ext.attention() is None:  # its kernels set (the extension loaded whole)
+        return False
     keys = cache.keys
+    if keys is None or keys.dtype != mx.float32:
+        return False
+    if rows == 1:
+        n = cache.offset
+        fits = type(cache) is p.kv_cache and mask is None and isinstance(n, int)
+    else:
+        n = cache._idx
+        fits = type(cache) is p.batch_cache and (mask is None or _step_mask(mask, rows, n + 1))
+    return fits and n < keys.shape[2]
+
+
+def _step_mask(mask, rows: int, size: int) -> bool:
     return (
-        p.step
-        and _ext.attention() is not None  # its kernels set (the extension loaded whole)
-        and type(cache) is p.kv_cache
-        and keys is not None
-        and isinstance(cache.offset, int)
-        and cache.offset < keys.shape[2]
-        and keys.dtype == mx.float32
+        isinstance(mask, mx.array)
+        and mask.dtype == mx.bool_
+        and mask.shape[0] in (1, rows)
+        and tuple(mask.shape[1:]) == (1, 1, size)
     )
 
 
-def _one_row_step(p, x, rows, cache):
-    """A one-row decode step in four graph nodes: layer_in, the cache's write, attend_out.
+def _decode_step(p, x, rows, cache, mask):
+    """A decode step in four graph nodes: layer_in, the cache's write, attend_out.
 
-    The cache's write is mlx-lm's own slice assignment, in place; ``attend_out`` then
-    reads the cache's buffers in place (MLX's path slices them first, then attends).
+    The cache's write is mlx-lm's own slice assignment, in place (what its
+    ``update_and_fetch`` does when the buffer has room); ``attend_out`` then reads the
+    cache's buffers in place (MLX's path slices them first, then attends) and computes
+    ``layer_out``. A batched cache's rows see their keys through the step's mask (their
+    left padding), as the attention would.
     """
     ext = p.ext
     q, k, v = ext.layer_in(
         x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads
     )
-    n = cache.offset
+    batched = type(cache) is p.batch_cache
+    n = cache._idx if batched else cache.offset
     cache.keys[..., n : n + 1, :] = k
     cache.values[..., n : n + 1, :] = v
-    cache.offset = n + 1
+    if batched:
+        cache._idx = n + 1
+        cache.offset = cache.offset + 1
+    else:
+        cache.offset = n + 1
     return ext.attend_out(
         q, cache.keys, cache.values, n + 1, p.scale, x, p.arrays(1), p.norm2["weight"],
-        p.eps2, p.arrays(2), p.arrays(3),
+        p.eps2, p.arrays(2), p.arrays(3), mask,
     )  # fmt: skip
 
 
