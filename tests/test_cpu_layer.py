@@ -312,11 +312,12 @@ def test_batched_steps_read_the_pinned_rope_rows(ext, tiny_dir):
             for t in tables:
                 t.pin([len(p) + i for p in prompts])
             before, steps_before = ext.layer_calls(), ext.attend_calls()
+            writes_before = ext.write_calls()
             out = model(mx.array([[7 + i], [9 + i]]), cache=batch)
             mx.eval(out)
             outs[name].append(out)
             calls.append(ext.layer_calls() - before)
-            steps.append(ext.attend_calls() - steps_before)
+            steps.append((ext.attend_calls() - steps_before, ext.write_calls() - writes_before))
             if i:
                 buffers.add(addr(batch[0].keys))
             for t in tables:
@@ -326,7 +327,9 @@ def test_batched_steps_read_the_pinned_rope_rows(ext, tiny_dir):
         if name == "fused":
             assert len(buffers) == 1  # written in place after the first step grew it
     assert outs["fused calls"] == [2 * 2] * 3 and outs["plain calls"] == [0] * 3
-    assert outs["fused steps"] == [0, 2, 2] and outs["plain steps"] == [0] * 3
+    # each fused step: per layer, the keys' and the values' write, then attend_out
+    assert outs["fused steps"] == [(0, 0), (2, 4), (2, 4)]
+    assert outs["plain steps"] == [(0, 0)] * 3
     for got, ref in zip(outs["fused"], outs["plain"]):
         assert mx.allclose(got, ref, atol=1e-4, rtol=1e-4).item()
 

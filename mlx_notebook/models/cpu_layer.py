@@ -17,11 +17,11 @@ of tokens: prefill, a verify pass) is:
 
 A decode step over mlx-lm's plain KV cache (one row, the usual case) or its batched
 cache (rows of ``map`` and concurrent jobs, left-padded) takes four nodes instead of
-seven: ``layer_in``, the cache's slice assignment of the new keys and values (in
-place, as mlx-lm writes them), and ``attend_out``, which reads the cache's buffers in
-place (no slices; a batch's rows through the step's mask) and then computes
-``layer_out``. Measured paired in one process on the default model (8 alternating
-rounds): +4% one-row decode, median, rounds 1.00-1.09x.
+seven: ``layer_in``, the cache's write of the new keys and values (``kv_write``, in
+place, as mlx-lm's slice assignments write them), and ``attend_out``, which reads the
+cache's buffers in place (no slices; a batch's rows through the step's mask) and then
+computes ``layer_out``. Measured paired in one process on the default model (8
+alternating rounds): +4% one-row decode, median, rounds 1.00-1.09x.
 
 Both are primitives of the fast path's extension (`_ext`, kernels in ``_layer.c``):
 in MLX's lazy graph, so the step stays pipelined. A chunk's tokens go through them as
@@ -204,10 +204,10 @@ def _step_mask(mask, rows: int, size: int) -> bool:
 
 
 def _decode_step(p, x, rows, cache, mask):
-    """A decode step in four graph nodes: layer_in, the cache's write, attend_out.
+    """A decode step in four graph nodes: layer_in, the cache's two writes, attend_out.
 
-    The cache's write is mlx-lm's own slice assignment, in place (what its
-    ``update_and_fetch`` does when the buffer has room); ``attend_out`` then reads the
+    The cache's write (``kv_write``) is what mlx-lm's ``update_and_fetch`` does when
+    the buffer has room, its slice assignments, in place; ``attend_out`` then reads the
     cache's buffers in place (MLX's path slices them first, then attends) and computes
     ``layer_out``. A batched cache's rows see their keys through the step's mask (their
     left padding), as the attention would.
@@ -218,8 +218,8 @@ def _decode_step(p, x, rows, cache, mask):
     )
     batched = type(cache) is p.batch_cache
     n = cache._idx if batched else cache.offset
-    cache.keys[..., n : n + 1, :] = k
-    cache.values[..., n : n + 1, :] = v
+    cache.keys = ext.kv_write(cache.keys, k, n)
+    cache.values = ext.kv_write(cache.values, v, n)
     if batched:
         cache._idx = n + 1
         cache.offset = cache.offset + 1
