@@ -42,13 +42,20 @@ long mlxnb_layer_calls(void) { return layer_calls; }
 
 int mlxnb_ext_threads(void); /* _qmm.c: 1 where the thread governor set one */
 
-/* From this many rows (a batched step's), the row-wise work around the products (norms,
- * RoPE, SwiGLU, residuals) splits its rows over the threads: at 16 rows of the default
- * model, SwiGLU alone was about 19 us a layer on one thread. Each row's values are
- * computed as before, so the split changes no result. */
+int mlxnb_qmm_path(int M); /* _qmm.c: 2 where M rows' products take sgemm */
+
+/* From this many rows (a batched step's, a verify pass's), the row-wise work around 4/8-bit
+ * products that run on OpenMP's threads (norms, RoPE, SwiGLU) splits its rows over them
+ * too: at 16 rows of the default model, SwiGLU alone was about 19 us a layer on one
+ * thread. Each row's values are computed as before, so the split changes no result.
+ * Beside OpenBLAS's products (float32 weights, prefill chunks' widened ones) it stays on
+ * one thread: an OpenMP worker spinning after its region took the core OpenBLAS's worker
+ * needed (see _attn.c). */
 enum { ROWS_PARALLEL_MIN = 8 };
 
-static int row_threads(int B) { return B < ROWS_PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
+static int row_threads(int B, const mlxnb_linear_t *l) {
+  return B < ROWS_PARALLEL_MIN || !l->bits || mlxnb_qmm_path(B) == 2 ? 1 : mlxnb_ext_threads();
+}
 
 static void linear(const mlxnb_linear_t *l, int M, const float *x, float *out) {
   if (l->bits)
@@ -69,9 +76,9 @@ static void swiglu(int F, const float *g, const float *u, float *out) {
   for (; j < F; j++) out[j] = (g[j] * (1.0f / (1.0f + expf(-g[j])))) * u[j];
 }
 
-/* out = x * rsqrt(mean(x^2) + eps) * w, for each of M rows of K (any K). */
-static void rms_norm(int M, int K, const float *x, const float *w, float eps, float *out) {
-  const int nt = row_threads(M);
+/* out = x * rsqrt(mean(x^2) + eps) * w, for each of M rows of K (any K), on nt threads. */
+static void rms_norm(int M, int K, const float *x, const float *w, float eps, int nt,
+                     float *out) {
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int m = 0; m < M; m++) {
     const float *r = x + (long)m * K;
@@ -117,9 +124,9 @@ int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
   float *xn = malloc(sizeof(float) * ((long)B * E + (long)B * N));
   if (xn == NULL) return -2;
   float *y = xn + (long)B * E;
-  rms_norm(B, E, x, norm_w, eps, xn);
+  const int nt = row_threads(B, qkv);
+  rms_norm(B, E, x, norm_w, eps, nt, xn);
   linear(qkv, B, xn, y);
-  const int nt = row_threads(B);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int b = 0; b < B; b++) {
     const float *row = y + (long)b * N;
@@ -146,10 +153,10 @@ int mlxnb_layer_out(int B, int E, const float *a, const float *x, const mlxnb_li
   float *h = malloc(sizeof(float) * (2L * B * E + 2L * B * F + (long)B * F));
   if (h == NULL) return -2;
   float *hn = h + (long)B * E, *gu = hn + (long)B * E, *act = gu + 2L * B * F;
-  const int nt = row_threads(B);
+  const int nt = row_threads(B, gate_up);
   linear(o, B, a, h);
   for (long i = 0; i < (long)B * E; i++) h[i] = x[i] + h[i];
-  rms_norm(B, E, h, norm_w, eps, hn);
+  rms_norm(B, E, h, norm_w, eps, nt, hn);
   linear(gate_up, B, hn, gu);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int b = 0; b < B; b++) swiglu(F, gu + 2L * b * F, gu + 2L * b * F + F, act + (long)b * F);
