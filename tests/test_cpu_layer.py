@@ -93,15 +93,15 @@ def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows, gain):
     assert mx.allclose(got, want, atol=2e-5 * scale, rtol=1e-4).item()
 
 
-def _attend_inputs(E, H, D, F, quant):
+def _attend_inputs(E, H, D, F, quant, rows=1):
     """attend_out's query and layer arrays: q, x, o, the norm's weight, gate/up, down."""
     import mlx.core as mx
 
     o, _ = _weights(E, H * D, quant, seed=4)
     gu, _ = _weights(2 * F, E, quant, seed=5)
     down, _ = _weights(E, F, quant, seed=6)
-    x = mx.random.normal((1, 1, E), key=mx.random.key(2))
-    q = mx.random.normal((1, H, 1, D), key=mx.random.key(3))
+    x = mx.random.normal((rows, 1, E), key=mx.random.key(2))
+    q = mx.random.normal((rows, H, 1, D), key=mx.random.key(3))
     nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(9))
     return q, x, o, nw, gu, down
 
@@ -131,6 +131,60 @@ def test_attend_out_equals_attention_over_the_cache_then_layer_out(ext, quant, S
     assert mx.allclose(got, want, atol=2e-5, rtol=1e-4).item()
     with pytest.raises(ValueError, match="capacity >= S"):
         ext.attend_out(q, keys, values, cap + 1, scale, x, o, nw, eps, gu, down)
+
+
+@pytest.mark.parametrize("quant", [None, (32, 4)])
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_attend_out_takes_batched_rows_through_their_mask(ext, quant, broadcast):
+    # A batched cache's step: each row attends to the keys its mask shows (left padding),
+    # then goes through layer_out; row for row what the row alone would get.
+    import mlx.core as mx
+
+    E, H, Hkv, D, F, cap, S, eps, scale = 128, 4, 2, 32, 192, 16, 9, 1e-5, 32**-0.5
+    B = 1 if broadcast else 3
+    q, x, o, nw, gu, down = _attend_inputs(E, H, D, F, quant, rows=3)
+    keys, values = (mx.random.normal((3, Hkv, cap, D), key=mx.random.key(s)) for s in (10, 11))
+    pads = [0, 0, 0] if broadcast else [0, 2, 5]
+    mask = mx.array([[t >= p for t in range(S)] for p in pads[:B]])[:, None, None]
+    before = ext.attend_calls()
+    got = ext.attend_out(q, keys, values, S, scale, x, o, nw, eps, gu, down, mask)
+    mx.eval(got)
+    assert ext.attend_calls() == before + 1
+    for b, p in enumerate(pads):
+        a = mx.fast.scaled_dot_product_attention(
+            q[b : b + 1], keys[b : b + 1, :, p:S], values[b : b + 1, :, p:S], scale=scale
+        )
+        want = ext.layer_out(a, x[b : b + 1], o, nw, eps, gu, down)
+        assert mx.allclose(got[b : b + 1], want, atol=2e-5, rtol=1e-4).item()
+    with pytest.raises(ValueError, match="mask"):
+        ext.attend_out(q, keys, values, S, scale, x, o, nw, eps, gu, down, mask[..., :-1])
+
+
+def test_kv_write_writes_its_rows_in_place_unless_the_buffer_is_held():
+    import mlx.core as mx
+    import numpy as np
+
+    ext = _ext.load()
+    addr = lambda a: np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data  # noqa: E731
+    buf = mx.zeros((3, 2, 8, 4))
+    mx.eval(buf)
+    first = addr(buf)
+    rows = mx.arange(24, dtype=mx.float32).reshape(3, 2, 1, 4)
+    before = ext.write_calls()
+    buf = ext.kv_write(buf, rows, 5)  # the cache held its buffer alone: written in place
+    mx.eval(buf)
+    assert ext.write_calls() == before + 1 and addr(buf) == first
+    assert mx.array_equal(buf[:, :, 5:6], rows).item()
+    assert mx.sum(mx.abs(buf)).item() == mx.sum(mx.abs(rows)).item()  # no other row touched
+    held = buf  # someone else holds it: the write goes to a copy, the held buffer stays
+    new = ext.kv_write(buf, rows + 100, 2)
+    mx.eval(new)
+    assert addr(new) != addr(held)
+    assert mx.array_equal(new[:, :, 2:3], rows + 100).item()
+    assert mx.array_equal(new[:, :, 5:6], rows).item()
+    assert mx.sum(mx.abs(held[:, :, 2:3])).item() == 0
+    with pytest.raises(ValueError, match="capacity > n"):
+        ext.kv_write(new, rows, 8)
 
 
 @pytest.mark.parametrize("quant", [None, (32, 4)])
