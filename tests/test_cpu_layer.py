@@ -388,6 +388,30 @@ def test_batched_steps_read_the_pinned_rope_rows(ext, tiny_dir):
         assert mx.allclose(got, ref, atol=1e-4, rtol=1e-4).item()
 
 
+def test_a_plain_cache_holding_several_rows_keeps_the_layers_call(ext, tiny_dir):
+    # mlx-lm's plain KV cache can hold a batch too (rows prefilled together): a step over
+    # it, its RoPE rows pinned, goes through the layers' own path, not the batched one.
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    fused, plain = _model(tiny_dir), _model(tiny_dir)
+    cpu_layer.install(fused)
+    outs = {}
+    for name, model in (("fused", fused), ("plain", plain)):
+        cache = make_prompt_cache(model)
+        mx.eval(model(mx.array([[5, 6, 7], [8, 9, 10]]), cache=cache))
+        tables = cpu_fast.rope_tables(model)
+        for t in tables:
+            t.pin([3, 3])
+        steps_before = ext.attend_calls()
+        outs[name] = model(mx.array([[1], [2]]), cache=cache)
+        mx.eval(outs[name])
+        for t in tables:
+            t.pin(None)
+        assert ext.attend_calls() == steps_before
+    assert mx.allclose(outs["fused"], outs["plain"], atol=1e-4, rtol=1e-4).item()
+
+
 def test_other_families_and_the_switch_keep_their_own_layers(tmp_path, tiny_dir, monkeypatch):
     from mlx_notebook.families import build_family
 

@@ -185,13 +185,13 @@ def _fits_step(p, cache, rows: int, mask) -> bool:
     keys = cache.keys
     if keys is None or keys.dtype != mx.float32:
         return False
-    if rows == 1:
+    if rows == 1 and type(cache) is p.kv_cache:
         n = cache.offset
-        fits = type(cache) is p.kv_cache and mask is None and isinstance(n, int)
-    else:
+        return mask is None and isinstance(n, int) and n < keys.shape[2]
+    if rows > 1 and type(cache) is p.batch_cache:
         n = cache._idx
-        fits = type(cache) is p.batch_cache and (mask is None or _step_mask(mask, rows, n + 1))
-    return fits and n < keys.shape[2]
+        return (mask is None or _step_mask(mask, rows, n + 1)) and n < keys.shape[2]
+    return False  # another cache, or a plain one holding several rows
 
 
 def _step_mask(mask, rows: int, size: int) -> bool:
