@@ -102,17 +102,19 @@ def applies_to_step(queries: mx.array, keys: mx.array, mask, sinks, cache) -> bo
         and rows >= 1
         and queries.shape[2] == 1
         and keys.shape[0] == rows
-        and (
-            mask is None
-            or (
-                isinstance(mask, mx.array)
-                and mask.dtype == mx.bool_
-                and mask.ndim == 4
-                and mask.shape[0] in (1, rows)
-                and mask.shape[1] == mask.shape[2] == 1
-                and mask.shape[-1] == keys.shape[2]
-            )
-        )
+        and (mask is None or step_mask(mask, rows, keys.shape[2]))
+    )
+
+
+def step_mask(mask, rows: int, size: int) -> bool:
+    """Whether ``mask`` is a decode step's boolean mask ``[rows or 1, 1, 1, size]``."""
+    return (
+        isinstance(mask, mx.array)
+        and mask.dtype == mx.bool_
+        and mask.ndim == 4
+        and mask.shape[0] in (1, rows)
+        and mask.shape[1] == mask.shape[2] == 1
+        and mask.shape[-1] == size
     )
 
 
@@ -254,4 +256,5 @@ __all__ = [
     "calls",
     "causal_attention",
     "install",
+    "step_mask",
 ]

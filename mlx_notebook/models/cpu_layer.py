@@ -41,6 +41,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .. import _ext
+from .cpu_attention import ENV as ATTENTION_ENV
+from .cpu_attention import step_mask
 from .cpu_fast import FusedRMSNorm, StackedLinear, StackedView, TableRoPE
 from .cpu_quant import FastQuantizedLinear
 
@@ -118,8 +120,6 @@ class _Plan:
         # is on: one row over mlx-lm's plain KV cache, several over its batched one.
         from mlx_lm.models.cache import BatchKVCache, KVCache
 
-        from .cpu_attention import ENV as ATTENTION_ENV
-
         self.kv_cache, self.batch_cache = KVCache, BatchKVCache
         self.step = os.environ.get(ATTENTION_ENV, "1") != "0"
 
@@ -190,17 +190,8 @@ def _fits_step(p, cache, rows: int, mask) -> bool:
         return mask is None and isinstance(n, int) and n < keys.shape[2]
     if rows > 1 and type(cache) is p.batch_cache:
         n = cache._idx
-        return (mask is None or _step_mask(mask, rows, n + 1)) and n < keys.shape[2]
+        return (mask is None or step_mask(mask, rows, n + 1)) and n < keys.shape[2]
     return False  # another cache, or a plain one holding several rows
-
-
-def _step_mask(mask, rows: int, size: int) -> bool:
-    return (
-        isinstance(mask, mx.array)
-        and mask.dtype == mx.bool_
-        and mask.shape[0] in (1, rows)
-        and tuple(mask.shape[1:]) == (1, 1, size)
-    )
 
 
 def _decode_step(p, x, rows, cache, mask):
