@@ -40,23 +40,6 @@ typedef struct {
 static long layer_calls;
 long mlxnb_layer_calls(void) { return layer_calls; }
 
-int mlxnb_ext_threads(void); /* _qmm.c: 1 where the thread governor set one */
-
-int mlxnb_qmm_path(int M); /* _qmm.c: 2 where M rows' products take sgemm */
-
-/* From this many rows (a batched step's, a verify pass's), the row-wise work around 4/8-bit
- * products that run on OpenMP's threads (norms, RoPE, SwiGLU) splits its rows over them
- * too: at 16 rows of the default model, SwiGLU alone was about 19 us a layer on one
- * thread. Each row's values are computed as before, so the split changes no result.
- * Beside OpenBLAS's products (float32 weights, prefill chunks' widened ones) it stays on
- * one thread: an OpenMP worker spinning after its region took the core OpenBLAS's worker
- * needed (see _attn.c). */
-enum { ROWS_PARALLEL_MIN = 8 };
-
-static int row_threads(int B, const mlxnb_linear_t *l) {
-  return B < ROWS_PARALLEL_MIN || !l->bits || mlxnb_qmm_path(B) == 2 ? 1 : mlxnb_ext_threads();
-}
-
 static void linear(const mlxnb_linear_t *l, int M, const float *x, float *out) {
   if (l->bits)
     mlxnb_qmm(M, l->N, l->K, l->gs, l->bits, x, (const uint32_t *)l->w, l->scales, l->biases,
@@ -76,10 +59,11 @@ static void swiglu(int F, const float *g, const float *u, float *out) {
   for (; j < F; j++) out[j] = (g[j] * (1.0f / (1.0f + expf(-g[j])))) * u[j];
 }
 
-/* out = x * rsqrt(mean(x^2) + eps) * w, for each of M rows of K (any K), on nt threads. */
-static void rms_norm(int M, int K, const float *x, const float *w, float eps, int nt,
-                     float *out) {
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+/* out = x * rsqrt(mean(x^2) + eps) * w, for each of M rows of K (any K). The row-wise
+ * work of a batched step stays on one thread: split over OpenMP's two (from 8 rows), it
+ * made 16-row steps slower, 1.005-1.024x in three in-process alternating runs, the
+ * worker entering each short region microseconds late. */
+static void rms_norm(int M, int K, const float *x, const float *w, float eps, float *out) {
   for (int m = 0; m < M; m++) {
     const float *r = x + (long)m * K;
     v8 acc = {0};
@@ -103,7 +87,12 @@ static void rms_norm(int M, int K, const float *x, const float *w, float eps, in
 static void rope(int D, int traditional, const float *x, const float *c, const float *s,
                  float *out) {
   if (traditional) {
-    for (int j = 0; j < D; j++) out[j] = x[j] * c[j] + x[j ^ 1] * s[j];
+    int j = 0;
+    for (; j + 8 <= D; j += 8) { /* x[j ^ 1] as a lane swap: the scalar loop was not vectorized */
+      const v8 v = load8(x + j), swapped = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
+      store8(out + j, v * load8(c + j) + swapped * load8(s + j));
+    }
+    for (; j < D; j++) out[j] = x[j] * c[j] + x[j ^ 1] * s[j];
     return;
   }
   const int h = D / 2;
@@ -124,10 +113,8 @@ int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
   float *xn = malloc(sizeof(float) * ((long)B * E + (long)B * N));
   if (xn == NULL) return -2;
   float *y = xn + (long)B * E;
-  const int nt = row_threads(B, qkv);
-  rms_norm(B, E, x, norm_w, eps, nt, xn);
+  rms_norm(B, E, x, norm_w, eps, xn);
   linear(qkv, B, xn, y);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int b = 0; b < B; b++) {
     const float *row = y + (long)b * N;
     const float *c = cos + (rope_rows > 1 ? (long)b * width : 0);
@@ -153,12 +140,10 @@ int mlxnb_layer_out(int B, int E, const float *a, const float *x, const mlxnb_li
   float *h = malloc(sizeof(float) * (2L * B * E + 2L * B * F + (long)B * F));
   if (h == NULL) return -2;
   float *hn = h + (long)B * E, *gu = hn + (long)B * E, *act = gu + 2L * B * F;
-  const int nt = row_threads(B, gate_up);
   linear(o, B, a, h);
   for (long i = 0; i < (long)B * E; i++) h[i] = x[i] + h[i];
-  rms_norm(B, E, h, norm_w, eps, nt, hn);
+  rms_norm(B, E, h, norm_w, eps, hn);
   linear(gate_up, B, hn, gu);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int b = 0; b < B; b++) swiglu(F, gu + 2L * b * F, gu + 2L * b * F + F, act + (long)b * F);
   linear(down, B, act, out);
   for (long i = 0; i < (long)B * E; i++) out[i] = h[i] + out[i];

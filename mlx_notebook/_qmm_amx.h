@@ -22,9 +22,9 @@
  * and 8 rows the row tiles' steps were faster in the engine (bench_rows), from about 12
  * the tiles'. */
 enum { AMX_FROM = 12 };
-/* input rows a tile; weight rows a chunk; rows past a multiple of AMX_M left to the
- * vector paths (_qmm.c) */
-enum { AMX_M = 16, AMX_CHUNK = 256, AMX_TAIL = 3 };
+/* input rows a tile; weight rows a chunk at most, and at least (but the last); rows past
+ * a multiple of AMX_M left to the vector paths (_qmm.c) */
+enum { AMX_M = 16, AMX_CHUNK = 256, AMX_PIECE = 64, AMX_TAIL = 3 };
 /* Units ahead that a block's weight rows are prefetched. A chunk reads its 256 rows 16
  * bytes at a time (4-bit), a row every 288 bytes or more: no stride the hardware
  * prefetchers follow, so each new line was a demand miss. In a scratch harness (the
@@ -273,38 +273,54 @@ static void amx_chunk(int N, int K, int gs, int bits, int n0, int n1, int m0, in
     amx_chunk_rows(N, K, gs, bits, n0, n1, m0, mrows, w, s, b, xb, xs, abuf, cbuf, acc, out, 0);
 }
 
-/* x [M, K] @ dequantize(w).T -> out [M, N] on AMX tiles: the weight rows in chunks of
- * up to AMX_CHUNK, as many chunks per thread. */
+/* The next chunk of weight rows for a thread of nt, as [*n0, *n1): half an equal share of
+ * the rows left (AMX_PIECE to AMX_CHUNK, whole blocks), claimed from *next. Returns 0
+ * when none is left. */
+static int amx_claim(int *next, int N, int nt, int *n0, int *n1) {
+  int from = __atomic_load_n(next, __ATOMIC_RELAXED), to;
+  do {
+    if (from >= N) return 0;
+    int want = ((N - from) / (2 * nt) + 15) / 16 * 16;
+    want = want < AMX_PIECE ? AMX_PIECE : want > AMX_CHUNK ? AMX_CHUNK : want;
+    to = from + want < N ? from + want : N;
+  } while (!__atomic_compare_exchange_n(next, &from, to, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  *n0 = from;
+  *n1 = to;
+  return 1;
+}
+
+/* x [M, K] @ dequantize(w).T -> out [M, N] on AMX tiles: each thread claims chunks of
+ * weight rows (amx_claim) until none is left. Equal static shares made the team wait
+ * for its later thread: OpenMP's worker enters a region some microseconds after the
+ * caller (more when the other core was taken), and a neighbour's interrupts slow one
+ * core, so a thread finished its half ~30 us (of ~190) before the other, on average.
+ * Claimed in shrinking chunks, the threads end within ~7 us of each other: in one
+ * process, 16-row steps alternating the two ways, 0.93-0.94x the step's time. */
 static void amx_product(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                         const float *s, const float *b, float *out) {
   const int G = K / gs, units = K / 32, blocks = (M + AMX_M - 1) / AMX_M;
   uint16_t *xb = aligned_alloc(64, sizeof(uint16_t) * blocks * units * 3 * 512);
   float *xsum_t = aligned_alloc(64, sizeof(float) * blocks * G * AMX_M);
   const int nt = threads_for((long)M * N * K);
-  int chunks = (N + AMX_CHUNK - 1) / AMX_CHUNK;
-  chunks = (chunks + nt - 1) / nt * nt; /* equal shares */
-  const int rows = ((N + chunks - 1) / chunks + 15) / 16 * 16;
-  chunks = (N + rows - 1) / rows;
+  int next = 0; /* weight rows claimed */
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     uint16_t abuf[2 * 512] __attribute__((aligned(64)));
     float cbuf[4 * 256] __attribute__((aligned(64)));
-    float *acc = aligned_alloc(64, sizeof(float) * rows * 16);
+    float *acc = aligned_alloc(64, sizeof(float) * AMX_CHUNK * 16);
     memset(abuf, 0, sizeof abuf); /* a tile row depends on its A row alone: rows past a
                                    * short last block are never read out */
     amx_configure();
 #pragma omp for schedule(static)
     for (int g = 0; g < G; g++) amx_split_group(M, K, gs, g, x, xb, xsum_t);
     /* (the loop's barrier: every chunk reads all of xb) */
-#pragma omp for schedule(static)
-    for (int c = 0; c < chunks; c++) {
-      const int n0 = c * rows, n1 = n0 + rows < N ? n0 + rows : N;
+    int n0, n1;
+    while (amx_claim(&next, N, nt, &n0, &n1))
       for (int j = 0; j < blocks; j++) {
         const int m0 = j * AMX_M, mrows = M - m0 < AMX_M ? M - m0 : AMX_M;
         amx_chunk(N, K, gs, bits, n0, n1, m0, mrows, w, s, b, xb + (long)j * units * 3 * 512,
                   xsum_t + (long)j * G * AMX_M, abuf, cbuf, acc, out);
       }
-    }
     _tile_release();
     free(acc);
   }

@@ -54,6 +54,16 @@ def test_products_are_float32_sums_of_exact_products(ext, rows, gs, bits):
     assert np.all(np.abs(got - ref) <= 64 * 2.0**-24 * mag)
 
 
+@pytest.mark.parametrize("n", [1000, 4100])
+def test_threads_claim_every_weight_row_once(ext, n):
+    """Chunks claimed in shrinking sizes (256 down to 64 rows, a short last one) cover
+    every weight row: N not a multiple of 16, many chunks per thread."""
+    x, wq, s, b = _case(16, n, 256, 32, 4, seed=n)
+    got = np.array(ext.quant_matmul(x, wq, s, b, 32, 4), dtype=np.float64)
+    ref, mag = _exact_bound(x, wq, s, b, 32, 4)
+    assert np.all(np.abs(got - ref) <= 64 * 2.0**-24 * mag)
+
+
 def test_row_counts_from_12_to_63_take_the_tiles(ext):
     assert [ext.path(m) for m in (1, 2, 8, 11)] == [0, 1, 1, 1]  # the row tiles
     assert {ext.path(m) for m in range(12, 64)} == {AMX}
