@@ -55,7 +55,7 @@ def test_products_are_float32_sums_of_exact_products(ext, rows, gs, bits):
 
 
 @pytest.mark.parametrize("n", [1000, 4100])
-def test_threads_claim_every_weight_row_once(ext, n):
+def test_chunks_the_threads_claim_cover_every_weight_row(ext, n):
     """Chunks claimed in shrinking sizes (256 down to 64 rows, a short last one) cover
     every weight row: N not a multiple of 16, many chunks per thread."""
     x, wq, s, b = _case(16, n, 256, 32, 4, seed=n)
