@@ -71,7 +71,19 @@ function render({ model, el }) {
     draw();
     if (stick) log.scrollTop = log.scrollHeight;
   };
-  const drawSettled = () => follow(() => { settled.innerHTML = model.get("transcript"); });
+  // A redraw (a reply's figures, another cell changing the chat) keeps an edit in
+  // progress: the box opens again on the same message, with the text typed so far,
+  // unless that message is gone or changed meanwhile.
+  const drawSettled = () => follow(() => {
+    const open = settled.querySelector(".cu-edit:not([data-done])");
+    const kept = open && {
+      i: Number(open.dataset.i), was: open.dataset.was, value: open.value,
+      focused: document.activeElement === open, from: open.selectionStart, to: open.selectionEnd,
+    };
+    settled.innerHTML = model.get("transcript");
+    const bubble = kept && settled.querySelector(`.turn.user[data-i="${kept.i}"]`);
+    if (bubble && bubble.dataset.raw === kept.was) startEdit(bubble, kept.i, kept);
+  });
   const drawLive = () => follow(() => { live.innerHTML = model.get("live"); });
   const drawBusy = () => {
     const busy = model.get("busy");
@@ -115,13 +127,23 @@ function render({ model, el }) {
   think.addEventListener("click", () => model.send({ type: "stop_thinking" }));
   fresh.addEventListener("click", () => { model.send({ type: "new" }); input.focus(); });
 
-  const startEdit = (bubble, i) => {
+  const startEdit = (bubble, i, kept = null) => {
     const body = bubble.querySelector(".md");
     if (!body || bubble.querySelector(".cu-edit")) return;
-    const box = h("textarea", { class: "cu-input cu-edit", rows: "3", "aria-label": `Edit message ${i}` });
-    box.value = bubble.dataset.raw || "";
-    const save = () => { if (box.value.trim()) model.send({ type: "edit", index: i, text: box.value }); };
-    const cancel = () => drawSettled();
+    const was = bubble.dataset.raw || "";
+    const box = h("textarea", {
+      class: "cu-input cu-edit", rows: "3", "aria-label": `Edit message ${i}`,
+      "data-i": String(i), "data-was": was,
+    });
+    box.value = kept ? kept.value : was;
+    // Sent or cancelled, the box is done: the next redraw does not bring it back.
+    const finish = () => box.setAttribute("data-done", "");
+    const save = () => {
+      if (!box.value.trim()) return;
+      finish();
+      model.send({ type: "edit", index: i, text: box.value });
+    };
+    const cancel = () => { finish(); drawSettled(); };
     box.addEventListener("keydown", (e) => {
       if (e.key === "Escape") { e.stopPropagation(); cancel(); return; }
       enterSends(save)(e);
@@ -130,7 +152,9 @@ function render({ model, el }) {
       h("button", { type: "button", class: "cu-btn cu-primary", title: "Send the edited message (Enter)", onclick: save }, "Send"),
       h("button", { type: "button", class: "cu-btn", title: "Keep the message as it was (Escape)", onclick: cancel }, "Cancel"));
     body.replaceChildren(box, row);
+    if (kept && !kept.focused) return;
     box.focus();
+    if (kept) box.setSelectionRange(kept.from, kept.to);
   };
   settled.addEventListener("click", (e) => {
     const b = e.target.closest("button[data-act]");

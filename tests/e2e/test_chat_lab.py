@@ -30,6 +30,7 @@ CHAT = [
         "ui.chat.model = 'river'"
     ),
     "ui.chat.model = 'default'  # 5: the default model again",
+    "ui.chat.delete(5);  # 6: another cell changes the chat",
 ]
 SYSTEM = "You are a helpful assistant. Answer in one or two sentences."
 
@@ -124,6 +125,12 @@ def test_chat_ui_by_keyboard_and_mouse(lab, artifacts, theme, tmp_path):
     edit = widget.get_by_label("Edit message 1")
     assert "Who are you?" in edit.input_value()
     edit.fill("Hi! What can you do?")
+    # The chat changes under the open edit (a cell deletes the last exchange): the
+    # bubbles are redrawn, and the edit stays open with the text typed so far.
+    run_done(page, 6, 30)
+    two = ["system", "user", "assistant", "user", "assistant"]
+    step("redrawn under the edit", lambda: bubbles(widget) == two, 30)
+    assert edit.input_value() == "Hi! What can you do?"
     edit.press("Enter")
     step("branched", lambda: done(widget, 3), 120)
     figures = widget.locator(".turn.assistant .stats").last.inner_text()
