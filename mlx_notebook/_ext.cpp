@@ -186,6 +186,8 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
   m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
+  m.def("stretch", &mlxnb_qmm_stretch, nb::arg("rows"), nb::arg("k"), nb::arg("step"),
+        "The stretch of K the row tiles take with this many input rows (0 without AVX-512).");
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("mask").none(), nb::arg("scale"),
         "softmax(scale * q k^T, mask) v for one query per batch row, on the CPU.");

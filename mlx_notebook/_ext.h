@@ -21,6 +21,7 @@ void mlxnb_qmm_set_threads(int n);
 void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
 int mlxnb_qmm_path(int M);
+int mlxnb_qmm_stretch(int rows, int K, int step);
 int mlxnb_qmm_set_amx(int on);
 typedef struct {
   int N, K, gs, bits;

@@ -342,6 +342,14 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
 static int vector_path(int M) { return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2; }
 
 /* Which path a product of M rows takes: vector_path's, or 3 AMX tiles. */
+int mlxnb_qmm_stretch(int rows, int K, int step) {
+#ifdef QMM_AVX512
+  return stretch16(rows, K, step);
+#else
+  return 0 * rows * K * step;
+#endif
+}
+
 int mlxnb_qmm_path(int M) {
 #ifdef QMM_AMX
   if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;

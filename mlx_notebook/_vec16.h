@@ -5,6 +5,7 @@
 #ifdef __AVX512F__
 #include <immintrin.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Sixteen horizontal sums at once: lane i of the result is the sum of v[i]'s lanes. A
  * tree of pairwise adds (about 45 instructions where 16 reductions take about 130). */
@@ -26,14 +27,26 @@ static inline __attribute__((always_inline)) __m512 sum16(const __m512 v[16]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(e0, e1, 0x88), _mm512_shuffle_f32x4(e0, e1, 0xDD));
 }
 
-/* Both row tiles: weight rows per thread task (kept in L2), and the input floats a block
- * keeps in L1 (40 of its 48 KB here; 32 KB measured slower, more stretches). */
-enum { TILE_N = 32, TILE_X = 10240 };
+/* Both row tiles: weight rows per thread task (kept in L2). */
+enum { TILE_N = 32 };
+
+/* The input floats a block keeps in L1: five sixths of the CPU's L1 data cache. With 48 KB
+ * (Intel's Sapphire and Emerald Rapids) that is 40 KB (32 KB measured slower: more
+ * stretches); with 32 KB (AMD's Zen 4), 16 rows of 576 floats (36 KB) had spilled to L2,
+ * and a 16-row product took 2.5x an 8-row one. */
+static inline int tile_x(void) {
+  static int floats; /* the same value from any thread: a race only repeats the query */
+  if (!floats) {
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    floats = (int)((l1 >= 16384 && l1 <= (1L << 20) ? l1 : 32768) * 5 / 6 / 4);
+  }
+  return floats;
+}
 
 /* The stretch of K (a multiple of `step` floats) that `rows` interleaved rows take at a
- * time so that they fit TILE_X floats, in as few equal stretches as that allows. */
+ * time so that they fit `tile_x` floats, in as few equal stretches as that allows. */
 static inline int stretch16(int rows, int K, int step) {
-  const int parts = (rows * K + TILE_X - 1) / TILE_X;
+  const int parts = (rows * K + tile_x() - 1) / tile_x();
   return (K / step + parts - 1) / parts * step;
 }
 

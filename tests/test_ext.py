@@ -62,6 +62,26 @@ def test_long_rows_are_summed_in_stretches(ext, rows):
     assert mx.abs(got - ref).max().item() < 1e-3 * max(1.0, mx.abs(ref).max().item())
 
 
+def test_a_stretch_of_input_rows_fits_the_l1_data_cache(ext):
+    """Queried, not assumed: 16 rows of 576 floats (36 KB) spill a 32 KB L1 (Zen 4)."""
+    import subprocess
+
+    if ext.stretch(16, 576, 32) == 0:
+        pytest.skip("no AVX-512 row tiles on this CPU")
+    # glibc's answer, which the kernel's sysconf(_SC_LEVEL1_DCACHE_SIZE) also gets
+    got = subprocess.run(["getconf", "LEVEL1_DCACHE_SIZE"], capture_output=True, text=True)
+    l1 = int(got.stdout.strip() or 0)
+    budget = (l1 if 16384 <= l1 <= 1 << 20 else 32768) * 5 // 6  # bytes of x kept in L1
+    for rows, k in [(16, 576), (16, 1536), (12, 576), (8, 576), (16, 64)]:
+        step = ext.stretch(rows, k, 32)
+        assert step % 32 == 0 and 32 <= step <= k
+        assert rows * step * 4 <= budget  # the block's stretch of x stays in L1
+        parts = -(-k // step)
+        if parts > 1:  # and no fewer stretches would have
+            assert rows * (-(-k // 32 // (parts - 1)) * 32) * 4 > budget
+    assert ext.stretch(16, 576, 32) == (576 if budget >= 16 * 576 * 4 else 288)
+
+
 def test_views_and_leading_axes(ext):
     import mlx.core as mx
 
