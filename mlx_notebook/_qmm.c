@@ -20,8 +20,9 @@
  *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
  *     instead (_qmm_amx.h): inputs split exactly into three bf16 parts.
  * Activations stay float32, so every path computes the same sums as MLX's
- * reference up to rounding: the order of float additions, and where the row tiles
- * apply a group's scale (to the weights, not to their sum).
+ * reference up to rounding: the order of float additions, and where a group's scale
+ * and bias apply (the row tiles dequantize each weight, s q + b, as MLX does; the
+ * one-row kernels scale a group's sum and add bias . x's group sum).
  *
  * Layouts (row-major): x [M, K] float32; w [N, K * bits / 32] uint32 (element
  * k of a row at bits (k % (32 / bits)) * bits of word k / (32 / bits)); scales
@@ -277,10 +278,8 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
                       const float *s, const float *b, float *out) {
   const int G = K / gs;
   const long rb = (long)K * bits / 8;
-  float *xsum = malloc(sizeof(float) * M * G);
   /* aligned: 64-byte loads that straddle cache lines cost twice */
   float *xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
-  group_sums(M, K, gs, x, xsum);
   interleave16(M, K, K, TILE_M, 32, bits == 4, x, xp);
   const int nt = threads_for((long)M * N * K), tasks = (N + TILE_N - 1) / TILE_N;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
@@ -289,7 +288,7 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
     for (int m0 = 0; m0 < M; m0 += TILE_M) {
       const int mb = M - m0 < TILE_M ? M - m0 : TILE_M;
       const int step = stretch16(mb, K, gs); /* whole groups */
-      const float *xm = xp + (long)m0 * K, *xs = xsum + (long)m0 * G; /* the block */
+      const float *xm = xp + (long)m0 * K; /* the block */
       for (int k0 = 0; k0 < K; k0 += step) {
         const int k1 = k0 + step < K ? k0 + step : K;
         for (int n = n0; n < n1;) {
@@ -300,8 +299,8 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
           const int R = 16 / mb >= 4 && n + 4 <= n1 ? 4 : 16 / mb >= 2 && n + 2 <= n1 ? 2 : 1;
 /* GGUF's 4-bit blocks of 32 as constants: one unit per group, no branch per unit */
 #define TILE_R(R, MB)                                                                      \
-  if (bits == 4 && gs == 32) tile512(R, MB, K, 32, 4, k0, k1, wr, rb, sr, br, xm, xs, o, N); \
-  else tile512(R, MB, K, gs, bits, k0, k1, wr, rb, sr, br, xm, xs, o, N);
+  if (bits == 4 && gs == 32) tile512(R, MB, K, 32, 4, k0, k1, wr, rb, sr, br, xm, o, N); \
+  else tile512(R, MB, K, gs, bits, k0, k1, wr, rb, sr, br, xm, o, N);
 #define TILE_CASE(MB)                                                                      \
   case MB:                                                                                 \
     if (R == 4 && 4 * MB <= TILE_M) {                                                     \
@@ -324,7 +323,6 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
       }
     }
   }
-  free(xsum);
   free(xp);
 }
 #endif
