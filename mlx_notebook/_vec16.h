@@ -32,8 +32,8 @@ enum { TILE_N = 32 };
 
 /* The input floats a block keeps in L1: five sixths of the CPU's L1 data cache. With 48 KB
  * (Intel's Sapphire and Emerald Rapids) that is 40 KB (32 KB measured slower: more
- * stretches); with 32 KB (AMD's Zen 4), 16 rows of 576 floats (36 KB) had spilled to L2,
- * and a 16-row product took 2.5x an 8-row one. */
+ * stretches); with 32 KB (AMD's Zen 4), a fixed 40 KB had 16 rows of 576 floats (36 KB)
+ * read from L2 at every unit. */
 static inline int tile_x(void) {
   static int floats; /* the same value from any thread: a race only repeats the query */
   if (!floats) {
