@@ -339,15 +339,17 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
  * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm. */
 static int vector_path(int M) { return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2; }
 
-/* Which path a product of M rows takes: vector_path's, or 3 AMX tiles. */
+/* The stretch of K the row tiles take with `rows` input rows (0 without AVX-512). */
 int mlxnb_qmm_stretch(int rows, int K, int step) {
 #ifdef QMM_AVX512
   return stretch16(rows, K, step);
 #else
-  return 0 * rows * K * step;
+  (void)rows, (void)K, (void)step;
+  return 0;
 #endif
 }
 
+/* Which path a product of M rows takes: vector_path's, or 3 AMX tiles. */
 int mlxnb_qmm_path(int M) {
 #ifdef QMM_AMX
   if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;
