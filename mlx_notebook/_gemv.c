@@ -208,13 +208,18 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 
 #ifdef __AVX512F__
 /* One row against the weight rows (x @ W.T, a decode step's product), 16 floats wide,
- * four weight rows at a time with the rows 8 ahead prefetched; split in units of
- * GEMV_UNIT weight rows between the calling thread and _helper.c's, which sleeps between
- * calls. OpenBLAS's sgemv woke its own worker, which yields in a loop between the step's
- * products. Engine decode of `default:f32` (64 greedy tokens, 4 runs a process, 4 pairs
- * of processes alternating on an Emerald Rapids VM): 0.99x-1.17x, median 1.06x. */
+ * split in units of GEMV_UNIT weight rows between the calling thread and _helper.c's,
+ * which sleeps between calls. OpenBLAS's sgemv woke its own worker, which yields in a
+ * loop between the step's products. Engine decode of `default:f32` (64 greedy tokens,
+ * 4 runs a process, 4 pairs of processes alternating on an Emerald Rapids VM):
+ * 0.99x-1.17x, median 1.06x.
+ *
+ * Each weight row is read whole before the next, so a unit reads one contiguous stretch
+ * of memory, front to back, with two sums per row for the FMA latency. It had read four
+ * rows side by side (four streams, the rows 8 ahead prefetched): on a Zen 4 core that
+ * streamed about 14 GB/s where one stream reads about 22 (the README has the figures). */
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
-enum { GEMV_UNIT = 64, GEMV_HELPER_MIN = 1 << 18 /* multiply-adds */ };
+enum { GEMV_UNIT = 64, GEMV_HELPER_MIN = 1 << 18 /* multiply-adds */, GEMV_AHEAD = 256 /* bytes */ };
 typedef struct {
   int n, k;
   const float *a, *b;
@@ -225,26 +230,26 @@ typedef struct {
 static void gemv_unit(void *arg, int u) {
   const gemv_job *j = arg;
   const int k = j->k, j1 = (u + 1) * GEMV_UNIT < j->n ? (u + 1) * GEMV_UNIT : j->n;
+  const float *a = j->a;
   const __mmask16 tail = (__mmask16)((1u << (k % 16)) - 1);
-  for (int r = u * GEMV_UNIT; r < j1; r += 4) {
-    const int rows = j1 - r < 4 ? j1 - r : 4;
+  for (int r = u * GEMV_UNIT; r < j1; r++) {
     const float *w = j->b + (long)r * j->ldb;
-    __m512 acc[4];
-    for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_ps();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int t = 0;
-    for (; t + 16 <= k; t += 16) {
-      const __m512 xv = _mm512_loadu_ps(j->a + t);
-      for (int i = 0; i < rows; i++) {
-        _mm_prefetch((const char *)(w + (long)(i + 8) * j->ldb + t), _MM_HINT_T0);
-        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(w + (long)i * j->ldb + t), xv, acc[i]);
-      }
+    for (; t + 32 <= k; t += 32) {
+      /* a few lines ahead in the same stream (into the next row near a row's end) */
+      _mm_prefetch((const char *)(w + t) + GEMV_AHEAD, _MM_HINT_T0);
+      _mm_prefetch((const char *)(w + t) + GEMV_AHEAD + 64, _MM_HINT_T0);
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + t), _mm512_loadu_ps(a + t), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + t + 16), _mm512_loadu_ps(a + t + 16), acc1);
     }
-    if (tail) {
-      const __m512 xv = _mm512_maskz_loadu_ps(tail, j->a + t);
-      for (int i = 0; i < rows; i++)
-        acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + (long)i * j->ldb + t), xv, acc[i]);
+    if (t + 16 <= k) {
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + t), _mm512_loadu_ps(a + t), acc0);
+      t += 16;
     }
-    for (int i = 0; i < rows; i++) j->c[r + i] = _mm512_reduce_add_ps(acc[i]);
+    if (tail)
+      acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + t), _mm512_maskz_loadu_ps(tail, a + t), acc1);
+    j->c[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
 }
 
