@@ -61,7 +61,7 @@ static inline __attribute__((always_inline)) float finish_row512(__m512 acc, con
  * dependent FMAs (latency-bound); four weight rows, with two group sums each
  * (alternating groups), keep eight chains in flight. The bias term is added to the
  * vector sum, so each row takes one horizontal reduction. Its caller prefetches the
- * rows PREFETCH_ROWS ahead (small matrices end before the hardware prefetcher has
+ * rows PREFETCH_ROWS ahead, into L2 (small matrices end before the hardware prefetcher has
  * ramped up). The README has the measured decode figures. */
 static inline __attribute__((always_inline)) void four_rows512(
     int K, int gs, int bits, const uint8_t *w, long rb, const float *s, const float *b,
@@ -203,12 +203,12 @@ static inline void one_row_block(const one_row_job *j, int i) {
   if (n + PREFETCH_ROWS + 4 <= N) { /* rows ahead: small matrices end before the
                                      * hardware prefetcher has ramped up */
     const char *p = (const char *)(w + (n + PREFETCH_ROWS) * rb);
-    for (long o = 0; o < 4 * rb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    for (long o = 0; o < 4 * rb; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
     const char *q = (const char *)(s + (n + PREFETCH_ROWS) * G);
     const char *c = (const char *)(b + (n + PREFETCH_ROWS) * G);
     for (long o = 0; o < 4L * G * 4; o += 64) {
-      _mm_prefetch(q + o, _MM_HINT_T0);
-      _mm_prefetch(c + o, _MM_HINT_T0);
+      _mm_prefetch(q + o, _MM_HINT_T1);
+      _mm_prefetch(c + o, _MM_HINT_T1);
     }
   }
 #ifdef QMM_Q4_BLOCKS
