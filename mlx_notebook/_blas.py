@@ -209,6 +209,8 @@ def _load_gemv(blas) -> None:
     lib.mlxnb_small_forwarded.restype = ctypes.c_long
     lib.mlxnb_tiled_forwarded.restype = ctypes.c_long
     lib.mlxnb_own_gemv.restype = ctypes.c_long
+    lib.mlxnb_helper_holds.restype = ctypes.c_long
+    lib.mlxnb_helper_tid.restype = ctypes.c_long
     core = _core(fast) if fast is not None else ""
     kernels = f", OpenBLAS's {core} sgemm" if core else ""
     tiles = int(lib.mlxnb_tile_rows())

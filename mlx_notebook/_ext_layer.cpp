@@ -67,6 +67,7 @@ class LayerIn : public CpuPrimitive<InParams> {
       std::vector<float> xb, cb, sb;
       const int E = p.qkv.K, B = ins[0].size() / E, width = p.trad ? p.D : p.D / 2;
       auto lin = p.qkv.at(&ins[4]);
+      const HelperHold hold(B == 1);
       mlxnb_layer_in(B, E, dense(ins[0], xb), ins[1].data<float>(), p.eps, &lin, p.H, p.Hkv, p.D,
                      p.trad, dense(ins[2], cb), dense(ins[3], sb),
                      static_cast<int>(ins[2].size() / width), q.data<float>(), k.data<float>(),
@@ -195,6 +196,7 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(B) * H * D);
       std::vector<unsigned char> m;
       if (p.masked) m = mask_rows(ins.back(), B, p.S);
+      const HelperHold hold(B == 1);
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
       // one row, threads 2: a long cache's second core is _helper.c's thread, not
       // OpenMP's, whose worker spins after its region on the core OpenBLAS's worker

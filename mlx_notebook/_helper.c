@@ -4,7 +4,8 @@
  * the next product by spinning (yielding) on the other core. An OpenMP team woken for
  * the step's attention between two products made the step slower, not faster: OpenMP's
  * worker spins after its region too, on the core OpenBLAS's worker needs next. This
- * helper sleeps on a condition variable between calls and never spins.
+ * helper sleeps on a condition variable between calls, and spins only while its caller
+ * holds it awake (mlxnb_helper_hold, below: through a decode step's fused layers).
  *
  * mlxnb_helper_run(fn, arg, n) runs fn(arg, u) for u < n on the calling thread and the
  * helper, each claiming the next unit as it is free, and returns when all are done. The
@@ -15,6 +16,8 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
+#include <unistd.h>
 
 /* A spin-wait's pause, where the CPU has one. */
 static inline void relax(void) {
@@ -70,12 +73,64 @@ static int work(void) {
   return ran;
 }
 
+/* Holds (mlxnb_helper_hold): while one is on, and for LINGER_NS after the last is
+ * released (the gap to the next layer's primitive), the helper waits for the next call
+ * by spinning instead of sleeping, for at most HOLD_NS at a time (a hold left on by
+ * mistake costs a spin now and then, not a core). */
+enum { HOLD_NS = 2000000, LINGER_NS = 50000 };
+static int held;          /* holds on now */
+static long holds;        /* holds taken so far */
+static long released_ns;  /* when the last hold was released */
+
+static long now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static int awake_wanted(long now) {
+  return __atomic_load_n(&held, __ATOMIC_ACQUIRE) > 0 ||
+         now - __atomic_load_n(&released_ns, __ATOMIC_ACQUIRE) < LINGER_NS;
+}
+
+/* Spins while awake_wanted and no call after `seen` is posted. Returns 0 if it spun
+ * HOLD_NS in vain. */
+static int spin_for_call(long seen) {
+  const long t0 = now_ns();
+  for (long t = t0; awake_wanted(t); t = now_ns()) {
+    for (int i = 0; i < 32; i++) {
+      if (__atomic_load_n(&generation, __ATOMIC_ACQUIRE) != seen) return 1;
+      relax();
+    }
+    if (t - t0 > HOLD_NS) return 0;
+  }
+  return 1;
+}
+
+static long helper_tid; /* the helper's thread id (Linux), once it runs */
+
 static void *helper_main(void *unused) {
   (void)unused;
+#ifdef __linux__
+  __atomic_store_n(&helper_tid, (long)gettid(), __ATOMIC_RELAXED);
+#endif
   long seen = 0;
   for (;;) {
-    pthread_mutex_lock(&mu);
-    while (generation == seen) pthread_cond_wait(&wake, &mu);
+    /* Wait for a call after `seen`: spinning while wanted awake, else asleep. spun: the
+     * hold count when a spin ran out of time, so only a newer hold wakes it again. */
+    for (long spun = -1; __atomic_load_n(&generation, __ATOMIC_ACQUIRE) == seen;) {
+      const long epoch = __atomic_load_n(&holds, __ATOMIC_ACQUIRE);
+      if (epoch != spun && awake_wanted(now_ns())) {
+        if (!spin_for_call(seen)) spun = epoch;
+        continue;
+      }
+      pthread_mutex_lock(&mu);
+      while (generation == seen && (__atomic_load_n(&held, __ATOMIC_ACQUIRE) == 0 ||
+                                    __atomic_load_n(&holds, __ATOMIC_ACQUIRE) == spun))
+        pthread_cond_wait(&wake, &mu);
+      pthread_mutex_unlock(&mu);
+    }
+    pthread_mutex_lock(&mu); /* the call's fields were written under it */
     const long gen = seen = generation;
     pthread_mutex_unlock(&mu);
     long open = gen * 4 + OPEN;
@@ -135,6 +190,29 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
     while (__atomic_load_n(&job.left, __ATOMIC_ACQUIRE) != gen) relax();
   pthread_mutex_unlock(&calling);
 }
+
+/* mlxnb_helper_hold(1) wakes the helper now and keeps it awake between calls, spinning,
+ * until the matching mlxnb_helper_hold(0) and LINGER_NS after: for a run of products with
+ * microseconds of other work between them (a decode step's fused layers), each of which
+ * the helper would otherwise join only after a wake-up, late, while the caller paid a
+ * futex call to post it. */
+void mlxnb_helper_hold(int on) {
+  if (!on) {
+    __atomic_store_n(&released_ns, now_ns(), __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&held, 1, __ATOMIC_ACQ_REL);
+    return;
+  }
+  __atomic_add_fetch(&holds, 1, __ATOMIC_ACQ_REL);
+  __atomic_add_fetch(&held, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_lock(&mu); /* a helper asleep wakes (none waiting: no system call) */
+  if (started) pthread_cond_signal(&wake);
+  pthread_mutex_unlock(&mu);
+}
+
+/* Holds taken so far, holds on now, and the helper thread's id (tests). */
+long mlxnb_helper_holds(void) { return __atomic_load_n(&holds, __ATOMIC_RELAXED); }
+int mlxnb_helper_held(void) { return __atomic_load_n(&held, __ATOMIC_RELAXED); }
+long mlxnb_helper_tid(void) { return __atomic_load_n(&helper_tid, __ATOMIC_RELAXED); }
 
 /* Calls posted to the helper and units it ran, so far (tests). */
 long mlxnb_helper_calls(void) { return __atomic_load_n(&generation, __ATOMIC_RELAXED); }

@@ -316,6 +316,46 @@ def test_one_row_steps_write_the_cache_in_place(ext, tiny_dir):
         assert (mx.abs(got - ref).max() / mx.abs(ref).max()).item() < 1e-4
 
 
+def test_one_row_steps_hold_the_helper_awake_through_each_layer(ext, tiny_dir):
+    # A one-row step's two primitives a layer (layer_in, attend_out) each keep _helper.c's
+    # thread awake across their products and release it when done; the thread
+    # governor's one thread takes no hold, nor does a batched step (OpenMP's threads).
+    import ctypes
+
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlx_notebook import _blas
+
+    lib = _blas.native_library()
+    if lib is None:
+        pytest.skip("the fast path's native library is not loaded")
+    governed = ctypes.c_int.in_dll(lib, "mlxnb_thread_count")
+    model = _model(tiny_dir)
+    cpu_layer.install(model)
+    layers = len(model.model.layers)
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[5, 6, 7]]), cache=cache))
+    kept, governed.value = governed.value, 0  # an earlier engine's governor may have left 1
+    try:
+        for threads, holds in ((0, 2 * layers), (1, 0)):
+            governed.value = threads
+            before, steps = lib.mlxnb_helper_holds(), ext.attend_calls()
+            mx.eval(model(mx.array([[1]]), cache=cache))
+            assert ext.attend_calls() == steps + layers  # the fused step ran
+            assert lib.mlxnb_helper_holds() == before + holds, threads
+            assert lib.mlxnb_helper_held() == 0
+        governed.value = 0
+        E, H, Hkv, D, F, S = 128, 4, 2, 32, 192, 9
+        q, x, o, nw, gu, down = _attend_inputs(E, H, D, F, None, rows=3)
+        keys, values = (mx.random.normal((3, Hkv, 16, D), key=mx.random.key(s)) for s in (1, 2))
+        before = lib.mlxnb_helper_holds()
+        mx.eval(ext.attend_out(q, keys, values, S, D**-0.5, x, o, nw, 1e-5, gu, down))
+        assert lib.mlxnb_helper_holds() == before
+    finally:
+        governed.value = kept
+
+
 def test_chunks_at_an_offset_are_fused_and_batched_chunks_are_not(ext, tiny_dir):
     # Prefill chunks and verify passes: one row's tokens go through the primitives as
     # rows, at the cache's offset; several rows of several tokens keep the layer's call.

@@ -90,3 +90,40 @@ def test_a_forked_child_has_a_helper_of_its_own():
     p.join(60)
     assert p.exitcode == 0
     assert q.get(timeout=5) == [1] * 16
+
+
+def _cpu_seconds(tid):
+    """A thread's user and system CPU time so far (Linux)."""
+    import os
+
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_held_helper_runs_calls_and_a_hold_left_on_does_not_keep_a_core():
+    # mlxnb_helper_hold keeps the helper spinning between calls (a step's layers); one
+    # left on by mistake lets it spin for 2 ms, then it sleeps like an idle helper.
+    import os
+
+    lib = _blas.native_library()
+    _run(4)  # the helper exists
+    tid = lib.mlxnb_helper_tid()
+    if not tid or not os.path.exists(f"/proc/self/task/{tid}/stat"):
+        pytest.skip("no per-thread CPU times here")
+    holds = lib.mlxnb_helper_holds()
+    lib.mlxnb_helper_hold(1)
+    try:
+        assert lib.mlxnb_helper_held() == 1 and lib.mlxnb_helper_holds() == holds + 1
+        for n in (5, 1, 9):  # calls go on as without a hold
+            counts, _ = _run(n)
+            assert counts == [1] * n
+        time.sleep(0.05)  # past the 2 ms spin after the last call
+        spent = _cpu_seconds(tid)
+        time.sleep(1.0)
+        assert _cpu_seconds(tid) - spent < 0.2  # asleep: a spinning helper would take ~1 s
+    finally:
+        lib.mlxnb_helper_hold(0)
+    assert lib.mlxnb_helper_held() == 0
+    counts, _ = _run(6)
+    assert counts == [1] * 6
