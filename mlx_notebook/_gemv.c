@@ -216,8 +216,8 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
  *
  * Each weight row is read whole before the next, so a unit reads one contiguous stretch
  * of memory, front to back, with two sums per row for the FMA latency. It had read four
- * rows side by side (four streams, the rows 8 ahead prefetched): on a Zen 4 core that
- * streamed about 14 GB/s where one stream reads about 22 (the README has the figures). */
+ * rows side by side (four streams, the rows 8 ahead prefetched), which a Zen 4 core read
+ * far slower than one stream (README, "One-row decode on the Zen 4"). */
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
 enum { GEMV_UNIT = 64, GEMV_HELPER_MIN = 1 << 18 /* multiply-adds */, GEMV_AHEAD = 256 /* bytes */ };
 typedef struct {

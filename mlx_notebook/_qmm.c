@@ -63,8 +63,8 @@ enum { TILES_FROM = 2 };
 enum { TILES_FROM = SMALL_M + 1 };
 #endif
 /* How far ahead a decode step's one-row products prefetch the weight rows, into L2: on a
- * Zen 4 the products of a `default:q4` step took about 10 ms with 16 rows ahead into L1,
- * 9 with none, and 7.5-8 with 32 ahead into L2 (scratch harness, 3 alternating runs each). */
+ * Zen 4, 16 rows ahead into L1 was slower than no prefetch, and 32 ahead into L2 faster
+ * than either (README, "One-row decode on the Zen 4"). */
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 32
 #endif
