@@ -149,6 +149,7 @@ static void after_fork_child(void) {
   pthread_cond_init(&wake, NULL);
   pthread_mutex_init(&calling, NULL);
   started = 0;
+  held = 0; /* the parent's holds are its own threads' */
 }
 
 static int start_helper(void) {
@@ -174,7 +175,8 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
   if (!started) started = start_helper() == 0;
   const int helper = started;
   if (helper) keep_off_callers_cpu();
-  const long gen = ++generation;
+  /* atomic: a spinning helper reads it without the lock (then waits for the lock) */
+  const long gen = __atomic_add_fetch(&generation, 1, __ATOMIC_ACQ_REL);
   job.fn = fn;
   job.arg = arg;
   job.n = n;
