@@ -43,9 +43,8 @@ int mlxnb_top_p_rows(int rows, long n, const float* x, float top_p, float* out);
 int mlxnb_categorical_rows(int rows, long n, const float* x, float inv_temp, const float* u,
                            uint32_t* out);
 long mlxnb_sample_calls(int which);
-// The fast path's own library (_helper.c, _gemv.c) where loaded: weak, as in _qmm.c.
-void mlxnb_helper_hold(int on) __attribute__((weak));
-extern int mlxnb_thread_count __attribute__((weak));
+// The fast path's own library (_helper.c) where loaded: weak, as in _qmm.c.
+int mlxnb_helper_hold(int on) __attribute__((weak));
 }
 
 namespace mlxnb {
@@ -53,14 +52,11 @@ namespace mlxnb {
 namespace mx = mlx::core;
 
 // Keeps _helper.c's thread awake for a one-row step's fused layer, whose products it
-// shares (mlxnb_helper_hold); not where the thread governor has set one thread.
+// shares (mlxnb_helper_hold, which declines under the thread governor's one thread).
 class HelperHold {
  public:
   explicit HelperHold(bool one_row)
-      : on_(one_row && mlxnb_helper_hold != nullptr &&
-            !(&mlxnb_thread_count != nullptr && mlxnb_thread_count == 1)) {
-    if (on_) mlxnb_helper_hold(1);
-  }
+      : on_(one_row && mlxnb_helper_hold != nullptr && mlxnb_helper_hold(1)) {}
   ~HelperHold() {
     if (on_) mlxnb_helper_hold(0);
   }

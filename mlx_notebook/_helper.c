@@ -197,18 +197,23 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
  * until the matching mlxnb_helper_hold(0) and LINGER_NS after: for a run of products with
  * microseconds of other work between them (a decode step's fused layers), each of which
  * the helper would otherwise join only after a wake-up, late, while the caller paid a
- * futex call to post it. */
-void mlxnb_helper_hold(int on) {
+ * futex call to post it. Returns whether it took the hold (not under the thread governor's
+ * one thread, where the helper is not used); only a hold taken is released. */
+extern int mlxnb_thread_count; /* _gemv.c: 1 = the thread governor's one thread */
+
+int mlxnb_helper_hold(int on) {
   if (!on) {
     __atomic_store_n(&released_ns, now_ns(), __ATOMIC_RELEASE);
     __atomic_sub_fetch(&held, 1, __ATOMIC_ACQ_REL);
-    return;
+    return 0;
   }
+  if (mlxnb_thread_count == 1) return 0; /* no helper then: nothing to keep awake */
   __atomic_add_fetch(&holds, 1, __ATOMIC_ACQ_REL);
   __atomic_add_fetch(&held, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_lock(&mu); /* a helper asleep wakes (none waiting: no system call) */
   if (started) pthread_cond_signal(&wake);
   pthread_mutex_unlock(&mu);
+  return 1;
 }
 
 /* Holds taken so far, holds on now, and the helper thread's id (tests). */
