@@ -133,9 +133,14 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
 /* Row tiles from TILE_FROM rows (fewer: few_rows, which streams the weights at memory
  * bandwidth) to TILE_TO (more: OpenBLAS's packed sgemm; 48 rows cost about the same
  * either way, 32 rows 0.72x sgemm's time): two weight rows against blocks of up to 8
- * input rows, weight rows in groups of TILE_N per thread task, K in stretches of the
- * block that fit L1 (stretch16, _vec16.h). */
-enum { TILE_FROM = 9, TILE_TO = 48, TILE_ROWS = 8 };
+ * input rows, weight rows in groups of TILE_N per thread task. A pass over the weights
+ * takes up to PASS_ROWS input rows, K in stretches that fit L1 for all of them
+ * (stretch16, _vec16.h), and runs each pair of weight rows against every block of the
+ * pass while the pair is in L1: a pass per block of 8 had read the weights from memory
+ * for the first block only, too fast for memory to keep up, then from L2 (README,
+ * "Batched steps on float32 weights"). More rows than PASS_ROWS make stretches so short
+ * that the sums' reductions cost more than rereading the weights from L2. */
+enum { TILE_FROM = 9, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
  * 16 floats at a time by interleave16): each 16 weights are loaded once and multiplied
@@ -181,22 +186,33 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 #pragma omp parallel for schedule(static) if (threaded)
   for (int t = 0; t < tasks; t++) {
     const int j0 = t * TILE_N, j1 = j0 + TILE_N < n ? j0 + TILE_N : n;
-    for (int i0 = 0; i0 < m; i0 += TILE_ROWS) {
-      const int mb = m - i0 < TILE_ROWS ? m - i0 : TILE_ROWS;
-      const int step = stretch16(mb, k, 16);
-      const float *xb = packed + (long)i0 * k;
+    /* The next task's weight rows (this thread's, under a static schedule) into L2, a few
+     * lines at each tile call of the first pass. */
+    const char *next = (const char *)(b + (long)j1 * ldb);
+    const long lines = (long)((j1 + TILE_N < n ? j1 + TILE_N : n) - j1) * ldb / 16;
+    long fetched = 0;
+    for (int g0 = 0; g0 < m; g0 += PASS_ROWS) {
+      const int gm = m - g0 < PASS_ROWS ? m - g0 : PASS_ROWS;
+      const int step = stretch16(gm, k, 16), calls = (j1 - j0) / 2 * ((k + step - 1) / step);
+      const long per = g0 == 0 ? (lines + calls - 1) / calls : 0;
       for (int k0 = 0; k0 < k; k0 += step) {
         const int k1 = k0 + step < k ? k0 + step : k;
         for (int j = j0; j < j1; j += 2) {
           const float *w = b + (long)j * ldb;
-          float *o = c + (long)i0 * ldc + j;
+          for (long q = 0; q < per && fetched < lines; q++, fetched++)
+            _mm_prefetch(next + 64 * fetched, _MM_HINT_T1);
+          for (int i0 = g0; i0 < g0 + gm; i0 += TILE_ROWS) {
+            const int mb = m - i0 < TILE_ROWS ? m - i0 : TILE_ROWS;
+            const float *xb = packed + (long)i0 * k;
+            float *o = c + (long)i0 * ldc + j;
 #define ROW_TILE(MB)                                                                       \
   case MB: row_tile(MB, k0, k1, w, ldb, xb, o, ldc); break;
-          switch (mb) {
-            ROW_TILE(1) ROW_TILE(2) ROW_TILE(3) ROW_TILE(4) ROW_TILE(5) ROW_TILE(6) ROW_TILE(7)
-            default: ROW_TILE(8)
-          }
+            switch (mb) {
+              ROW_TILE(1) ROW_TILE(2) ROW_TILE(3) ROW_TILE(4) ROW_TILE(5) ROW_TILE(6) ROW_TILE(7)
+              default: ROW_TILE(8)
+            }
 #undef ROW_TILE
+          }
         }
       }
     }
