@@ -216,12 +216,14 @@ def _load_gemv(blas) -> None:
     tiles = int(lib.mlxnb_tile_rows())
     # one_row (_gemv.c) is built where the row tiles are: with AVX-512
     one = "an AVX-512 kernel on two threads" if tiles else "sgemv"
-    tiles = f", 9-{tiles} rows AVX-512 row tiles" if tiles else ""
+    few = (
+        f"2-{tiles} rows AVX-512 row tiles (a few-row kernel up to 24 where they do not fit)"
+        if tiles
+        else "2-24 rows a few-row kernel"
+    )
     _state.update(
         gemv=True,
-        gemv_reason=(
-            f"single-row products use {one}, 2-24 rows a few-row kernel{tiles}{kernels} ({how})"
-        ),
+        gemv_reason=f"single-row products use {one}, {few}{kernels} ({how})",
     )
     _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, core
 
@@ -244,7 +246,7 @@ def few_row_calls() -> int:
 
 
 def row_tile_calls() -> int:
-    """Of those, the products computed by the AVX-512 row tiles (9 rows and more)."""
+    """Of those, the products computed by the AVX-512 row tiles (2 to 48 rows)."""
     lib = _state.get("_lib")
     return int(lib.mlxnb_tiled_forwarded()) if lib is not None else 0
 

@@ -15,7 +15,7 @@
  *     below that streams the weights from memory once, split over OpenMP
  *     threads (from about 32 rows OpenBLAS's packed sgemm computes faster
  *     than its packing costs, measured on a 2-core AVX2 machine); with AVX-512,
- *     9..48 rows go to row tiles (below) that reuse each loaded weight for 8 rows;
+ *     2..48 rows go to row tiles (below) that reuse each loaded weight for 8 rows;
  *   - everything else goes to OpenBLAS's cblas_sgemm unchanged.
  * Python passes OpenBLAS's two functions in with mlxnb_gemv_init.
  */
@@ -130,9 +130,8 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
 }
 
 #ifdef __AVX512F__
-/* Row tiles from TILE_FROM rows (fewer: few_rows, which streams the weights at memory
- * bandwidth) to TILE_TO (more: OpenBLAS's packed sgemm; 48 rows cost about the same
- * either way, 32 rows 0.72x sgemm's time): two weight rows against blocks of up to 8
+/* Row tiles from TILE_FROM rows to TILE_TO (more: OpenBLAS's packed sgemm; 48 rows cost
+ * about the same either way, 32 rows 0.72x sgemm's time): two weight rows against blocks of up to 8
  * input rows, weight rows in groups of TILE_N per thread task. A pass over the weights
  * takes up to PASS_ROWS input rows, K in stretches that fit L1 for all of them
  * (stretch16, _vec16.h), and runs each pair of weight rows against every block of the
@@ -140,7 +139,9 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * for the first block only, too fast for memory to keep up, then from L2 (README,
  * "Batched steps on float32 weights"). More rows than PASS_ROWS make stretches so short
  * that the sums' reductions cost more than rereading the weights from L2. */
-enum { TILE_FROM = 9, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
+/* From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time for
+ * 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
+enum { TILE_FROM = 2, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
  * 16 floats at a time by interleave16): each 16 weights are loaded once and multiplied
