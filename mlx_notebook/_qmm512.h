@@ -108,15 +108,18 @@ static inline __attribute__((always_inline)) void tile512(
   for (int g = k0 / gs; g < k1 / gs; g++)
     for (int k = g * gs; k < (g + 1) * gs; k += 32) {
       const float *xu = x + (long)(k / 32) * MB * 32; /* the unit's MB rows, contiguous */
+      __m512 f0[4], f1[4]; /* R <= 4 */
       for (int r = 0; r < R; r++) {
         const unit_bytes u = unit_bytes512(w + r * rb + (long)(k / 32) * ub, bits);
         const __m512 sv = _mm512_set1_ps(s[(long)r * G + g]), bv = _mm512_set1_ps(b[(long)r * G + g]);
-        const __m512 f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), sv, bv);
-        const __m512 f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), sv, bv);
-        for (int m = 0; m < MB; m++)
-          acc[r * MB + m] =
-              _mm512_fmadd_ps(f1, _mm512_load_ps(xu + 32 * m + 16),
-                              _mm512_fmadd_ps(f0, _mm512_load_ps(xu + 32 * m), acc[r * MB + m]));
+        f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.a)), sv, bv);
+        f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u.c)), sv, bv);
+      }
+      for (int m = 0; m < MB; m++) {
+        __m512 xa = _mm512_load_ps(xu + 32 * m), xb = _mm512_load_ps(xu + 32 * m + 16);
+        if (R > 1) __asm__("" : "+v"(xa), "+v"(xb)); /* loaded once for the R rows */
+        for (int r = 0; r < R; r++)
+          acc[r * MB + m] = _mm512_fmadd_ps(f1[r], xb, _mm512_fmadd_ps(f0[r], xa, acc[r * MB + m]));
       }
     }
   __m512 v[TILE_M];
