@@ -20,6 +20,7 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint3
 void mlxnb_qmm_set_threads(int n);
 void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
+int mlxnb_ext_threads(void);
 int mlxnb_qmm_path(int M);
 int mlxnb_qmm_stretch(int rows, int K, int step);
 int mlxnb_qmm_set_amx(int on);
@@ -51,12 +52,18 @@ namespace mlxnb {
 
 namespace mx = mlx::core;
 
-// Keeps _helper.c's thread awake for a one-row step's fused layer, whose products it
-// shares (mlxnb_helper_hold, which declines under the thread governor's one thread).
+// Whether a decode step of B rows shares its products and attention with _helper.c's
+// thread: one row always; several where OpenMP would have two threads or fewer (_qmm.c's
+// on_helper), and more cores take OpenMP's team.
+inline bool rows_on_helper(int B) { return B == 1 || mlxnb_ext_threads() <= 2; }
+
+// Keeps _helper.c's thread awake for a decode step's fused layer, whose products and
+// attention it shares (mlxnb_helper_hold, which declines under the thread governor's one
+// thread).
 class HelperHold {
  public:
-  explicit HelperHold(bool one_row)
-      : on_(one_row && mlxnb_helper_hold != nullptr && mlxnb_helper_hold(1)) {}
+  explicit HelperHold(bool wanted)
+      : on_(wanted && mlxnb_helper_hold != nullptr && mlxnb_helper_hold(1)) {}
   ~HelperHold() {
     if (on_) mlxnb_helper_hold(0);
   }

@@ -67,7 +67,7 @@ class LayerIn : public CpuPrimitive<InParams> {
       std::vector<float> xb, cb, sb;
       const int E = p.qkv.K, B = ins[0].size() / E, width = p.trad ? p.D : p.D / 2;
       auto lin = p.qkv.at(&ins[4]);
-      const HelperHold hold(B == 1);
+      const HelperHold hold(rows_on_helper(B));
       mlxnb_layer_in(B, E, dense(ins[0], xb), ins[1].data<float>(), p.eps, &lin, p.H, p.Hkv, p.D,
                      p.trad, dense(ins[2], cb), dense(ins[3], sb),
                      static_cast<int>(ins[2].size() / width), q.data<float>(), k.data<float>(),
@@ -196,16 +196,16 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(B) * H * D);
       std::vector<unsigned char> m;
       if (p.masked) m = mask_rows(ins.back(), B, p.S);
-      const HelperHold hold(B == 1);
+      const HelperHold hold(rows_on_helper(B));
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
-      // one row, threads 2: a long cache's second core is _helper.c's thread, not
-      // OpenMP's, whose worker spins after its region on the core OpenBLAS's worker
-      // (float32 products) or the next step's graph build (4-bit) needs next; several
-      // rows take OpenMP's, as the products around them do
+      // threads 2: the second core is _helper.c's thread, held awake through the layer,
+      // as for the products around it; OpenMP's worker spun after its region on the core
+      // OpenBLAS's worker (float32 products) or the next step's graph build (4-bit)
+      // needed next, or slept and woke through the kernel
       decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
                     vb.empty() ? v.data<float>() : vb.data(), m.empty() ? nullptr : m.data(),
                     a.data(), B, H, Hkv, p.S, D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
-                    p.scale, B == 1 ? 2 : 0);
+                    p.scale, rows_on_helper(B) ? 2 : 0);
       const mx::array* l = &ins[5];
       auto o = p.out.o.at(l);
       auto gu = p.out.gu.at(l + p.out.o.arrays());

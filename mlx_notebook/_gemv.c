@@ -142,6 +142,10 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
 /* From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time for
  * 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
 enum { TILE_FROM = 2, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
+#ifndef TILE_AHEAD
+#define TILE_AHEAD 2
+#endif
+void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
  * 16 floats at a time by interleave16): each 16 weights are loaded once and multiplied
@@ -178,8 +182,57 @@ static inline __attribute__((always_inline)) void row_tile(const int MB, int k0,
   store16(out + 1, ldo, MB, _mm512_shuffle_f32x4(tot, tot, 0x4E), k0 > 0);
 }
 
+typedef struct {
+  int m, n, k, ahead;
+  const float *packed, *b;
+  int ldb;
+  float *c;
+  int ldc;
+} tile_job;
+
+/* Weight rows [t TILE_N, (t + 1) TILE_N) against every input row. */
+static void tile_task(void *arg, int t) {
+  const tile_job *jb = arg;
+  const int m = jb->m, n = jb->n, k = jb->k, ldb = jb->ldb, ldc = jb->ldc;
+  const float *b = jb->b;
+  const int j0 = t * TILE_N, j1 = j0 + TILE_N < n ? j0 + TILE_N : n;
+  /* The weight rows this thread likely takes next (`ahead` tasks on) into L2, a few lines
+   * at each tile call of the first pass. */
+  const int p0 = j0 + jb->ahead * TILE_N < n ? j0 + jb->ahead * TILE_N : n;
+  const char *next = (const char *)(b + (long)p0 * ldb);
+  const long lines = (long)((p0 + TILE_N < n ? p0 + TILE_N : n) - p0) * ldb / 16;
+  long fetched = 0;
+  for (int g0 = 0; g0 < m; g0 += PASS_ROWS) {
+    const int gm = m - g0 < PASS_ROWS ? m - g0 : PASS_ROWS;
+    const int step = stretch16(gm, k, 16), calls = (j1 - j0) / 2 * ((k + step - 1) / step);
+    const long per = g0 == 0 ? (lines + calls - 1) / calls : 0;
+    for (int k0 = 0; k0 < k; k0 += step) {
+      const int k1 = k0 + step < k ? k0 + step : k;
+      for (int j = j0; j < j1; j += 2) {
+        const float *w = b + (long)j * ldb;
+        for (long q = 0; q < per && fetched < lines; q++, fetched++)
+          _mm_prefetch(next + 64 * fetched, _MM_HINT_T1);
+        for (int i0 = g0; i0 < g0 + gm; i0 += TILE_ROWS) {
+          const int mb = m - i0 < TILE_ROWS ? m - i0 : TILE_ROWS;
+          const float *xb = jb->packed + (long)i0 * k;
+          float *o = jb->c + (long)i0 * ldc + j;
+#define ROW_TILE(MB)                                                                       \
+  case MB: row_tile(MB, k0, k1, w, ldb, xb, o, ldc); break;
+          switch (mb) {
+            ROW_TILE(1) ROW_TILE(2) ROW_TILE(3) ROW_TILE(4) ROW_TILE(5) ROW_TILE(6) ROW_TILE(7)
+            default: ROW_TILE(8)
+          }
+#undef ROW_TILE
+        }
+      }
+    }
+  }
+}
+
 /* c = a b^T for TILE_FROM..TILE_TO rows, k a multiple of 16 and n even. Returns 0, or -1
- * without scratch memory. */
+ * without scratch memory. On up to two cores the tasks go to the calling thread and
+ * _helper.c's (held awake through a decode step's fused layers; OpenMP's worker woke
+ * through the kernel for each of a batched step's products), on more to OpenMP's team. */
 static int row_tiles(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                      float *c, int ldc) {
   float *packed = aligned_alloc(64, (sizeof(float) * m * k + 63) / 64 * 64);
@@ -187,39 +240,17 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
   interleave16(m, k, lda, TILE_ROWS, 16, 0, a, packed);
   const int tasks = (n + TILE_N - 1) / TILE_N;
   const int threaded = mlxnb_thread_count != 1 && (long)m * n * k >= PARALLEL_MIN;
+  int helper = 0;
+#ifdef _OPENMP
+  helper = threaded && omp_get_max_threads() <= 2;
+#endif
+  /* the claimed tasks alternate between two threads; a static schedule's are in order */
+  tile_job job = {m, n, k, helper ? TILE_AHEAD : 1, packed, b, ldb, c, ldc};
+  if (helper)
+    mlxnb_helper_run(tile_task, &job, tasks);
+  else {
 #pragma omp parallel for schedule(static) if (threaded)
-  for (int t = 0; t < tasks; t++) {
-    const int j0 = t * TILE_N, j1 = j0 + TILE_N < n ? j0 + TILE_N : n;
-    /* The next task's weight rows (this thread's, under a static schedule) into L2, a few
-     * lines at each tile call of the first pass. */
-    const char *next = (const char *)(b + (long)j1 * ldb);
-    const long lines = (long)((j1 + TILE_N < n ? j1 + TILE_N : n) - j1) * ldb / 16;
-    long fetched = 0;
-    for (int g0 = 0; g0 < m; g0 += PASS_ROWS) {
-      const int gm = m - g0 < PASS_ROWS ? m - g0 : PASS_ROWS;
-      const int step = stretch16(gm, k, 16), calls = (j1 - j0) / 2 * ((k + step - 1) / step);
-      const long per = g0 == 0 ? (lines + calls - 1) / calls : 0;
-      for (int k0 = 0; k0 < k; k0 += step) {
-        const int k1 = k0 + step < k ? k0 + step : k;
-        for (int j = j0; j < j1; j += 2) {
-          const float *w = b + (long)j * ldb;
-          for (long q = 0; q < per && fetched < lines; q++, fetched++)
-            _mm_prefetch(next + 64 * fetched, _MM_HINT_T1);
-          for (int i0 = g0; i0 < g0 + gm; i0 += TILE_ROWS) {
-            const int mb = m - i0 < TILE_ROWS ? m - i0 : TILE_ROWS;
-            const float *xb = packed + (long)i0 * k;
-            float *o = c + (long)i0 * ldc + j;
-#define ROW_TILE(MB)                                                                       \
-  case MB: row_tile(MB, k0, k1, w, ldb, xb, o, ldc); break;
-            switch (mb) {
-              ROW_TILE(1) ROW_TILE(2) ROW_TILE(3) ROW_TILE(4) ROW_TILE(5) ROW_TILE(6) ROW_TILE(7)
-              default: ROW_TILE(8)
-            }
-#undef ROW_TILE
-          }
-        }
-      }
-    }
+    for (int t = 0; t < tasks; t++) tile_task(&job, t);
   }
   free(packed);
   return 0;
@@ -238,7 +269,6 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
  * of memory, front to back, with two sums per row for the FMA latency. It had read four
  * rows side by side (four streams, the rows 8 ahead prefetched), which a Zen 4 core read
  * far slower than one stream (README, "One-row decode on the Zen 4"). */
-void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
 enum { GEMV_UNIT = 64, GEMV_HELPER_MIN = 1 << 18 /* multiply-adds */, GEMV_AHEAD = 256 /* bytes */ };
 typedef struct {
   int n, k;

@@ -103,6 +103,17 @@ long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1
 
 static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
+/* Whether a product of macs multiply-adds, given nt threads, takes the calling thread and
+ * _helper.c's instead of OpenMP's: on up to two cores, not under the governor's one
+ * thread, and the shim loaded. The helper sleeps between calls or spins under a hold
+ * (a decode step's fused layers); OpenMP's worker woke through the kernel for each of a
+ * batched step's products. */
+enum { HELPER_MACS = 1 << 18 };
+static int on_helper(int nt, long macs) {
+  return nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
+         &mlxnb_thread_count && mlxnb_thread_count != 1;
+}
+
 /* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
 static inline void widen_scalar(const uint8_t *p, int bits, float *f) {
   if (bits == 4)
@@ -238,8 +249,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     const one_row_job job = {N, K, gs, bits, G, rb, x, w, s, b, xsum, out};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
-    if (nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
-        &mlxnb_thread_count && mlxnb_thread_count != 1) /* not one thread; the shim loaded */
+    if (on_helper(nt, macs))
       mlxnb_helper_run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
     else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
@@ -274,32 +284,34 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 
 #ifdef QMM_AVX512
 
-/* M rows (9 and more): groups of TILE_N weight rows (kept in L2), split over threads,
- * against each block of up to 16 input rows, a stretch of K at a time so that the
- * block's stretch of x stays in L1 (16 rows of 1,536 floats would not). */
-static void many_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
-                      const float *s, const float *b, float *out) {
-  const int G = K / gs;
-  const long rb = (long)K * bits / 8;
-  /* aligned: 64-byte loads that straddle cache lines cost twice */
-  float *xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
-  interleave16(M, K, K, TILE_M, 32, bits == 4, x, xp);
-  const int nt = threads_for((long)M * N * K), tasks = (N + TILE_N - 1) / TILE_N;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int t = 0; t < tasks; t++) {
-    const int n0 = t * TILE_N, n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
-    for (int m0 = 0; m0 < M; m0 += TILE_M) {
-      const int mb = M - m0 < TILE_M ? M - m0 : TILE_M;
-      const int step = stretch16(mb, K, gs); /* whole groups */
-      const float *xm = xp + (long)m0 * K; /* the block */
-      for (int k0 = 0; k0 < K; k0 += step) {
-        const int k1 = k0 + step < K ? k0 + step : K;
-        for (int n = n0; n < n1;) {
-          const uint8_t *wr = w + n * rb;
-          const float *sr = s + (long)n * G, *br = b + (long)n * G;
-          float *o = out + (long)m0 * N + n;
-          /* fewer input rows, more weight rows: 16 sums reduced together either way */
-          const int R = 16 / mb >= 4 && n + 4 <= n1 ? 4 : 16 / mb >= 2 && n + 2 <= n1 ? 2 : 1;
+/* M rows (2 and more): groups of TILE_N weight rows (kept in L2), one task each, split over
+ * threads, against each block of up to 16 input rows, a stretch of K at a time so that
+ * the block's stretch of x stays in L1 (16 rows of 1,536 floats would not). */
+typedef struct {
+  int M, N, K, gs, bits, G;
+  long rb;
+  const float *xp; /* x interleaved by interleave16 */
+  const uint8_t *w;
+  const float *s, *b;
+  float *out;
+} many_job;
+
+static void many_rows_task(const many_job *j, int t) {
+  const int M = j->M, N = j->N, K = j->K, gs = j->gs, bits = j->bits, G = j->G;
+  const long rb = j->rb;
+  const int n0 = t * TILE_N, n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
+  for (int m0 = 0; m0 < M; m0 += TILE_M) {
+    const int mb = M - m0 < TILE_M ? M - m0 : TILE_M;
+    const int step = stretch16(mb, K, gs); /* whole groups */
+    const float *xm = j->xp + (long)m0 * K; /* the block */
+    for (int k0 = 0; k0 < K; k0 += step) {
+      const int k1 = k0 + step < K ? k0 + step : K;
+      for (int n = n0; n < n1;) {
+        const uint8_t *wr = j->w + n * rb;
+        const float *sr = j->s + (long)n * G, *br = j->b + (long)n * G;
+        float *o = j->out + (long)m0 * N + n;
+        /* fewer input rows, more weight rows: 16 sums reduced together either way */
+        const int R = 16 / mb >= 4 && n + 4 <= n1 ? 4 : 16 / mb >= 2 && n + 2 <= n1 ? 2 : 1;
 /* GGUF's 4-bit blocks of 32 as constants: one unit per group, no branch per unit */
 #define TILE_R(R, MB)                                                                      \
   if (bits == 4 && gs == 32) tile512(R, MB, K, 32, 4, k0, k1, wr, rb, sr, br, xm, o, N); \
@@ -314,17 +326,34 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
       TILE_R(1, MB)                                                                        \
     }                                                                                      \
     break;
-          switch (mb) {
-            TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6)
-            TILE_CASE(7) TILE_CASE(8) TILE_CASE(9) TILE_CASE(10) TILE_CASE(11) TILE_CASE(12)
-            TILE_CASE(13) TILE_CASE(14) TILE_CASE(15) default: TILE_CASE(16)
-          }
+        switch (mb) {
+          TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6)
+          TILE_CASE(7) TILE_CASE(8) TILE_CASE(9) TILE_CASE(10) TILE_CASE(11) TILE_CASE(12)
+          TILE_CASE(13) TILE_CASE(14) TILE_CASE(15) default: TILE_CASE(16)
+        }
 #undef TILE_CASE
 #undef TILE_R
-          n += R;
-        }
+        n += R;
       }
     }
+  }
+}
+
+static void many_rows_unit(void *arg, int t) { many_rows_task(arg, t); }
+
+static void many_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
+                      const float *s, const float *b, float *out) {
+  /* aligned: 64-byte loads that straddle cache lines cost twice */
+  float *xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
+  interleave16(M, K, K, TILE_M, 32, bits == 4, x, xp);
+  const many_job job = {M, N, K, gs, bits, K / gs, (long)K * bits / 8, xp, w, s, b, out};
+  const long macs = (long)M * N * K;
+  const int nt = threads_for(macs), tasks = (N + TILE_N - 1) / TILE_N;
+  if (on_helper(nt, macs))
+    mlxnb_helper_run(many_rows_unit, (void *)&job, tasks);
+  else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int t = 0; t < tasks; t++) many_rows_task(&job, t);
   }
   free(xp);
 }

@@ -187,7 +187,7 @@ static inline __attribute__((always_inline)) void two_rows_q4(
 
 /* One row's product (a decode step) in units of HELPER_BLOCKS blocks of four weight rows,
  * for _helper.c's thread and the caller. */
-enum { HELPER_MACS = 1 << 18, HELPER_BLOCKS = 16 };
+enum { HELPER_BLOCKS = 16 };
 typedef struct {
   int N, K, gs, bits, G;
   long rb;

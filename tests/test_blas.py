@@ -118,6 +118,26 @@ def test_few_row_products_agree_with_numpy_for_every_row_count(m, k, n):
     assert e1 < 1e-3 and e2 < 1e-3
 
 
+@needs_openblas
+@pytest.mark.skipif(not AVX512, reason="the row tiles are AVX-512's")
+@pytest.mark.parametrize("omp_threads,helped", [("2", 1), ("4", 0)])
+def test_row_tiles_share_the_helper_on_two_cores(omp_threads, helped):
+    # A 16-row product's groups of weight rows go to the calling thread and _helper.c's
+    # where OpenMP would run two threads (held awake through a batched step's layers), to
+    # OpenMP's team where it would run more.
+    code = (
+        "import json, mlx_notebook, numpy as np; from mlx_notebook import _blas; "
+        "import mlx.core as mx; lib = _blas.native_library(); "
+        "a = mx.random.normal((16, 576)); w = mx.random.normal((1024, 576)); mx.eval(a, w); "
+        "before = lib.mlxnb_helper_calls(); y = a @ w.T; mx.eval(y); "
+        "err = float(np.abs(np.array(y) - np.array(a) @ np.array(w).T).max()); "
+        "print(json.dumps([_blas.row_tile_calls(), lib.mlxnb_helper_calls() - before, err]))"
+    )
+    out = run(code, MLX_NOTEBOOK_BLAS="", OMP_NUM_THREADS=omp_threads).stdout.splitlines()[-1]
+    tiled, calls, err = json.loads(out)
+    assert tiled == 1 and calls == helped and err < 1e-3
+
+
 def test_fast_path_off_by_env():
     status = json.loads(run(SNIPPET, MLX_NOTEBOOK_FAST="0").stdout.splitlines()[0])
     assert status["gemv"] is False and "MLX_NOTEBOOK_FAST=0" in status["gemv_reason"]

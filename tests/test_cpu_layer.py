@@ -317,9 +317,10 @@ def test_one_row_steps_write_the_cache_in_place(ext, tiny_dir):
 
 
 def test_one_row_steps_hold_the_helper_awake_through_each_layer(ext, tiny_dir):
-    # A one-row step's two primitives a layer (layer_in, attend_out) each keep _helper.c's
+    # A decode step's two primitives a layer (layer_in, attend_out) each keep _helper.c's
     # thread awake across their products and release it when done; the thread
-    # governor's one thread takes no hold, nor does a batched step (OpenMP's threads).
+    # governor's one thread takes no hold, nor does a batched step where the extension
+    # would run more than two threads (OpenMP's team then).
     import ctypes
 
     import mlx.core as mx
@@ -349,10 +350,14 @@ def test_one_row_steps_hold_the_helper_awake_through_each_layer(ext, tiny_dir):
         E, H, Hkv, D, F, S = 128, 4, 2, 32, 192, 9
         q, x, o, nw, gu, down = _attend_inputs(E, H, D, F, None, rows=3)
         keys, values = (mx.random.normal((3, Hkv, 16, D), key=mx.random.key(s)) for s in (1, 2))
-        before = lib.mlxnb_helper_holds()
-        mx.eval(ext.attend_out(q, keys, values, S, D**-0.5, x, o, nw, 1e-5, gu, down))
-        assert lib.mlxnb_helper_holds() == before
+        for threads, holds in ((2, 1), (4, 0)):
+            ext.set_threads(threads)
+            before = lib.mlxnb_helper_holds()
+            mx.eval(ext.attend_out(q, keys, values, S, D**-0.5, x, o, nw, 1e-5, gu, down))
+            assert lib.mlxnb_helper_holds() == before + holds, threads
+            assert lib.mlxnb_helper_held() == 0
     finally:
+        ext.set_threads(0)
         governed.value = kept
 
 

@@ -161,6 +161,40 @@ def test_one_row_products_share_the_helper_thread(ext):
     assert mx.abs(shared - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
 
 
+@pytest.mark.parametrize("rows", [2, 5, 16, 17])
+def test_products_of_several_rows_share_the_helper_on_two_cores(ext, rows):
+    # Verify passes and batched steps: the row tiles' groups of weight rows go to the
+    # calling thread and _helper.c's where OpenMP would run two threads, to OpenMP's team
+    # where it would run more, to the caller alone under the governor's one thread; the
+    # same sums whoever computes them.
+    import ctypes
+
+    import mlx.core as mx
+
+    from mlx_notebook import _blas
+
+    if not _blas.AVX512 <= _blas._cpu_flags():
+        pytest.skip("the row tiles are AVX-512's")
+    lib = _blas.native_library()
+    governed = ctypes.c_int.in_dll(lib, "mlxnb_thread_count")
+    kept, governed.value = governed.value, 0
+    x, wq, s, b, ref = _case(rows, 1024, 576, 32, 4)
+    got = []
+    try:
+        for threads, helped in ((2, 1), (4, 0), (1, 0)):
+            ext.set_threads(threads)
+            before = lib.mlxnb_helper_calls()
+            out = ext.quant_matmul(x, wq, s, b, 32, 4)
+            mx.eval(out)
+            assert lib.mlxnb_helper_calls() == before + helped, threads
+            got.append(out)
+    finally:
+        ext.set_threads(0)
+        governed.value = kept
+    assert all(mx.array_equal(g, got[0]).item() for g in got[1:])
+    assert mx.abs(got[0] - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
+
+
 @pytest.mark.parametrize(
     "change",
     [
