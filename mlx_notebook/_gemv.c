@@ -131,20 +131,20 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
 
 #ifdef __AVX512F__
 /* Row tiles from TILE_FROM rows to TILE_TO (more: OpenBLAS's packed sgemm; 48 rows cost
- * about the same either way, 32 rows 0.72x sgemm's time): two weight rows against blocks of up to 8
- * input rows, weight rows in groups of TILE_N per thread task. A pass over the weights
- * takes up to PASS_ROWS input rows, K in stretches that fit L1 for all of them
+ * about the same either way, 32 rows 0.72x sgemm's time): two weight rows against blocks
+ * of up to 8 input rows, weight rows in groups of TILE_N per thread task. A pass over the
+ * weights takes up to PASS_ROWS input rows, K in stretches that fit L1 for all of them
  * (stretch16, _vec16.h), and runs each pair of weight rows against every block of the
  * pass while the pair is in L1: a pass per block of 8 had read the weights from memory
  * for the first block only, too fast for memory to keep up, then from L2 (README,
- * "Batched steps on float32 weights"). More rows than PASS_ROWS make stretches so short
- * that the sums' reductions cost more than rereading the weights from L2. */
-/* From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time for
- * 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
+ * "Batched steps and verify passes on the Zen 4"). More rows than PASS_ROWS make
+ * stretches so short that the sums' reductions cost more than rereading the weights from
+ * L2. From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time
+ * for 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
 enum { TILE_FROM = 2, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
-#ifndef TILE_AHEAD
-#define TILE_AHEAD 2
-#endif
+/* Tasks the thread's next one is ahead on the helper: claimed tasks alternate between
+ * the two threads, roughly. */
+enum { TILE_AHEAD = 2 };
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
@@ -244,7 +244,7 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 #ifdef _OPENMP
   helper = threaded && omp_get_max_threads() <= 2;
 #endif
-  /* the claimed tasks alternate between two threads; a static schedule's are in order */
+  /* a static schedule gives each thread its tasks in order */
   tile_job job = {m, n, k, helper ? TILE_AHEAD : 1, packed, b, ldb, c, ldc};
   if (helper)
     mlxnb_helper_run(tile_task, &job, tasks);

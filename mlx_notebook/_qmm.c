@@ -13,7 +13,8 @@
  *   - up to SGEMM_M rows (verify passes, batched steps): with AVX-512, row tiles: each
  *     weight row is widened once per unit, scaled, and multiplied with up to 16 input
  *     rows (up to four weight rows with 4 or fewer), whose sums stay in registers (x
- *     interleaved, K in stretches that fit L1), the weight rows split over threads;
+ *     interleaved, K in stretches that fit L1), the weight rows split over threads
+ *     (the caller and _helper.c's on two cores: on_helper);
  *     with AVX2, the same 8 rows at a time as above;
  *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
  *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
@@ -296,7 +297,8 @@ typedef struct {
   float *out;
 } many_job;
 
-static void many_rows_task(const many_job *j, int t) {
+static void many_rows_task(void *arg, int t) {
+  const many_job *j = arg;
   const int M = j->M, N = j->N, K = j->K, gs = j->gs, bits = j->bits, G = j->G;
   const long rb = j->rb;
   const int n0 = t * TILE_N, n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
@@ -339,8 +341,6 @@ static void many_rows_task(const many_job *j, int t) {
   }
 }
 
-static void many_rows_unit(void *arg, int t) { many_rows_task(arg, t); }
-
 static void many_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                       const float *s, const float *b, float *out) {
   /* aligned: 64-byte loads that straddle cache lines cost twice */
@@ -350,10 +350,10 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
   const long macs = (long)M * N * K;
   const int nt = threads_for(macs), tasks = (N + TILE_N - 1) / TILE_N;
   if (on_helper(nt, macs))
-    mlxnb_helper_run(many_rows_unit, (void *)&job, tasks);
+    mlxnb_helper_run(many_rows_task, (void *)&job, tasks);
   else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int t = 0; t < tasks; t++) many_rows_task(&job, t);
+    for (int t = 0; t < tasks; t++) many_rows_task((void *)&job, t);
   }
   free(xp);
 }
