@@ -54,8 +54,11 @@ namespace mx = mlx::core;
 
 // Whether a decode step of B rows shares its products and attention with _helper.c's
 // thread: one row always; several where OpenMP would have two threads or fewer (_qmm.c's
-// on_helper), and more cores take OpenMP's team.
-inline bool rows_on_helper(int B) { return B == 1 || mlxnb_ext_threads() <= 2; }
+// on_helper), and more cores take OpenMP's team, as do AMX tiles (path 3: each of
+// OpenMP's threads configures its own tiles).
+inline bool rows_on_helper(int B) {
+  return B == 1 || (mlxnb_ext_threads() <= 2 && mlxnb_qmm_path(B) != 3);
+}
 
 // Keeps _helper.c's thread awake for a decode step's fused layer, whose products and
 // attention it shares (mlxnb_helper_hold, which declines under the thread governor's one
