@@ -1,7 +1,7 @@
 /* The AVX-512 kernels of _qmm.c (included there where the CPU has AVX-512F and BW): a
  * decode step's one row against four weight rows, GGUF's 4-bit blocks through byte
- * permutes (VBMI), and the row tiles of verify passes and batched steps. Uses _qmm.c's
- * bias_dot, SMALL_M and _vec16.h. */
+ * permutes (VBMI), and the row tiles of verify passes and batched steps (many_rows). Uses
+ * _qmm.c's bias_dot, SMALL_M, threads_for and on_helper, and _vec16.h. */
 #pragma once
 
 /* One unit's 32 weights as two 16-byte halves, ready to widen: a 4-bit unit's low
@@ -228,4 +228,77 @@ static void one_row_unit(void *arg, int u) {
   const one_row_job *j = arg;
   const int blocks = j->N / 4, end = (u + 1) * HELPER_BLOCKS < blocks ? (u + 1) * HELPER_BLOCKS : blocks;
   for (int i = u * HELPER_BLOCKS; i < end; i++) one_row_block(j, i);
+}
+
+/* M rows (2 and more): groups of TILE_N weight rows (kept in L2), one task each, split over
+ * threads, against each block of up to 16 input rows, a stretch of K at a time so that
+ * the block's stretch of x stays in L1 (16 rows of 1,536 floats would not). */
+typedef struct {
+  int M, N, K, gs, bits, G;
+  long rb;
+  const float *xp; /* x interleaved by interleave16 */
+  const uint8_t *w;
+  const float *s, *b;
+  float *out;
+} many_job;
+
+static void many_rows_task(void *arg, int t) {
+  const many_job *j = arg;
+  const int M = j->M, N = j->N, K = j->K, gs = j->gs, bits = j->bits, G = j->G;
+  const long rb = j->rb;
+  const int n0 = t * TILE_N, n1 = n0 + TILE_N < N ? n0 + TILE_N : N;
+  for (int m0 = 0; m0 < M; m0 += TILE_M) {
+    const int mb = M - m0 < TILE_M ? M - m0 : TILE_M;
+    const int step = stretch16(mb, K, gs); /* whole groups */
+    const float *xm = j->xp + (long)m0 * K; /* the block */
+    for (int k0 = 0; k0 < K; k0 += step) {
+      const int k1 = k0 + step < K ? k0 + step : K;
+      for (int n = n0; n < n1;) {
+        const uint8_t *wr = j->w + n * rb;
+        const float *sr = j->s + (long)n * G, *br = j->b + (long)n * G;
+        float *o = j->out + (long)m0 * N + n;
+        /* fewer input rows, more weight rows: 16 sums reduced together either way */
+        const int R = 16 / mb >= 4 && n + 4 <= n1 ? 4 : 16 / mb >= 2 && n + 2 <= n1 ? 2 : 1;
+/* GGUF's 4-bit blocks of 32 as constants: one unit per group, no branch per unit */
+#define TILE_R(R, MB)                                                                      \
+  if (bits == 4 && gs == 32) tile512(R, MB, K, 32, 4, k0, k1, wr, rb, sr, br, xm, o, N); \
+  else tile512(R, MB, K, gs, bits, k0, k1, wr, rb, sr, br, xm, o, N);
+#define TILE_CASE(MB)                                                                      \
+  case MB:                                                                                 \
+    if (R == 4 && 4 * MB <= TILE_M) {                                                     \
+      TILE_R(4, MB)                                                                        \
+    } else if (R >= 2 && 2 * MB <= TILE_M) {                                              \
+      TILE_R(2, MB)                                                                        \
+    } else {                                                                               \
+      TILE_R(1, MB)                                                                        \
+    }                                                                                      \
+    break;
+        switch (mb) {
+          TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6)
+          TILE_CASE(7) TILE_CASE(8) TILE_CASE(9) TILE_CASE(10) TILE_CASE(11) TILE_CASE(12)
+          TILE_CASE(13) TILE_CASE(14) TILE_CASE(15) default: TILE_CASE(16)
+        }
+#undef TILE_CASE
+#undef TILE_R
+        n += R;
+      }
+    }
+  }
+}
+
+static void many_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
+                      const float *s, const float *b, float *out) {
+  /* aligned: 64-byte loads that straddle cache lines cost twice */
+  float *xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
+  interleave16(M, K, K, TILE_M, 32, bits == 4, x, xp);
+  const many_job job = {M, N, K, gs, bits, K / gs, (long)K * bits / 8, xp, w, s, b, out};
+  const long macs = (long)M * N * K;
+  const int nt = threads_for(macs), tasks = (N + TILE_N - 1) / TILE_N;
+  if (on_helper(nt, macs))
+    mlxnb_helper_run(many_rows_task, (void *)&job, tasks);
+  else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int t = 0; t < tasks; t++) many_rows_task((void *)&job, t);
+  }
+  free(xp);
 }
