@@ -387,10 +387,10 @@ void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c *
  * softmax left unnormalized and the parts merged after (merge_parts), so both cores
  * read a long cache. A row that sees no key gets zeros. threads: 0 for OpenMP's
  * threads (step_threads: one for a short step), 1 for the calling thread alone, 2 for
- * the calling thread and _helper.c's thread, from HELPER_MIN multiply-adds: a one-row
- * step (attend_out), where OpenMP's worker, spinning after its region, took the core
- * that OpenBLAS's worker (float32 products) or the next step's graph (4-bit) needed, and
- * made the attention slower, not faster. */
+ * the calling thread and _helper.c's thread, from HELPER_MIN multiply-adds: a decode
+ * step's attend_out (one row, or several on two cores), where OpenMP's worker, spinning
+ * after its region, took the core that OpenBLAS's worker (float32 products) or the next
+ * step's graph (4-bit) needed, and made the attention slower, not faster. */
 int mlxnb_decode_attention(const float *q, const float *k, const float *v,
                            const unsigned char *mask, float *out, int B, int H, int Hkv,
                            int S, int D, long ksb, long ksh, long kss, long vsb, long vsh,

@@ -196,7 +196,8 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       std::vector<float> qb, kb, vb, xb, a(static_cast<size_t>(B) * H * D);
       std::vector<unsigned char> m;
       if (p.masked) m = mask_rows(ins.back(), B, p.S);
-      const HelperHold hold(rows_on_helper(B));
+      const bool helper = rows_on_helper(B);
+      const HelperHold hold(helper);
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
       // threads 2: the second core is _helper.c's thread, held awake through the layer,
       // as for the products around it; OpenMP's worker spun after its region on the core
@@ -205,7 +206,7 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       decode_kernel(dense(q, qb), kb.empty() ? k.data<float>() : kb.data(),
                     vb.empty() ? v.data<float>() : vb.data(), m.empty() ? nullptr : m.data(),
                     a.data(), B, H, Hkv, p.S, D, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
-                    p.scale, rows_on_helper(B) ? 2 : 0);
+                    p.scale, helper ? 2 : 0);
       const mx::array* l = &ins[5];
       auto o = p.out.o.at(l);
       auto gu = p.out.gu.at(l + p.out.o.arrays());

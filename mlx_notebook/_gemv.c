@@ -142,9 +142,9 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * L2. From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time
  * for 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
 enum { TILE_FROM = 2, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
-/* Tasks the thread's next one is ahead on the helper: claimed tasks alternate between
- * the two threads, roughly. */
-enum { TILE_AHEAD = 2 };
+/* Helper units: about TILE_UNITS runs of consecutive tasks, so that each thread streams
+ * long runs of weight rows, as under OpenMP's static schedule. */
+enum { TILE_UNITS = 16 };
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
@@ -183,7 +183,7 @@ static inline __attribute__((always_inline)) void row_tile(const int MB, int k0,
 }
 
 typedef struct {
-  int m, n, k, ahead;
+  int m, n, k, tasks, per; /* groups of TILE_N weight rows; of them, per helper unit */
   const float *packed, *b;
   int ldb;
   float *c;
@@ -196,11 +196,10 @@ static void tile_task(void *arg, int t) {
   const int m = jb->m, n = jb->n, k = jb->k, ldb = jb->ldb, ldc = jb->ldc;
   const float *b = jb->b;
   const int j0 = t * TILE_N, j1 = j0 + TILE_N < n ? j0 + TILE_N : n;
-  /* The weight rows this thread likely takes next (`ahead` tasks on) into L2, a few lines
-   * at each tile call of the first pass. */
-  const int p0 = j0 + jb->ahead * TILE_N < n ? j0 + jb->ahead * TILE_N : n;
-  const char *next = (const char *)(b + (long)p0 * ldb);
-  const long lines = (long)((p0 + TILE_N < n ? p0 + TILE_N : n) - p0) * ldb / 16;
+  /* The next task's weight rows (this thread's, most often) into L2, a few lines at each
+   * tile call of the first pass. */
+  const char *next = (const char *)(b + (long)j1 * ldb);
+  const long lines = (long)((j1 + TILE_N < n ? j1 + TILE_N : n) - j1) * ldb / 16;
   long fetched = 0;
   for (int g0 = 0; g0 < m; g0 += PASS_ROWS) {
     const int gm = m - g0 < PASS_ROWS ? m - g0 : PASS_ROWS;
@@ -229,6 +228,11 @@ static void tile_task(void *arg, int t) {
   }
 }
 
+static void tile_unit(void *arg, int u) {
+  const tile_job *jb = arg;
+  for (int t = u * jb->per; t < (u + 1) * jb->per && t < jb->tasks; t++) tile_task(arg, t);
+}
+
 /* c = a b^T for TILE_FROM..TILE_TO rows, k a multiple of 16 and n even. Returns 0, or -1
  * without scratch memory. On up to two cores the tasks go to the calling thread and
  * _helper.c's (held awake through a decode step's fused layers; OpenMP's worker woke
@@ -244,10 +248,10 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 #ifdef _OPENMP
   helper = threaded && omp_get_max_threads() <= 2;
 #endif
-  /* a static schedule gives each thread its tasks in order */
-  tile_job job = {m, n, k, helper ? TILE_AHEAD : 1, packed, b, ldb, c, ldc};
+  const int per = tasks / TILE_UNITS > 1 ? tasks / TILE_UNITS : 1;
+  tile_job job = {m, n, k, tasks, per, packed, b, ldb, c, ldc};
   if (helper)
-    mlxnb_helper_run(tile_task, &job, tasks);
+    mlxnb_helper_run(tile_unit, &job, (tasks + job.per - 1) / job.per);
   else {
 #pragma omp parallel for schedule(static) if (threaded)
     for (int t = 0; t < tasks; t++) tile_task(&job, t);
