@@ -128,10 +128,12 @@ REFERENCE = textwrap.dedent("""
 """)
 
 
-def check_against_mlx_lm(engine, path, prompts, n):
+def check_against_mlx_lm(engine, path, prompts, n, ours=None):
+    """Each prompt's greedy ids (run one at a time, or `ours` as given) equal mlx-lm's own,
+    or differ first at a near-tie."""
     from mlx_notebook.engine import Request
 
-    ours = [
+    ours = ours or [
         engine.submit(Request(p, model=path, chat=False, max_tokens=n)).result(timeout=300)
         for p in prompts
     ]

@@ -77,6 +77,27 @@ def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
 
 
 @pytest.mark.slow
+def test_sixteen_rows_batched_in_4_bits_match_mlx_lm(engine, quantized):
+    """A batched step of 16 rows: where the CPU has AVX-512 VBMI (and no AMX tiles take
+    them), its 4-bit products go through whole blocks of 16 rows (_qmm16.h); every row's
+    greedy ids are mlx-lm's own."""
+    from mlx_notebook import _blas, _ext
+    from mlx_notebook.engine import Request
+
+    path = quantized[32, 4]
+    starts = "Once Rivers The def Hello A In It We Then So But If When Where How".split()
+    prompts = [f"{w} the quick brown fox" for w in starts]
+    ext = _ext.load()
+    before = ext.calls(4)
+    engine.max_batch = 16  # the default is 8
+    reqs = [Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30) for p in prompts]
+    res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
+    assert max(r.stats.batch_rows for r in res) == 16
+    if ext.path(16) == 1 and "avx512vbmi" in _blas._cpu_flags():
+        assert ext.calls(4) > before
+    check_against_mlx_lm(engine, path, prompts, 24, ours=res)
+
+
 def test_greedy_text_matches_mlx_lm_on_the_default_model_in_4_bits(engine):
     from mlx_notebook.models.default import default_gguf
     from mlx_notebook.models.gguf import convert_gguf
