@@ -327,11 +327,11 @@ static void vector_product(int path, int M, int N, int K, int gs, int bits, cons
     through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
   else {
 #ifdef QMM_ROWS16
-    if (bits == 4 && M >= 16) { /* whole blocks of 16 rows; a tail of 1-15 its own way */
+    if (M >= 16) { /* whole blocks of 16 rows; a tail of 1-15 its own way */
       const int head = M / 16 * 16, tail = M - head;
       calls[4]++;
       for (int r = 0; r < head; r += 16)
-        rows16(N, K, gs, x + (long)r * K, wb, s, b, out + (long)r * N);
+        rows16(N, K, gs, bits, x + (long)r * K, wb, s, b, out + (long)r * N);
       if (tail)
         vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, s, b,
                        out + (long)head * N);

@@ -77,14 +77,15 @@ def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
 
 
 @pytest.mark.slow
-def test_sixteen_rows_batched_in_4_bits_match_mlx_lm(engine, quantized):
+@pytest.mark.parametrize("kind", [(32, 4), (64, 8)])
+def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     """A batched step of 16 rows: where the CPU has AVX-512 VBMI (and no AMX tiles take
-    them), its 4-bit products go through whole blocks of 16 rows (_qmm16.h); every row's
-    greedy ids are mlx-lm's own."""
+    them), its quantized products go through whole blocks of 16 rows (_qmm16.h); every
+    row's greedy ids are mlx-lm's own."""
     from mlx_notebook import _blas, _ext
     from mlx_notebook.engine import Request
 
-    path = quantized[32, 4]
+    path = quantized[kind]
     starts = "Once Rivers The def Hello A In It We Then So But If When Where How".split()
     prompts = [f"{w} the quick brown fox" for w in starts]
     ext = _ext.load()

@@ -52,11 +52,11 @@ def test_row_counts_take_the_three_paths_in_order(ext):
     assert paths[30] == 1  # batches of 16-31 rows: the row tiles (or AVX2's 8-row passes)
 
 
-@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("bits,gs", [(4, 32), (4, 64), (4, 128), (8, 32), (8, 64)])
 @pytest.mark.parametrize("rows", [16, 17, 20, 32, 35])
-def test_blocks_of_16_rows_are_float32_sums_of_the_dequantized_weights(ext, rows, gs):
-    """4-bit products of 16 rows and more (_qmm16.h, with AVX-512 VBMI): whole blocks of 16
-    rows with the lanes over weight rows, a tail of 1-15 rows its own way. Each output is
+def test_blocks_of_16_rows_are_float32_sums_of_the_dequantized_weights(ext, rows, gs, bits):
+    """Products of 16 rows and more (_qmm16.h, with AVX-512 VBMI): whole blocks of 16 rows
+    with the lanes over weight rows, a tail of 1-15 rows its own way. Each output is
     within float32 rounding of float64's sum: 84 weight rows (5 blocks of 16, then 4) and
     K = 384 (stretches of 256 and 128)."""
     import numpy as np
@@ -67,15 +67,15 @@ def test_blocks_of_16_rows_are_float32_sums_of_the_dequantized_weights(ext, rows
         pytest.skip("the 16-row blocks are AVX-512 VBMI's")
     import mlx.core as mx
 
-    x, wq, s, b, _ = _case(rows, 84, 384, gs, 4, seed=rows)
+    x, wq, s, b, _ = _case(rows, 84, 384, gs, bits, seed=rows)
     ext.set_amx(0)  # AMX tiles, where the CPU has them, take these rows (test_qmm_amx)
     try:
         before = ext.calls(4)
-        got = np.array(ext.quant_matmul(x, wq, s, b, gs, 4), dtype=np.float64)
+        got = np.array(ext.quant_matmul(x, wq, s, b, gs, bits), dtype=np.float64)
         assert ext.calls(4) == before + 1
     finally:
         ext.set_amx(1)
-    w = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=4), dtype=np.float64)
+    w = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
     xs = np.array(x, dtype=np.float64)
     ref, mag = xs @ w.T, np.abs(xs) @ np.abs(w).T
     assert np.all(np.abs(got - ref) <= 32 * 2.0**-24 * mag)
