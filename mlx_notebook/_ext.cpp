@@ -182,8 +182,7 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("set_small_parallel_min", &mlxnb_qmm_set_small_parallel_min, nb::arg("macs"),
         "The smallest product of up to 31 rows split over threads (multiply-adds).");
   m.def("calls", &mlxnb_qmm_calls, nb::arg("path"),
-        "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm, 3 AMX tiles; "
-        "4: those of path 1 whose blocks of 16 rows took the 16-row kernel.");
+        "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm, 3 AMX tiles.");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
   m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");

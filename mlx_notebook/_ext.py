@@ -36,7 +36,7 @@ GLUE = tuple(
 )
 HEADER = Path(__file__).with_name("_ext.h")
 QMM_HEADERS = tuple(
-    Path(__file__).with_name(n) for n in ("_qmm512.h", "_qmm16.h", "_qmm_amx.h", "_qmm_sgemm.h")
+    Path(__file__).with_name(n) for n in ("_qmm512.h", "_qmm_amx.h", "_qmm_sgemm.h")
 )
 AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use

@@ -86,9 +86,7 @@ static int thread_count; /* 0: OpenMP's default */
  * extension also loads without it. */
 extern int mlxnb_thread_count __attribute__((weak)); /* 1: the thread governor's one thread */
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n) __attribute__((weak));
-/* products per path: registers, 8-row passes, sgemm, AMX; [4]: those of path 1 (and
- * AMX's tails) whose blocks of 16 rows went to _qmm16.h */
-static long calls[5];
+static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
@@ -102,7 +100,7 @@ int mlxnb_ext_threads(void) {
 #endif
 }
 
-long mlxnb_qmm_calls(int path) { return path >= 0 && path < 5 ? calls[path] : -1; }
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1; }
 
 static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
@@ -171,10 +169,6 @@ static inline float bias_dot(const float *b, const float *xs, int G) {
 
 #ifdef QMM_AVX512
 #include "_qmm512.h"
-#ifdef __AVX512VBMI__
-#define QMM_ROWS16 1
-#include "_qmm16.h"
-#endif
 #endif
 
 /* out[m] = sum_g scale_g * (q . x_m over g) + bias_g * xsum[m][g], for M <= SMALL_M rows.
@@ -326,18 +320,6 @@ static void vector_product(int path, int M, int N, int K, int gs, int bits, cons
   else if (path == 2)
     through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
   else {
-#ifdef QMM_ROWS16
-    if (M >= 16) { /* whole blocks of 16 rows; a tail of 1-15 its own way */
-      const int head = M / 16 * 16, tail = M - head;
-      calls[4]++;
-      for (int r = 0; r < head; r += 16)
-        rows16(N, K, gs, bits, x + (long)r * K, wb, s, b, out + (long)r * N);
-      if (tail)
-        vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, s, b,
-                       out + (long)head * N);
-      return;
-    }
-#endif
 #ifdef QMM_AVX512
     many_rows(M, N, K, gs, bits, x, wb, s, b, out);
 #else
