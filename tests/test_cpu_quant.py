@@ -76,7 +76,6 @@ def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
     assert any("quantized products native" in f for f in info.fast_path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", [(32, 4), (64, 8)])
 def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     """A batched step of 16 rows (its products on the row tiles, or AMX's): every row's
@@ -97,6 +96,7 @@ def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     check_against_mlx_lm(engine, path, prompts, 24, ours=res)
 
 
+@pytest.mark.slow
 def test_greedy_text_matches_mlx_lm_on_the_default_model_in_4_bits(engine):
     from mlx_notebook.models.default import default_gguf
     from mlx_notebook.models.gguf import convert_gguf
