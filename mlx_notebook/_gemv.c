@@ -142,10 +142,8 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * L2. From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time
  * for 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
 enum { TILE_FROM = 2, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
-/* Helper units: about TILE_UNITS runs of consecutive tasks, so that each thread streams
- * long runs of weight rows, as under OpenMP's static schedule. */
-enum { TILE_UNITS = 16 };
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
+void mlxnb_helper_runs(void (*fn)(void *, int), void *arg, int tasks);
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
  * 16 floats at a time by interleave16): each 16 weights are loaded once and multiplied
@@ -183,7 +181,7 @@ static inline __attribute__((always_inline)) void row_tile(const int MB, int k0,
 }
 
 typedef struct {
-  int m, n, k, tasks, per; /* groups of TILE_N weight rows; of them, per helper unit */
+  int m, n, k;
   const float *packed, *b;
   int ldb;
   float *c;
@@ -228,11 +226,6 @@ static void tile_task(void *arg, int t) {
   }
 }
 
-static void tile_unit(void *arg, int u) {
-  const tile_job *jb = arg;
-  for (int t = u * jb->per; t < (u + 1) * jb->per && t < jb->tasks; t++) tile_task(arg, t);
-}
-
 /* c = a b^T for TILE_FROM..TILE_TO rows, k a multiple of 16 and n even. Returns 0, or -1
  * without scratch memory. On up to two cores the tasks go to the calling thread and
  * _helper.c's (held awake through a decode step's fused layers; OpenMP's worker woke
@@ -248,10 +241,9 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 #ifdef _OPENMP
   helper = threaded && omp_get_max_threads() <= 2;
 #endif
-  const int per = tasks / TILE_UNITS > 1 ? tasks / TILE_UNITS : 1;
-  tile_job job = {m, n, k, tasks, per, packed, b, ldb, c, ldc};
-  if (helper)
-    mlxnb_helper_run(tile_unit, &job, (tasks + job.per - 1) / job.per);
+  tile_job job = {m, n, k, packed, b, ldb, c, ldc};
+  if (helper) /* runs of consecutive groups, as OpenMP's static halves */
+    mlxnb_helper_runs(tile_task, &job, tasks);
   else {
 #pragma omp parallel for schedule(static) if (threaded)
     for (int t = 0; t < tasks; t++) tile_task(&job, t);

@@ -193,6 +193,28 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
   pthread_mutex_unlock(&calling);
 }
 
+/* mlxnb_helper_runs(fn, arg, tasks) runs fn(arg, t) for t < tasks as about RUNS units of
+ * consecutive tasks: each thread then streams long runs of what consecutive tasks read
+ * (groups of weight rows), as under OpenMP's static halves; one task a unit, alternating
+ * between the threads, made an LM head's 16-row product about a sixth slower. */
+enum { RUNS = 16 };
+typedef struct {
+  unit_fn fn;
+  void *arg;
+  int tasks, per;
+} runs_job;
+
+static void run_of_tasks(void *arg, int u) {
+  const runs_job *r = arg;
+  const int end = (u + 1) * r->per < r->tasks ? (u + 1) * r->per : r->tasks;
+  for (int t = u * r->per; t < end; t++) r->fn(r->arg, t);
+}
+
+void mlxnb_helper_runs(unit_fn fn, void *arg, int tasks) {
+  runs_job r = {fn, arg, tasks, tasks / RUNS > 1 ? tasks / RUNS : 1};
+  mlxnb_helper_run(run_of_tasks, &r, (tasks + r.per - 1) / r.per);
+}
+
 /* mlxnb_helper_hold(1) wakes the helper now and keeps it awake between calls, spinning,
  * until the matching mlxnb_helper_hold(0) and LINGER_NS after: for a run of products with
  * microseconds of other work between them (a decode step's fused layers), each of which

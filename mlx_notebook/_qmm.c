@@ -86,6 +86,7 @@ static int thread_count; /* 0: OpenMP's default */
  * extension also loads without it. */
 extern int mlxnb_thread_count __attribute__((weak)); /* 1: the thread governor's one thread */
 void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n) __attribute__((weak));
+void mlxnb_helper_runs(void (*fn)(void *, int), void *arg, int tasks) __attribute__((weak));
 static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
@@ -112,7 +113,7 @@ static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_t
 enum { HELPER_MACS = 1 << 18 };
 static int on_helper(int nt, long macs) {
   return nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
-         &mlxnb_thread_count && mlxnb_thread_count != 1;
+         mlxnb_helper_runs && &mlxnb_thread_count && mlxnb_thread_count != 1;
 }
 
 /* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */

@@ -240,7 +240,6 @@ typedef struct {
   const uint8_t *w;
   const float *s, *b;
   float *out;
-  int tasks, per; /* groups of TILE_N weight rows; of them, per helper unit */
 } many_job;
 
 static void many_rows_task(void *arg, int t) {
@@ -287,15 +286,6 @@ static void many_rows_task(void *arg, int t) {
   }
 }
 
-/* Helper units of `per` consecutive tasks, about HELPER_UNITS of them: each thread then
- * streams long runs of weight rows (one task a unit, alternating between the threads,
- * made an LM head's 16-row product about a sixth slower than OpenMP's halves). */
-enum { HELPER_UNITS = 16 };
-static void many_rows_unit(void *arg, int u) {
-  const many_job *j = arg;
-  for (int t = u * j->per; t < (u + 1) * j->per && t < j->tasks; t++) many_rows_task(arg, t);
-}
-
 static void many_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
                       const float *s, const float *b, float *out) {
   /* aligned: 64-byte loads that straddle cache lines cost twice */
@@ -303,10 +293,9 @@ static void many_rows(int M, int N, int K, int gs, int bits, const float *x, con
   interleave16(M, K, K, TILE_M, 32, bits == 4, x, xp);
   const long macs = (long)M * N * K;
   const int nt = threads_for(macs), tasks = (N + TILE_N - 1) / TILE_N;
-  const many_job job = {M,  N, K, gs,  bits, K / gs, (long)K * bits / 8, xp,
-                        w,  s, b, out, tasks, tasks / HELPER_UNITS > 1 ? tasks / HELPER_UNITS : 1};
-  if (on_helper(nt, macs))
-    mlxnb_helper_run(many_rows_unit, (void *)&job, (tasks + job.per - 1) / job.per);
+  const many_job job = {M, N, K, gs, bits, K / gs, (long)K * bits / 8, xp, w, s, b, out};
+  if (on_helper(nt, macs)) /* runs of consecutive groups, as OpenMP's static halves */
+    mlxnb_helper_runs(many_rows_task, (void *)&job, tasks);
   else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int t = 0; t < tasks; t++) many_rows_task((void *)&job, t);

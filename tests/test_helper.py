@@ -45,6 +45,29 @@ def test_every_unit_runs_once_and_the_call_waits_for_them():
     assert 0 <= helped <= 64 and len(threads) == (2 if helped else 1)  # a late helper: none
 
 
+@pytest.mark.parametrize("tasks", [1, 15, 16, 100])
+def test_tasks_go_out_as_runs_of_consecutive_tasks(tasks):
+    # mlxnb_helper_runs: about 16 units, each a run of consecutive tasks that one thread
+    # runs in order (a thread streams long runs of weight rows, as under OpenMP's halves).
+    lib = _blas.native_library()
+    per = max(1, tasks // 16)
+    seen, lock = [], threading.Lock()
+
+    def task(_, t):
+        time.sleep(0.0005)  # releases the GIL: the helper can claim units meanwhile
+        with lock:
+            seen.append((t, threading.get_ident()))
+
+    calls = lib.mlxnb_helper_calls()
+    lib.mlxnb_helper_runs(UNIT(task), None, tasks)
+    assert lib.mlxnb_helper_calls() == calls + 1
+    assert sorted(t for t, _ in seen) == list(range(tasks))  # each task once
+    for start in range(0, tasks, per):  # each run: one thread, in order
+        run = [(t, who) for t, who in seen if start <= t < start + per]
+        assert [t for t, _ in run] == list(range(start, min(start + per, tasks)))
+        assert len({who for _, who in run}) == 1
+
+
 def test_calls_in_a_row_and_empty_calls():
     for n in (1, 2, 7, 0, 3):
         counts, _ = _run(n)
