@@ -1,4 +1,4 @@
-.PHONY: setup test test-loaded demo lint bench
+.PHONY: setup test test-loaded test-sanitized demo lint bench
 
 setup:
 	scripts/setup.sh test
@@ -14,6 +14,11 @@ test:
 # The same, with every core kept busy by another process: what CI runs.
 test-loaded:
 	$(MAKE) test BUSY=$$(nproc)
+
+# The C kernels' tests on builds with AddressSanitizer, UBSan and ThreadSanitizer.
+test-sanitized:
+	scripts/setup.sh test
+	scripts/sanitize.sh
 
 demo:
 	scripts/setup.sh demo

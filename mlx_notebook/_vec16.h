@@ -35,12 +35,16 @@ enum { TILE_N = 32 };
  * stretches); with 32 KB (AMD's Zen 4), a fixed 40 KB had 16 rows of 576 floats (36 KB)
  * read from L2 at every unit. */
 static inline int tile_x(void) {
-  static int floats; /* the same value from any thread: a race only repeats the query */
-  if (!floats) {
+  /* Relaxed atomics: the helper thread reads it while the caller may first set it (the
+   * same value from any thread, so a race only repeats the query; ThreadSanitizer). */
+  static int floats;
+  int n = __atomic_load_n(&floats, __ATOMIC_RELAXED);
+  if (!n) {
     const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-    floats = (int)((l1 >= 16384 && l1 <= (1L << 20) ? l1 : 32768) * 5 / 6 / 4);
+    n = (int)((l1 >= 16384 && l1 <= (1L << 20) ? l1 : 32768) * 5 / 6 / 4);
+    __atomic_store_n(&floats, n, __ATOMIC_RELAXED);
   }
-  return floats;
+  return n;
 }
 
 /* The stretch of K (a multiple of `step` floats) that `rows` interleaved rows take at a
