@@ -11,7 +11,13 @@ cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 py=.venv/bin/python
-lib() { gcc -print-file-name="$1"; }
+# lib NAME: the path of gcc's sanitizer runtime NAME; stops the run where gcc has none.
+lib() {
+    local path
+    path="$(gcc -print-file-name="$1")"
+    [ -f "$path" ] || { echo "sanitize: gcc has no $1 (install gcc)" >&2; exit 1; }
+    echo "$path"
+}
 # Python's own allocations look like leaks to ASan; a finding stops the run (its report
 # goes to stderr: pytest captures only Python's output, --capture=sys).
 export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
@@ -36,7 +42,9 @@ s = mlx_notebook._blas.status()['gemv_reason'], e.status(); print('$name:', *s, 
 assert mlx_notebook._blas.native_library() and e.loaded(), 'not loaded'"
 }
 
-asan="$(lib libasan.so) $(lib libubsan.so)"
+asan="$(lib libasan.so)"  # one runtime per assignment: set -e sees each failure
+ubsan="$(lib libubsan.so)"
+asan="$asan $ubsan"
 sanitizer asan "$asan" -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -g
 LD_PRELOAD="$asan" "$py" -m pytest -q -p no:cacheprovider --capture=sys \

@@ -15,7 +15,12 @@ if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
     # extension (quantized products, decode attention).
     command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
     command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || apt_pkgs+=(g++)
-    if [ "$want" = test ]; then dpkg -s chromium >/dev/null 2>&1 || apt_pkgs+=(chromium); fi
+    if [ "$want" = test ]; then
+        dpkg -s chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)
+        # make test-sanitized builds with gcc and g++ by name (their sanitizer runtimes).
+        command -v gcc >/dev/null 2>&1 || apt_pkgs+=(gcc)
+        command -v g++ >/dev/null 2>&1 || apt_pkgs+=(g++)
+    fi
     if [ ${#apt_pkgs[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ]; then
             apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_pkgs[@]}"
