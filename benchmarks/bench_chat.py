@@ -11,7 +11,7 @@ median TTFT with and without the cache.
 import argparse
 import statistics
 
-from mlx_notebook.chat import Chat
+from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, Request
 
 QUESTIONS = [

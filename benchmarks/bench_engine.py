@@ -17,7 +17,7 @@ import tempfile
 import time
 
 import mlx_notebook  # noqa: F401 - loads OpenBLAS first
-from mlx_notebook import _blas
+from mlx_notebook.cpu import blas as _blas
 from mlx_notebook.engine import Engine, Finished, PrefillProgress, Request, Token
 
 COPY_PROMPT = (

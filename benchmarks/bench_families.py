@@ -26,7 +26,7 @@ import statistics
 import tempfile
 
 from mlx_notebook.engine import Engine, Request
-from mlx_notebook.families import build_family
+from mlx_notebook.testing.families import build_family
 
 SIZE = dict(
     hidden_size=512,

@@ -11,7 +11,7 @@ import statistics
 import time
 
 from mlx_notebook.engine.token_records import TokenRecord
-from mlx_notebook.notebook.inspect import inspect_html
+from mlx_notebook.notebook.views.inspect import inspect_html
 
 
 def main() -> None:

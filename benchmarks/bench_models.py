@@ -19,7 +19,7 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import mlx_notebook
-from mlx_notebook import _blas
+from mlx_notebook.cpu import blas as _blas
 from mlx_notebook.engine import Engine, Request, Token
 e = Engine()
 e.call(lambda: e.registry.get("default")).result()

@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--skip-mlx", action="store_true", help="leave out MLX's slow kernel")
     args = ap.parse_args()
 
-    from mlx_notebook import _ext  # OpenBLAS and the shim before mlx.core
+    from mlx_notebook.cpu import ext as _ext  # OpenBLAS and the shim before mlx.core
 
     ext = _ext.load()
     if ext is None:

@@ -35,7 +35,8 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
-    from mlx_notebook.models import cpu_fast, cpu_sampling
+    from mlx_notebook.cpu import fast as cpu_fast
+    from mlx_notebook.cpu import sampling as cpu_sampling
 
     model = lm.model
     tables = cpu_fast.rope_tables(model)  # the engine pins each batched step's RoPE rows

@@ -26,8 +26,8 @@ import statistics
 import time
 
 import mlx_notebook  # first: it loads OpenBLAS before MLX
+from mlx_notebook.cpu import sampling as cpu_sampling
 from mlx_notebook.engine import Engine, Request
-from mlx_notebook.models import cpu_sampling
 
 SUBJECTS = [
     "the sea", "a lighthouse", "autumn leaves", "a busy market", "a mountain lake",

@@ -26,7 +26,7 @@ import time
 
 import mlx_notebook
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
-from mlx_notebook.engine.constraint import Constraint, grammar_info
+from mlx_notebook.engine.tokens.constraint import Constraint, grammar_info
 from mlx_notebook.schema import Schema
 
 SCHEMA = {

@@ -7,7 +7,7 @@ can also be used from plain Python::
     print(mn.generate("Name three rivers.", max_tokens=64).text)
 """
 
-from . import _blas
+from .cpu import blas as _blas
 
 # Must precede the first `import mlx.core` in the process (see _blas).
 _blas.preload()
@@ -41,15 +41,15 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # The local engine imports MLX and mlx-lm (about a second): only when first used.
     if name == "Engine":
-        from .engine.worker import Engine
+        from .engine.local.engine import Engine
 
         return Engine
     if name == "Chat":
-        from .chat import Chat
+        from .chat.conversation import Chat
 
         return Chat
     if name == "ChatUI":
-        from .notebook.chat_ui import ChatUI
+        from .notebook.chat_ui.widget import ChatUI
 
         return ChatUI
     if name == "Schema":
@@ -117,36 +117,36 @@ def sweep(prompt, **kw):
 def map(data, template=None, **kw):  # noqa: A001 - mlx_notebook.map, as in the docs
     """Generate for many prompts (or a template over a DataFrame), batched.
 
-    See `mlx_notebook.mapping.map`.
+    See `mlx_notebook.mapping.mapper.map`.
     """
-    from .mapping import map as _map
+    from .mapping.mapper import map as _map
 
     return _map(data, template, **kw)
 
 
 def last():
     """The most recent ``%%generate`` result handle, or None."""
-    from .notebook.handle import last_handle
+    from .notebook.magics.handle import last_handle
 
     return last_handle()
 
 
 def Panel(**traits):  # noqa: N802 - reads as the widget class it returns
-    """Create the control panel widget (see `mlx_notebook.notebook.panel.Panel`)."""
-    from .notebook.panel import Panel as _Panel
+    """Create the control panel widget (see `mlx_notebook.notebook.panel.panel.Panel`)."""
+    from .notebook.panel.panel import Panel as _Panel
 
     return _Panel(**traits)
 
 
 def load_ipython_extension(ipython) -> None:
     """Register ``%%generate`` and ``%mlx`` (imports IPython only now)."""
-    from .notebook.magics import load
+    from .notebook.magics.generate import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
     """Unregister the magics and cancel running jobs."""
-    from .notebook.magics import unload
+    from .notebook.magics.generate import unload
 
     unload(ipython)

@@ -35,11 +35,11 @@ sanitizer() {
     printf '#!/bin/sh\nexec g++ %s "$@"\n' "$*" >"$work/$name/cxx"
     chmod +x "$work/$name/cc" "$work/$name/cxx"
     export CC="$work/$name/cc" CXX="$work/$name/cxx" MLX_NOTEBOOK_CACHE="$work/$name/cache"
-    MLX_NOTEBOOK_FAST=0 "$py" -c "from mlx_notebook import _native, _ext; \
-built = _native.build_gemv(), _ext.build(); assert None not in [p for p, _ in built], built"
-    LD_PRELOAD="$preload" "$py" -c "import mlx_notebook, mlx_notebook._ext as e; e.load(); \
-s = mlx_notebook._blas.status()['gemv_reason'], e.status(); print('$name:', *s, sep=' | '); \
-assert mlx_notebook._blas.native_library() and e.loaded(), 'not loaded'"
+    MLX_NOTEBOOK_FAST=0 "$py" -c "from mlx_notebook.cpu import build as _native; \
+built = _native.build_all(); assert None not in [p for _, p, _ in built], built"
+    LD_PRELOAD="$preload" "$py" -c "import mlx_notebook, mlx_notebook.cpu.ext as e; e.load(); \
+s = mlx_notebook.cpu.blas.status()['gemv_reason'], e.status(); print('$name:', *s, sep=' | '); \
+assert mlx_notebook.cpu.blas.native_library() and e.loaded(), 'not loaded'"
 }
 
 asan="$(lib libasan.so)"  # one runtime per assignment: set -e sees each failure
@@ -48,9 +48,9 @@ asan="$asan $ubsan"
 sanitizer asan "$asan" -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -g
 LD_PRELOAD="$asan" "$py" -m pytest -q -p no:cacheprovider --capture=sys \
-    tests/test_ext.py tests/test_blas.py tests/test_helper.py tests/test_qmm_amx.py \
-    tests/test_cpu_layer.py tests/test_cpu_attention.py tests/test_cpu_sampling.py \
-    tests/test_cpu_pages.py tests/test_cpu_quant.py tests/test_cpu_fast.py \
+    tests/cpu/test_ext.py tests/cpu/test_blas.py tests/cpu/test_helper.py tests/cpu/test_qmm_amx.py \
+    tests/cpu/test_layer.py tests/cpu/test_attention.py tests/cpu/test_sampling.py \
+    tests/cpu/test_pages.py tests/cpu/test_quant.py tests/cpu/test_fast.py \
     tests/test_families.py "$@"
 
 # Only the helper's own tests: elsewhere OpenMP's and MLX's threads synchronize in code
@@ -60,5 +60,5 @@ LD_PRELOAD="$asan" "$py" -m pytest -q -p no:cacheprovider --capture=sys \
 export TSAN_OPTIONS=halt_on_error=1:exitcode=66:ignore_noninstrumented_modules=1
 tsan="$(lib libtsan.so)"
 sanitizer tsan "$tsan" -fsanitize=thread -g
-LD_PRELOAD="$tsan" "$py" -m pytest -q -p no:cacheprovider --capture=sys tests/test_helper.py \
-    --deselect tests/test_helper.py::test_a_forked_child_has_a_helper_of_its_own "$@"
+LD_PRELOAD="$tsan" "$py" -m pytest -q -p no:cacheprovider --capture=sys tests/cpu/test_helper.py \
+    --deselect tests/cpu/test_helper.py::test_a_forked_child_has_a_helper_of_its_own "$@"

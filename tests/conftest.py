@@ -102,7 +102,7 @@ def virtual_clock(monkeypatch):
 
     Chunk sizes then follow the scripted costs exactly, on a loaded machine too.
     """
-    from mlx_notebook.engine import prefill
+    from mlx_notebook.engine.decoding import prefill
 
     clock = VirtualClock()
     monkeypatch.setattr(prefill, "clock", clock)

@@ -13,9 +13,9 @@ import os
 import mlx.core as mx
 import pytest
 
-from mlx_notebook.chat import Chat
+from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, Request, Token
-from mlx_notebook.families import FAMILIES, WINDOW, build_family
+from mlx_notebook.testing.families import FAMILIES, WINDOW, build_family
 
 NAMES = sorted(FAMILIES)
 PROMPTS = [

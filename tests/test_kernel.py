@@ -3,7 +3,8 @@
 import time
 
 import pytest
-from kernel_harness import ENDLESS, Harness
+
+from tests.kernel_harness import ENDLESS, Harness
 
 pytestmark = pytest.mark.kernel
 
@@ -339,7 +340,7 @@ def test_over_with_a_schema_ends_in_typed_columns(kernel, tiny_dir):
     assert valid.count("True") == valid.count("'stop'"), out
 
 
-CHAT_UI = "mlx_notebook.notebook.chat_ui.ChatUI"
+CHAT_UI = "mlx_notebook.notebook.chat_ui.widget.ChatUI"
 
 
 def test_chat_ui_by_comm_messages_keeps_the_kernel_free(kernel):

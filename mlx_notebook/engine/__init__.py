@@ -54,7 +54,7 @@ __all__ = [
     "backend_for",
 ]
 
-_LAZY = {"Engine": "worker", "RemoteEngine": "remote"}
+_LAZY = {"Engine": "local.engine", "RemoteEngine": "remote.client"}
 
 
 def __getattr__(name: str):

@@ -115,14 +115,14 @@ def backend_for(model: str, server_url: str | None = None, api_key: str | None =
     if spec is None and server_url:
         spec = RemoteSpec(server_url.rstrip("/"), None if model == "default" else model)
     if spec is None:
-        from .worker import Engine
+        from .local.engine import Engine
 
         return Route(Engine.default(), model)
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
     with _lock:
         eng = _remotes.get((spec.base_url, key))
         if eng is None or eng.closed:
-            from .remote import RemoteEngine
+            from .remote.client import RemoteEngine
 
             eng = _remotes[(spec.base_url, key)] = RemoteEngine(spec.base_url, api_key=key)
     return Route(eng, spec.model or "default", spec)
@@ -139,7 +139,7 @@ def existing_backends() -> list:
     import sys
 
     out = []
-    worker = sys.modules.get(__name__.rsplit(".", 1)[0] + ".worker")
+    worker = sys.modules.get(__name__.rsplit(".", 1)[0] + ".local.engine")
     local = getattr(getattr(worker, "Engine", None), "_default", None)
     if local is not None and not local.closed:
         out.append(local)

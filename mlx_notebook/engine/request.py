@@ -212,7 +212,7 @@ class Request:
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
         if self.branch_from is not None:
-            from .branching import BranchPoint
+            from .tokens.branching import BranchPoint
 
             if not isinstance(self.branch_from, BranchPoint):
                 raise bad("branch_from", "must be a BranchPoint (see branch_request)")

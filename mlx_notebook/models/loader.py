@@ -31,7 +31,7 @@ def default_variant() -> str:
         return "q" if v == "q4" else v
     if not on_cpu():
         return "q"
-    from .. import _ext
+    from ..cpu import ext as _ext
 
     return "q" if _ext.load() is not None else "f32"
 
@@ -88,7 +88,9 @@ def _fit_dtype(model) -> None:
     # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
     import mlx.core as mx
 
-    from . import cpu_fast, cpu_layer, cpu_pages
+    from ..cpu import fast as cpu_fast
+    from ..cpu import layer as cpu_layer
+    from ..cpu import pages as cpu_pages
 
     cpu = on_cpu()
     if cpu:

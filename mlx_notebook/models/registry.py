@@ -222,7 +222,7 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
     params = tree_flatten(model.parameters())
     nbytes = sum(v.nbytes for _, v in params)
     if getattr(model, "_mlxnb_fast", None):
-        from .cpu_fast import buffer_bytes
+        from ..cpu.fast import buffer_bytes
 
         nbytes += buffer_bytes(model)
     dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")

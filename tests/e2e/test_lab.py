@@ -218,7 +218,7 @@ def test_saved_notebook_reopens_without_a_kernel(
     # someone else's is not, and JupyterLab strips them: both must read well. Lab saves
     # no widget state by default; nbclient (and Lab with "save widget state") does, and
     # then Lab restores the Panel as a disconnected widget: the snapshot shows instead.
-    from saved_notebook import execute
+    from tests.saved_notebook import execute
 
     texts = {}
 

@@ -1,0 +1,356 @@
+/* mlx_notebook's CPU fast path for quantized models: x @ W.T with W in MLX's affine
+ * 4-bit or 8-bit layout, computed from the packed weights without unpacking them
+ * to memory.
+ *
+ * MLX's CPU backend runs quantized_matmul as a scalar loop on one thread (about half
+ * of float32's decode speed here), although 4-bit weights are about a sixth of
+ * float32's bytes to stream. Here:
+ *   - one row (a decode step), or without AVX-512 up to SMALL_M rows (verify passes of
+ *     up to 7 drafts): each weight group is widened to float in registers (nibbles ->
+ *     int32 -> float) and multiplied with every row (one thread but for LM heads: see
+ *     below); one row takes four weight rows at a time, so that its sums are
+ *     independent chains;
+ *   - up to SGEMM_M rows (verify passes, batched steps): with AVX-512, row tiles: each
+ *     weight row is widened once per unit, scaled, and multiplied with up to 16 input
+ *     rows (up to four weight rows with 4 or fewer), whose sums stay in registers (x
+ *     interleaved, K in stretches that fit L1), the weight rows split over threads
+ *     (the caller and _helper.c's on two cores: on_helper);
+ *     with AVX2, the same 8 rows at a time as above;
+ *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
+ *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
+ *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
+ *     instead (_qmm_amx.h): inputs split exactly into three bf16 parts.
+ * Activations stay float32, so every path computes the same sums as MLX's
+ * reference up to rounding: the order of float additions, and where a group's scale
+ * and bias apply (the row tiles dequantize each weight, s q + b, as MLX does; the
+ * one-row kernels scale a group's sum and add bias . x's group sum).
+ *
+ * Layouts (row-major): x [M, K] float32; w [N, K * bits / 32] uint32 (element
+ * k of a row at bits (k % (32 / bits)) * bits of word k / (32 / bits)); scales
+ * and biases [N, K / gs] float32; out [M, N]. Weight = scale * q + bias.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define QMM_AVX2 1
+#endif
+#if defined(QMM_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define QMM_AVX512 1
+#include "vec16.h"
+#endif
+#if defined(QMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define QMM_AMX 1
+#endif
+
+/* From SGEMM_M rows, widening the weights for sgemm costs less than the register paths:
+ * from 32 rows with AVX2's 8-row passes, from about 64 (measured: 64 rows equal, 128 either
+ * way, 256 sgemm 1.5x faster) with AVX-512's row tiles. */
+#ifdef QMM_AVX512
+enum { SGEMM_M = 64 };
+#else
+enum { SGEMM_M = 32 };
+#endif
+enum { SMALL_M = 8, SGEMM_N = 256, PARALLEL_MIN = 1 << 18 };
+/* From TILES_FROM rows, the row tiles (AVX-512: from 2 rows, measured 0.70x small_rows'
+ * time at 2 rows and 0.60x at 8 on the default model's products) or AVX2's 8-row passes. */
+#ifdef QMM_AVX512
+enum { TILES_FROM = 2 };
+#else
+enum { TILES_FROM = SMALL_M + 1 };
+#endif
+/* How far ahead a decode step's one-row products prefetch the weight rows, into L2: on a
+ * Zen 4, 16 rows ahead into L1 was slower than no prefetch, and 32 ahead into L2 faster
+ * than either (README, "One-row decode on the Zen 4"). */
+#ifndef PREFETCH_ROWS
+#define PREFETCH_ROWS 32
+#endif
+
+/* A decode step's products (and a verify pass's) take OpenMP's threads only when they are
+ * this large (an LM head). Measured on 2 cores: a second OpenMP thread spinning between
+ * the step's 150 small products takes the core that the Python thread building the
+ * next step needs, and decoding got slower than on one thread. One row's products from
+ * HELPER_MACS take _helper.c's thread instead, which sleeps between calls and joins a
+ * call only when it wakes in time (engine decode of `default:q4`, 64 tokens, 5 paired
+ * runs on 2 cores: 1.07-1.55x, median 1.15x), and so does an LM head where OpenMP would
+ * give it two threads (18 paired runs in one process, alternating: median 1.06x). */
+static long small_parallel_min = 1L << 23;
+void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
+
+static int thread_count; /* 0: OpenMP's default */
+/* The fast path's own library (_gemv.c, _helper.c), when loaded: weak, so that the
+ * extension also loads without it. */
+extern int mlxnb_thread_count __attribute__((weak)); /* 1: the thread governor's one thread */
+void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n) __attribute__((weak));
+void mlxnb_helper_runs(void (*fn)(void *, int), void *arg, int tasks) __attribute__((weak));
+static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
+
+void mlxnb_qmm_set_threads(int n) { thread_count = n; }
+
+/* Threads the extension's other kernels may take (the sampling kernels' rows): 1 where
+ * the thread governor has set one. */
+int mlxnb_ext_threads(void) {
+#ifdef _OPENMP
+  return thread_count == 1 ? 1 : thread_count > 0 ? thread_count : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1; }
+
+static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
+
+/* Whether a product of macs multiply-adds, given nt threads, takes the calling thread and
+ * _helper.c's instead of OpenMP's: on up to two cores, not under the governor's one
+ * thread, and the shim loaded. The helper sleeps between calls or spins under a hold
+ * (a decode step's fused layers); OpenMP's worker woke through the kernel for each of a
+ * batched step's products. */
+enum { HELPER_MACS = 1 << 18 };
+static int on_helper(int nt, long macs) {
+  return nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
+         mlxnb_helper_runs && &mlxnb_thread_count && mlxnb_thread_count != 1;
+}
+
+/* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
+static inline void widen_scalar(const uint8_t *p, int bits, float *f) {
+  if (bits == 4)
+    for (int i = 0; i < 16; i++) {
+      f[2 * i] = (float)(p[i] & 15);
+      f[2 * i + 1] = (float)(p[i] >> 4);
+    }
+  else
+    for (int i = 0; i < 32; i++) f[i] = (float)p[i];
+}
+
+#ifdef QMM_AVX2
+typedef struct {
+  __m256 v[4];
+} unit_t;
+
+static inline unit_t widen(const uint8_t *p, int bits) {
+  unit_t u;
+  if (bits == 8) { /* zero-extended straight from memory, 8 bytes at a time */
+    for (int j = 0; j < 4; j++)
+      u.v[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * j))));
+    return u;
+  }
+  const __m128i low = _mm_set1_epi8(15);
+  __m128i raw = _mm_loadu_si128((const __m128i *)p);
+  __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+  __m128i a = _mm_unpacklo_epi8(lo, hi); /* elements 0..15: byte i holds 2i (low), 2i+1 (high) */
+  __m128i b = _mm_unpackhi_epi8(lo, hi);
+  u.v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a));
+  u.v[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)));
+  u.v[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+  u.v[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  return u;
+}
+
+static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* sum_g b[g] * xs[g] for the G groups of one row (the bias term). */
+static inline float bias_dot(const float *b, const float *xs, int G) {
+  __m256 acc = _mm256_setzero_ps();
+  int g = 0;
+  for (; g + 8 <= G; g += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(b + g), _mm256_loadu_ps(xs + g), acc);
+  float r = hsum(acc);
+  for (; g < G; g++) r += b[g] * xs[g];
+  return r;
+}
+
+#ifdef QMM_AVX512
+#include "qmm512.inc"
+#endif
+
+/* out[m] = sum_g scale_g * (q . x_m over g) + bias_g * xsum[m][g], for M <= SMALL_M rows.
+ * Groups restart their partial sums, so consecutive groups' chains overlap. */
+static inline __attribute__((always_inline)) void row_dots(
+    const int M, int K, int gs, int bits, const uint8_t *w, const float *s, const float *b,
+    const float *x, const float *xsum, float *out, long ldo) {
+  __m256 tot[SMALL_M];
+  const int G = K / gs, ub = 32 * bits / 8; /* bytes per unit */
+  for (int m = 0; m < M; m++) tot[m] = _mm256_setzero_ps();
+  for (int g = 0; g < G; g++) {
+    __m256 part[SMALL_M];
+    for (int m = 0; m < M; m++) part[m] = _mm256_setzero_ps();
+    for (int k = g * gs; k < (g + 1) * gs; k += 32) {
+      unit_t u = widen(w + (long)(k / 32) * ub, bits);
+      for (int m = 0; m < M; m++) {
+        const float *xm = x + (long)m * K + k;
+        part[m] = _mm256_fmadd_ps(u.v[0], _mm256_loadu_ps(xm), part[m]);
+        part[m] = _mm256_fmadd_ps(u.v[1], _mm256_loadu_ps(xm + 8), part[m]);
+        part[m] = _mm256_fmadd_ps(u.v[2], _mm256_loadu_ps(xm + 16), part[m]);
+        part[m] = _mm256_fmadd_ps(u.v[3], _mm256_loadu_ps(xm + 24), part[m]);
+      }
+    }
+    const __m256 sv = _mm256_set1_ps(s[g]);
+    for (int m = 0; m < M; m++) tot[m] = _mm256_fmadd_ps(sv, part[m], tot[m]);
+  }
+  for (int m = 0; m < M; m++) out[(long)m * ldo] = hsum(tot[m]) + bias_dot(b, xsum + (long)m * G, G);
+}
+#else
+static void row_dots(int M, int K, int gs, int bits, const uint8_t *w, const float *s,
+                     const float *b, const float *x, const float *xsum, float *out, long ldo) {
+  const int G = K / gs, ub = 32 * bits / 8;
+  float f[32];
+  for (int m = 0; m < M; m++) {
+    float r = 0.0f;
+    for (int g = 0; g < G; g++) {
+      float part = 0.0f;
+      for (int k = g * gs; k < (g + 1) * gs; k += 32) {
+        widen_scalar(w + (long)(k / 32) * ub, bits, f);
+        for (int i = 0; i < 32; i++) part += f[i] * x[(long)m * K + k + i];
+      }
+      r += s[g] * part + b[g] * xsum[(long)m * G + g];
+    }
+    out[(long)m * ldo] = r;
+  }
+}
+#endif
+
+/* Every row's sum over every group (the bias term's factor). */
+static void group_sums(int M, int K, int gs, const float *x, float *xsum) {
+  const int G = K / gs;
+  for (int m = 0; m < M; m++)
+    for (int g = 0; g < G; g++) {
+      float t = 0.0f;
+      for (int i = 0; i < gs; i++) t += x[(long)m * K + g * gs + i];
+      xsum[(long)m * G + g] = t;
+    }
+}
+
+static void small_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
+                       const float *s, const float *b, float *out) {
+  const int G = K / gs;
+  const long rb = (long)K * bits / 8;
+  float *xsum = malloc(sizeof(float) * M * G), *xp = NULL;
+  group_sums(M, K, gs, x, xsum);
+#ifdef QMM_AVX512
+  if (bits == 4) {
+    xp = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
+    interleave16(M, K, K, 1, 32, 1, x, xp); /* each unit as [evens, odds], as widened */
+    x = xp;
+  }
+#endif
+  const long macs = (long)M * N * K;
+  const int nt = macs >= small_parallel_min ? threads_for(macs) : 1;
+  int n_done = 0;
+#ifdef QMM_AVX512
+  if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
+    const int blocks = N / 4;
+    const one_row_job job = {N, K, gs, bits, G, rb, x, w, s, b, xsum, out};
+    /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
+     * spins after the head, on the core where the next step's graph is being built. */
+    if (on_helper(nt, macs))
+      mlxnb_helper_run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
+    else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+      for (int i = 0; i < blocks; i++) one_row_block(&job, i);
+    }
+    n_done = 4 * blocks;
+  }
+#endif
+#ifdef QMM_AVX512 /* with AVX-512 only one row comes here (TILES_FROM) */
+  for (int n = n_done; n < N; n++)
+    out[n] = row_dot512(K, gs, bits, w + n * rb, s + (long)n * G, b + (long)n * G, x, xsum);
+#else
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int n = n_done; n < N; n++) {
+    const uint8_t *wr = w + n * rb;
+    const float *sr = s + (long)n * G, *br = b + (long)n * G;
+    switch (M) { /* constant row counts: the accumulators stay in registers */
+    case 1: row_dots(1, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 2: row_dots(2, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 3: row_dots(3, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 4: row_dots(4, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 5: row_dots(5, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 6: row_dots(6, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    case 7: row_dots(7, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    default: row_dots(8, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
+    }
+  }
+#endif
+  free(xsum);
+  free(xp);
+}
+
+#ifdef QMM_AMX
+#include "qmm_amx.inc"
+#else
+int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
+#endif
+
+#include "qmm_sgemm.inc"
+
+/* The path M rows take without the AMX tiles: 0 registers (one row; up to SMALL_M without
+ * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm. */
+static int vector_path(int M) { return M < TILES_FROM ? 0 : M < SGEMM_M ? 1 : 2; }
+
+/* The stretch of K the row tiles take with `rows` input rows (0 without AVX-512). */
+int mlxnb_qmm_stretch(int rows, int K, int step) {
+#ifdef QMM_AVX512
+  return stretch16(rows, K, step);
+#else
+  (void)rows, (void)K, (void)step;
+  return 0;
+#endif
+}
+
+/* Which path a product of M rows takes: vector_path's, or 3 AMX tiles. */
+int mlxnb_qmm_path(int M) {
+#ifdef QMM_AMX
+  if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;
+#endif
+  return vector_path(M);
+}
+
+static void vector_product(int path, int M, int N, int K, int gs, int bits, const float *x,
+                           const uint8_t *wb, const float *s, const float *b, float *out) {
+  if (path == 0)
+    small_rows(M, N, K, gs, bits, x, wb, s, b, out);
+  else if (path == 2)
+    through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
+  else {
+#ifdef QMM_AVX512
+    many_rows(M, N, K, gs, bits, x, wb, s, b, out);
+#else
+    for (int m0 = 0; m0 < M; m0 += SMALL_M) { /* 8 rows at a time through the registers */
+      const int mm = M - m0 < SMALL_M ? M - m0 : SMALL_M;
+      small_rows(mm, N, K, gs, bits, x + (long)m0 * K, wb, s, b, out + (long)m0 * N);
+    }
+#endif
+  }
+}
+
+/* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
+int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
+              const float *s, const float *b, float *out) {
+  if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
+  const uint8_t *wb = (const uint8_t *)w;
+  const int path = mlxnb_qmm_path(M);
+  calls[path]++;
+#ifdef QMM_AMX
+  if (path == 3) {
+    /* a last block of a few rows (a verify pass of 17) would cost the tiles a whole
+     * sweep: those rows take their own path right after, the weights still in cache */
+    const int tail = M > AMX_M && M % AMX_M <= AMX_TAIL ? M % AMX_M : 0, head = M - tail;
+    amx_product(head, N, K, gs, bits, x, wb, s, b, out);
+    if (tail)
+      vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, s, b,
+                     out + (long)head * N);
+    return 0;
+  }
+#endif
+  vector_product(path, M, N, K, gs, bits, x, wb, s, b, out);
+  return 0;
+}

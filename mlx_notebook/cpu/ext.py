@@ -1,0 +1,183 @@
+"""Build and load, once, the fast path's MLX extension (``csrc/kernels``, ``csrc/bindings``).
+
+Its MLX primitives compute quantized products, decode steps' attention, the fused
+parts of a llama layer's decode step (``layer.c``) and sampling's row work (the
+greedy pick, logsumexp, the nucleus filter and the draw: ``argmax.c``, ``sample.c``)
+on the CPU, and copy weights onto huge pages (``bindings/pages.cpp``).
+Compiled against the installed ``mlx`` with nanobind in mlx's own domain, so
+it takes and returns ``mlx.core.array``. Built with the system compilers into
+the cache folder, keyed by the sources, the CPU, and the mlx, nanobind and
+Python versions, and written atomically. Anything missing (a compiler,
+nanobind, mlx's headers) or an mlx built with another nanobind ABI leaves
+quantized products, decode attention and decoder layers on MLX's own operations, and
+`status` says why.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sysconfig
+from pathlib import Path
+
+from .. import config
+from .build import INCLUDE, build_atomically, cache_dir, fast_enabled, first_that_compiles, key
+from .build import sources as _sources
+
+NAME = "_mlxnb_ext"
+AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
+NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
+_state: dict = {"module": None, "reason": "not attempted"}
+
+
+def _versions() -> tuple[Path, Path, str] | str:
+    """Mlx's package folder, nanobind's, and a version key; or why they are unusable."""
+    try:
+        import mlx.core as mx
+        import nanobind
+    except ImportError as exc:
+        return f"{exc.name} is not installed (pip install nanobind=={NANOBIND})"
+    mlx_dir = Path(mx.__file__).parent
+    if not (mlx_dir / "include" / "mlx" / "primitives.h").is_file():
+        return "this mlx ships no C++ headers"
+    nb_dir = Path(nanobind.__file__).parent
+    key = f"{mx.__version__}|{nanobind.__version__}|{sysconfig.get_config_var('EXT_SUFFIX')}"
+    return mlx_dir, nb_dir, key
+
+
+def _compile(tmp: Path, mlx_dir: Path, nb_dir: Path) -> str | None:
+    cc, cxx = config.compiler("cc"), config.compiler("cxx")
+    if cc is None or cxx is None:
+        return "no C/C++ compiler to build it (install gcc and g++)"
+    kernels, glue = _sources("kernels"), _sources("bindings")
+    objs = [tmp.with_name(f"{tmp.stem}-{src.stem}.o") for src in kernels]
+    flags: tuple = ()
+    inc = f"-I{INCLUDE}"
+    for src, obj in zip(kernels, objs):
+        cmd = lambda f, src=src, obj=obj: [cc, *f, inc, "-fPIC", "-c", "-o", str(obj), str(src)]  # noqa: E731
+        res, flags = first_that_compiles(cmd)
+        if res.returncode != 0:
+            err = (res.stderr.strip().splitlines() or ["?"])[0][:200]
+            return f"compiling {src.name} failed: {err}"
+    omp = ["-fopenmp"] if "-fopenmp" in flags else []
+    cmd = [
+        cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden",
+        "-fno-strict-aliasing", "-DNB_DOMAIN=mlx", "-DNDEBUG", "-DNB_COMPACT_ASSERTIONS",
+        f"-I{sysconfig.get_paths()['include']}", f"-I{nb_dir / 'include'}",
+        f"-I{nb_dir / 'ext' / 'robin_map' / 'include'}", f"-I{mlx_dir / 'include'}", inc,
+        str(nb_dir / "src" / "nb_combined.cpp"), *map(str, glue), *map(str, objs),
+        f"-L{mlx_dir / 'lib'}", "-lmlx", f"-Wl,-rpath,{mlx_dir / 'lib'}", *omp, "-o", str(tmp),
+    ]  # fmt: skip
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    finally:
+        for obj in objs:
+            obj.unlink(missing_ok=True)
+    if res.returncode != 0:
+        err = [ln for ln in res.stderr.splitlines() if "error" in ln] or res.stderr.splitlines()
+        return "compiling the extension failed: " + (err or ["?"])[0][:200]
+    return None
+
+
+def build() -> tuple[Path | None, str]:
+    """Path of the built extension (building it if needed), or None and the reason."""
+    found = _versions()
+    if isinstance(found, str):
+        return None, found
+    mlx_dir, nb_dir, versions = found
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    out = cache_dir() / f"{NAME}-{key(versions.encode())}" / f"{NAME}{suffix}"
+    if out.is_file():
+        return out, "cached"
+    return build_atomically(out, lambda tmp: _compile(tmp, mlx_dir, nb_dir))
+
+
+def _check(mod) -> str | None:
+    """None when the extension computes what mx.quantized_matmul does; else why not."""
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 64), key=mx.random.key(0))
+    x = mx.random.normal((1, 64), key=mx.random.key(1))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    try:
+        got = mod.quant_matmul(x, wq, s, b, 32, 4)
+    except TypeError:
+        return "it was built with a nanobind whose ABI differs from this mlx's"
+    want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4)
+    if not mx.allclose(got, want, rtol=1e-4, atol=1e-4).item():
+        return "its check product differs from mx.quantized_matmul"
+    return None
+
+
+def load():
+    """The loaded extension module, or None (`status` says why). Worker thread only."""
+    if _state["module"] is not None or _state["reason"] != "not attempted":
+        return _state["module"]
+    if not fast_enabled():
+        _state["reason"] = "off (MLX_NOTEBOOK_FAST=0)"
+        return None
+    path, how = build()
+    if path is None:
+        _state["reason"] = how
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(NAME, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except ImportError as exc:
+        _state["reason"] = f"could not load it: {exc}"
+        return None
+    why = _check(mod)
+    if why is not None:
+        _state["reason"] = why
+        return None
+    _state.update(module=mod, reason=f"on native kernels ({how}){amx_tiles(mod)}")
+    _attention_kernel(mod)
+    return mod
+
+
+def amx_tiles(mod) -> str:
+    """Turn the AMX tiles on or off as ``MLX_NOTEBOOK_AMX`` says.
+
+    Returns:
+        The status line's words for them: in use, off by the variable, or nothing where
+        the CPU has none (or Linux refuses this process their state, as a VM may).
+    """
+    if not config.enabled(AMX_ENV):
+        mod.set_amx(0)
+        return f"; AMX tiles off ({AMX_ENV}=0)"
+    return "; AMX tiles for products of several rows" if mod.set_amx(1) else ""
+
+
+def _attention_kernel(mod) -> None:
+    # The attention kernels are _attn.c's, in the fast path's own library.
+    import ctypes
+
+    from . import blas as _blas
+
+    lib = _blas.native_library()
+    fns = [getattr(lib, f"mlxnb_{n}_attention", None) for n in ("decode", "causal")]
+    if lib is not None and None not in fns:
+        mod.set_attention_kernels(*(ctypes.cast(f, ctypes.c_void_p).value for f in fns))
+        _state["attention"] = True
+
+
+def attention():
+    """The extension when it can compute attention (its kernels are set), else None."""
+    return _state["module"] if _state.get("attention") else None
+
+
+def loaded():
+    """The extension module when it is loaded already, else None (never builds it)."""
+    return _state["module"]
+
+
+def status() -> str:
+    """One line: whether the extension's kernels are in use, or why not."""
+    return _state["reason"]
+
+
+def thread_setter():
+    """``f(n)`` setting the extension's threads, or None when it is not loaded."""
+    mod = _state["module"]
+    return None if mod is None else mod.set_threads

@@ -1,0 +1,1 @@
+"""KV caches: each mlx-lm cache type's protocol, a model's sequence, and prompt reuse."""

@@ -1,0 +1,200 @@
+"""Prompt-cache reuse: several KV caches per model, each with the exact tokens it holds.
+
+A conversation, a second conversation and a one-off generation can all keep
+their caches: `fetch` picks the entry sharing the longest prefix with the new
+prompt, so each turn of a chat prefills only what is new. Entries never alias:
+an entry that is a prefix of the new prompt is taken out (the job extends it,
+and it comes back longer); one that must be trimmed is copied first, so the
+original stays for its own conversation. The least recently used entries go
+when the byte budget is exceeded.
+
+A cache that cannot be trimmed (a sliding window past its length, recurrent
+state) serves only prompts that extend everything it holds: it never hands
+out a state with tokens the new prompt lacks. So that a chat's next turn still
+finds one, the state at the end of each prompt is kept too (`keep_prompt`):
+the next turn extends it even when the reply re-tokenizes differently.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..decoding.prefill import PrefillProfile
+from ..decoding.suffix import SuffixIndex
+from .sequence import CachedSequence, common_prefix
+
+SUFFIX_TOKENS = 100_000  # tokens of earlier prompts and outputs kept per model
+
+BYTES_ENV = "MLX_NOTEBOOK_PROMPT_CACHE_MB"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux ``MemAvailable``), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:  # macOS and others: a quarter of physical memory is a fair guess of free
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def default_budget() -> int:
+    """``$MLX_NOTEBOOK_PROMPT_CACHE_MB`` if set, else a quarter of the memory available."""
+    env = os.environ.get(BYTES_ENV)
+    if env:
+        return int(float(env) * 2**20)
+    free = available_memory()
+    return free // 4 if free else 2**30
+
+
+class PromptCache:
+    """One model's reusable KV caches: an LRU of `CachedSequence` entries within a budget.
+
+    Caches that cannot be trimmed (rotating or recurrent ones) are reused only
+    where the new prompt extends all they hold.
+
+    Args:
+        max_bytes: Byte budget of all entries; `default_budget` when None.
+        max_entries: Most entries kept.
+    """
+
+    def __init__(self, max_bytes: int | None = None, max_entries: int = 32) -> None:
+        self.max_bytes = default_budget() if max_bytes is None else max_bytes
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, CachedSequence] = OrderedDict()  # oldest first
+        # The worker changes the entries; status readers on other threads count them.
+        self._lock = threading.Lock()
+        self.hits = 0  # prompt tokens reused, over all fetches
+        self.copies = 0  # entries copied to keep the original
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all entries."""
+        with self._lock:
+            return sum(s.nbytes for s in self._entries.values())
+
+    @property
+    def entries(self) -> list[list[int]]:
+        """The token lists held, least recently used first."""
+        with self._lock:
+            return [list(s.tokens) for s in self._entries.values()]
+
+    def fetch(self, model, tokens: Sequence[int], reuse: bool = True) -> tuple[CachedSequence, int]:
+        """A sequence for a job on ``tokens``: the best entry's cache, or a fresh one.
+
+        Returns:
+            ``(seq, reused)``: ``seq`` holds ``tokens[:reused]``; at least the last
+            prompt token is always left to compute. ``seq`` belongs to the job
+            until `store` takes it back.
+        """
+        best, best_len, limit = None, 0, len(tokens) - 1
+        if reuse:
+            for key, seq in self._entries.items():
+                if seq.model is not model:
+                    continue
+                n = min(common_prefix(seq.tokens, tokens), limit)
+                if n < len(seq.tokens) and not seq.trimmable:
+                    continue  # it holds tokens the prompt lacks, and cannot drop them
+                if n > best_len:
+                    best, best_len = key, n
+        keep = best_len
+        if best is None or keep <= 0:
+            return CachedSequence(model), 0
+        seq = self._entries[best]
+        if len(seq.tokens) <= keep:  # a prefix of the prompt: extend it in place
+            with self._lock:
+                del self._entries[best]
+        else:  # trimming would lose the rest of its conversation: work on a copy
+            seq = seq.copy()
+            self.copies += 1
+        seq.trim_to(keep)
+        self.hits += keep
+        return seq, keep
+
+    def store(self, seq: CachedSequence) -> None:
+        """Keep ``seq`` (if consistent); drop entries it makes redundant."""
+        seq.settle()
+        if not seq.consistent() or not seq.tokens:
+            return
+        with self._lock:
+            for key, other in list(self._entries.items()):
+                if other is seq or other.model is not seq.model:
+                    continue
+                # A prefix of the new entry only takes space when the new one can be
+                # trimmed back to it (an untrimmable one covers only the same tokens).
+                n = common_prefix(other.tokens, seq.tokens)
+                if n == len(other.tokens) and (seq.trimmable or n == len(seq.tokens)):
+                    del self._entries[key]
+            self._entries[id(seq)] = seq
+            self._entries.move_to_end(id(seq))
+            self._evict()
+
+    def keep_prompt(self, seq: CachedSequence) -> None:
+        """Keep the state at the end of a prompt when ``seq`` will not be trimmable.
+
+        Full-attention caches need nothing: whatever ``seq`` holds at the end trims
+        back to any prefix. A copy shares the arrays until either side writes.
+        """
+        if not seq.rewinds_anywhere and seq.tokens:
+            self.store(seq.snapshot())
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the budget, evicting at once if needed."""
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._evict()
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def _evict(self) -> None:
+        # Called with the lock held.
+        def size() -> int:
+            return sum(s.nbytes for s in self._entries.values())
+
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        while len(self._entries) > 1 and size() > self.max_bytes:
+            self._entries.popitem(last=False)
+        if self._entries and size() > self.max_bytes:
+            self._entries.clear()  # one entry alone over budget: keep nothing
+
+
+@dataclass
+class ModelState:
+    """What the engine keeps per loaded model between jobs (dropped with the model).
+
+    Attributes:
+        cache: Its reusable KV caches.
+        prefill: What its prefill chunks cost, for sizing them.
+        suffix: Its earlier prompts and outputs, for suffix drafting.
+    """
+
+    cache: PromptCache = field(default_factory=PromptCache)
+    prefill: PrefillProfile = field(default_factory=PrefillProfile)
+    suffix: SuffixIndex = field(default_factory=lambda: SuffixIndex(SUFFIX_TOKENS))
+    _unbatchable: tuple | None = field(default=None, repr=False)
+
+    def unbatchable(self, model) -> str | None:
+        """The first cache kind of ``model`` that cannot join a batch, or None (found once)."""
+        if self._unbatchable is None:
+            from mlx_lm.models.cache import make_prompt_cache
+
+            from .caches import unbatchable
+
+            self._unbatchable = (unbatchable(make_prompt_cache(model)),)
+        return self._unbatchable[0]

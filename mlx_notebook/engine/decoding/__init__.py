@@ -1,0 +1,1 @@
+"""One job's token stream: prompt, prefill, decode, speculation, stops and output."""

@@ -1,0 +1,95 @@
+"""What the engine reports about itself: status notes, models, device, logit margins."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...cpu import ext as _ext
+from ...cpu import threads
+from ...models.registry import LoadedModel, Registry
+from ..decoding.prompt import encode_prompt
+from ..info import ModelInfo
+from ..request import Request
+
+
+def fork_point(
+    lm: LoadedModel, request: Request, generated: Sequence[int], tokens: Sequence[int] = ()
+) -> tuple[float, list[tuple[str, int, float, int]]]:
+    """Where two decodings part: the top-2 logit margin, and each token's standing there.
+
+    A small margin at the token where two decodings part means a numerical
+    near-tie, not a bug.
+
+    Returns:
+        ``(margin, [(text, id, probability, rank), ...])`` for ``tokens``, under
+        the model's own distribution after the prompt and ``generated``.
+    """
+    import math
+
+    import mlx.core as mx
+
+    from ..token_records import position_stats
+
+    ids = encode_prompt(request, lm.tokenizer) + list(generated)
+    logits = lm.model(mx.array([ids]))[0, -1:].astype(mx.float32)
+    top = mx.sort(logits[0])[-2:].tolist()
+    standing = []
+    for t in tokens:  # the same statistics as every token record
+        lp, rank, *_ = (c[0] for c in position_stats(logits, [t], 0))
+        standing.append((lm.tokenizer.decode([t]), int(t), math.exp(lp), rank))
+    return top[1] - top[0], standing
+
+
+def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str]:
+    """Lines for ``%mlx status``: BLAS, the fast path, each model's caches and index.
+
+    Args:
+        blas: ``_blas.status()``.
+        states: Model name to its `ModelState`.
+    """
+    notes = [
+        f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
+        f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
+        threads.describe(),
+    ]
+    ext = _ext.status()
+    if ext != "not attempted":  # a model was loaded on the CPU with the fast path on
+        what = "quantized products, decode attention, fused layers"
+        notes.insert(2, f"MLX extension ({what}): {ext}")
+    for name, state in list(states.items()):
+        c, x = state.cache, state.suffix
+        notes.append(
+            f"prompt cache of {name}: {len(c)} entries, {c.nbytes / 2**20:.1f} MB "
+            f"(budget {c.max_bytes / 2**20:.0f} MB)"
+        )
+        notes.append(
+            f"suffix index of {name}: {len(x)} tokens in {len(x.docs)} documents, "
+            f"{x.entries} n-grams (budget {x.max_tokens} tokens)"
+        )
+    return notes
+
+
+def model_infos(registry: Registry) -> tuple[ModelInfo, ...]:
+    """The loaded models, as the `Backend` protocol describes them."""
+    return tuple(
+        ModelInfo(
+            m["name"],
+            m["path"],
+            m["memory_mb"],
+            m["dtype"],
+            m["vocab_size"],
+            tuple(m["fast_path"]),
+            dict(m.get("defaults") or {}),
+        )  # fmt: skip
+        for m in registry.snapshot()
+    )
+
+
+def describe_device(mx) -> str:
+    """``"gpu (Metal)"``, ``"gpu"`` or ``"cpu"``: MLX's default device."""
+    dev = mx.default_device()
+    kind = "gpu" if dev.type == mx.DeviceType.gpu else "cpu"
+    if kind == "gpu" and mx.metal.is_available():
+        return "gpu (Metal)"
+    return kind

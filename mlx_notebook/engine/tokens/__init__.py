@@ -1,0 +1,1 @@
+"""Token-level control: grammars, forced tokens, branches and per-token records."""

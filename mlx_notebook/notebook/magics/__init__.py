@@ -1,0 +1,1 @@
+"""``%%generate``, ``%%chat``, ``%mlx`` and their helpers: thin layers that build requests."""

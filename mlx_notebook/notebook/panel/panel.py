@@ -1,0 +1,348 @@
+"""The control panel: generation settings, Generate / Stop / Compare / Sweep k, history.
+
+Compare and Sweep run through `mlx_notebook.measure`, the same code as
+``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``. Displayed, the
+panel is followed by a static snapshot of its last state (`document.Snapshot`),
+which is what a saved notebook shows once the kernel is gone.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as widgets
+from traitlets import Bool, Enum, Float, Int, Unicode, observe
+
+from ...engine.backend import Backend, Route, backend_for
+from ...engine.job import Job, Result
+from ...engine.request import Request
+from ...measure.compare import CompareResult, Comparison
+from ...measure.sweep import SweepResult
+from ..magics.options import unescape
+from ..views.charts import history_row, history_text
+from ..views.compare import CompareRun
+from ..views.document import Snapshot
+from ..views.render import ViewState, escape
+from ..views.sweep import SweepRun
+from ..views.view import LiveView, generation_view
+from .controls import PanelControls
+from .snapshot import estimate_text, history_html, sampling_text, snapshot_html
+
+_recent: list[str] = []
+
+
+class Panel(PanelControls, widgets.VBox):
+    """Widget panel for generation and speculative decoding.
+
+    Every setting is a trait, so ``panel.num_draft_tokens = 5`` works from code
+    and moves the slider too. Actions run on the engine's worker; the panel only
+    submits jobs and renders their events.
+    """
+
+    prompt = Unicode("", help="The prompt (user message in chat mode).")
+    system = Unicode("", help="Optional system prompt.")
+    model = Unicode("default", help="Main model spec.")
+    draft_source = Enum(
+        ["none", "lookup", "suffix", "model"], "none", help="Where drafts come from."
+    )
+    draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.")
+    lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).")
+    num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).")
+    model_sampling = Bool(
+        True, help="Sample as the model's own defaults say (setting temperature or top_p ends it)."
+    )
+    temperature = Float(0.0, help="Sampling temperature; 0 is greedy.")
+    top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].")
+    max_tokens = Int(128, help="Most tokens to generate.")
+    seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).")
+    stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).")
+    chat = Bool(True, help="Apply the chat template.")
+    inspect = Bool(False, help="Record each token's probability and show the text tinted by it.")
+    sweep_from = Int(1, help="First k of a sweep.")
+    sweep_to = Int(8, help="Last k of a sweep.")
+    repeats = Int(3, min=1, help="Runs per k in Sweep (Compare runs until its answer is clear).")
+    max_pairs = Int(20, min=2, help="Most pairs a Compare runs before it says 'undecided'.")
+    budget_s = Float(60.0, help="Most seconds a Compare runs before it says 'undecided'.")
+    metric = Enum(
+        ["e2e", "decode"], "e2e", help="What the verdict uses: end to end (prefill in) or decode."
+    )
+    running = Bool(False, help="Whether an action is running.")
+    server_url = Unicode(
+        "", help="An OpenAI-compatible server for model specs that are not URLs; empty: local."
+    )
+
+    def __init__(self, engine: Backend | None = None, refresh_hz: float = 20, **traits):
+        self._fixed = engine
+        self.refresh_hz = refresh_hz
+        self.history: list[dict] = []
+        self._action = ("", 0)
+        self._by_hand = False  # the current action's kind and number, for the history
+        self.last_result = None
+        self._active: list[Job] = []
+        self._view: LiveView | None = None
+        self._finished = threading.Event()
+        self._finished.set()
+        self.snapshot = Snapshot()
+        self._build()
+        super().__init__(children=self._layout(), **traits)
+        self.add_class("mlxnb-panel")
+        self._link_controls()
+        if {"temperature", "top_p"} & set(traits) and "model_sampling" not in traits:
+            self._custom_sampling(None)  # Panel(temperature=0.7) samples at 0.7
+        self._sync_enabled()
+        self._show_sampling()
+        self._show_estimate()
+
+    def _ipython_display_(self) -> None:
+        # The live widget, then its snapshot: a saved notebook shows the snapshot.
+        self.snapshot.show(self, snapshot_html(self), self._plain())
+
+    def _plain(self) -> str:
+        return f"mlx_notebook Panel, model {self.model}\n" + history_text(self.history)
+
+    def _save_snapshot(self) -> None:
+        self.snapshot.update(snapshot_html(self), self._plain())
+
+    def route(self) -> Route:
+        """Where the current model's requests go (a backend passed in wins)."""
+        model = self.model or "default"
+        if self._fixed is not None:
+            return Route(self._fixed, model)
+        return backend_for(model, self.server_url or None)
+
+    @property
+    def engine(self) -> Backend:
+        """The backend for the current model."""
+        return self.route().backend
+
+    @observe("model", "draft_model")
+    def _remember(self, change) -> None:
+        v = change["new"]
+        if v and v not in _recent:
+            _recent.append(v)
+
+    def _model_options(self) -> list[str]:
+        loaded = [m.name for m in self.engine.info().models]
+        return list(dict.fromkeys(["default", *loaded, *_recent]))
+
+    def _link_controls(self) -> None:
+        for name, w in self._pairs:
+            widgets.link((self, name), (w, "value"))
+        self.sweep_range.value = (self.sweep_from, self.sweep_to)
+        self.sweep_range.observe(self._range_changed, names="value")
+        self.observe(self._bounds_changed, names=["sweep_from", "sweep_to"])
+        self.observe(
+            lambda _c: self._sync_enabled(), names=["running", "draft_source", "model_sampling"]
+        )
+        self.observe(self._custom_sampling, names=["temperature", "top_p"])
+        self.observe(self._on_model_sampling, names=["model_sampling"])
+        self.observe(lambda _c: self._show_sampling(), names=["model"])
+        self.observe(
+            lambda _c: self._show_estimate(),
+            names=["model", "sweep_from", "sweep_to", "repeats", "max_tokens", "draft_source"],
+        )
+
+    def _custom_sampling(self, _change) -> None:
+        self._by_hand = True  # a value set by hand is meant to be used, as set
+        try:
+            self.model_sampling = False
+        finally:
+            self._by_hand = False
+
+    def _on_model_sampling(self, change) -> None:
+        if change["new"] or self._by_hand:
+            return
+        # The sliders start at the values in force, so unticking changes nothing.
+        from ...models.generation import defaults_for, in_force
+
+        values = in_force(Request(""), defaults_for(self.route().model))
+        with self.hold_trait_notifications():
+            self.temperature, self.top_p = values["temperature"], values["top_p"]
+
+    def _show_sampling(self) -> None:
+        self.sampling_hint.value = sampling_text(self.route().model)
+
+    def _show_estimate(self) -> None:
+        self.estimate.value = estimate_text(self)
+
+    def _range_changed(self, change) -> None:
+        self.sweep_from, self.sweep_to = change["new"]
+
+    def _bounds_changed(self, _change) -> None:
+        lo, hi = sorted((max(1, min(16, self.sweep_from)), max(1, min(16, self.sweep_to))))
+        self.sweep_range.value = (lo, hi)
+
+    # -- requests -----------------------------------------------------------
+    def request(self) -> Request:
+        """The Request the current settings describe (validated).
+
+        Raises:
+            ValueError: A setting is invalid (the message names it).
+        """
+        draft = self.draft_model or None if self.draft_source == "model" else None
+        req = Request(
+            prompt=self.prompt,
+            model=self.route().model,
+            system=self.system or None,
+            chat=self.chat,
+            max_tokens=self.max_tokens,
+            temperature=None if self.model_sampling else self.temperature,
+            top_p=None if self.model_sampling else self.top_p,
+            seed=self.seed,
+            stop=[unescape(s) for s in self.stop_strings.splitlines() if s],
+            draft=draft,
+            draft_kind=self.draft_source,
+            num_draft_tokens=self.num_draft_tokens,
+            lookup_ngram=self.lookup_ngram,
+            logprobs=5 if self.inspect else None,
+        )
+        if self.draft_source == "model" and not self.draft_model:
+            raise ValueError("draft_model: choose a draft model, or another draft source")
+        req.validate()
+        return req
+
+    def _begin(self, kind: str):
+        if self.running:
+            return None
+        try:
+            req = self.request()
+            self.engine.check(req)  # draft vocabulary and context too, before running
+        except Exception as exc:
+            self._show_error(exc)
+            return None
+        self.status.value = ""  # the run's own view says what it is doing
+        self._action = (kind, self._action[1] + 1)
+        self._finished.clear()
+        self.running = True
+        return req
+
+    def _show_error(self, exc: BaseException) -> None:
+        self.status.value = f'<div class="mlxnb"><div class="err">{escape(str(exc))}</div></div>'
+
+    def _fail(self, exc: BaseException) -> None:
+        # A submit that failed after _begin: cancel what did start, stay usable.
+        for j in list(self._active):
+            j.cancel()
+        self._active = []
+        self._show_error(exc)
+        self.running = False
+        self._finished.set()
+
+    def _end(self) -> None:
+        # Runs on a view's refresh thread: only widget traits are touched.
+        self._show_history()
+        self._show_estimate()  # now timed from this run too
+        self._save_snapshot()
+        options = self._model_options()  # newly loaded models and recent specs
+        self.model_box.options = options
+        self.draft_box.options = options
+        self.running = False
+        self._finished.set()
+
+    def _show_history(self) -> None:
+        self.history_html.value = history_html(self.history)
+
+    # -- actions ------------------------------------------------------------
+    def generate(self) -> None:
+        """Run the current settings once (speculative if a draft source is set)."""
+        req = self._begin("generate")
+        if req is None:
+            return
+        try:
+            job = self.engine.submit(req)
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._active = [job]
+
+        def done() -> None:
+            res = job.result(raise_on_error=False)
+            self.last_result = res
+            self._record(req, res, req.mode)
+            self._end()
+
+        state = ViewState(
+            model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown",
+            inspect=self.inspect,
+        )  # fmt: skip
+        view = generation_view(state, self.refresh_hz, on_done=done)
+        self._show(view)  # before attach: a quick job's done() snapshots this view
+        view.attach(job)
+
+    def compare(self) -> None:
+        """Normal and speculative decoding in interleaved pairs, until the answer is clear."""
+        req = self._begin("compare")
+        if req is None:
+            return
+
+        def done(res: CompareResult) -> None:
+            self.last_result = res
+            for _, role, r in res.runs:
+                self._record(req, r, "normal" if role == "normal" else req.mode)
+            self._end()
+
+        comparison = Comparison(
+            self.engine, req, None, self.metric, max_pairs=self.max_pairs, budget_s=self.budget_s
+        )
+        self._run(CompareRun(comparison, self.refresh_hz, on_done=done))
+
+    def sweep(self) -> None:
+        """Speculative decoding at each k of the range, repeated, against normal decoding."""
+        req = self._begin("sweep")
+        if req is None:
+            return
+        ks = range(self.sweep_from, self.sweep_to + 1)
+
+        def done(res: SweepResult) -> None:
+            self.last_result = res
+            for k, r in res.runs:
+                if r is not None:
+                    self._record(req, r, "normal" if k is None else req.mode, k)
+            self._end()
+
+        self._run(
+            SweepRun(self.engine, req, ks, self.repeats, self.metric, self.refresh_hz, on_done=done)
+        )
+
+    def _run(self, run) -> None:
+        self._show(run.view)  # before start: a quick run's done() snapshots this view
+        try:
+            run.start()
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._active = run.jobs  # the run's own list: a Compare adds pairs as it goes
+
+    def stop(self) -> None:
+        """Cancel the running action; whatever finished is kept."""
+        if self._view is not None:
+            self._view.stop()
+        for j in list(self._active):
+            j.cancel()
+
+    def wait(self, timeout: float | None = None):
+        """Block until the current action ends; return its result."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError("panel action still running")
+        return self.last_result
+
+    def clear_history(self) -> None:
+        """Forget the run history."""
+        self.history.clear()
+        self._show_history()
+        self._save_snapshot()
+
+    def history_text(self) -> str:
+        """The run history as plain text."""
+        return history_text(self.history)
+
+    def _show(self, view: LiveView) -> None:
+        self._view = view
+        view.stop_button.layout.display = "none"  # one Stop: the panel's own
+        self.output.children = [view.widget]  # replaces the last view, chart and all
+
+    def _record(self, req: Request, res: Result, mode: str, k: int | None = None) -> None:
+        kind, n = self._action
+        row = history_row(req, res, mode, k)
+        row.update(run=len(self.history) + 1, action=f"{kind} {n}", model=req.model)
+        self.history.append(row)

@@ -1,0 +1,323 @@
+"""Live widgets for jobs: refresh on their own clock, never per token.
+
+The worker thread only appends events to a list (lock-free in CPython); a
+refresh thread folds them into a renderer at most ``refresh_hz`` times a
+second and sends one widget update per refresh, plus one final refresh. When
+every job has ended the Stop button goes away and, for a displayed view, the
+output becomes a static document (see `document`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+import ipywidgets as widgets
+
+from ...engine.events import Event, Finished
+from ...engine.job import Job
+from .render import ViewState
+
+log = logging.getLogger("mlx_notebook")
+
+
+class Renderer(Protocol):
+    """Folds events from the jobs it shows and renders them as one HTML string."""
+
+    def apply_from(self, index: int, ev: Event) -> None:
+        """Fold event ``ev`` of job number ``index``."""
+
+    def html(self) -> str:
+        """The whole view."""
+
+    def plain(self) -> str:
+        """The whole view as plain text."""
+
+    def set_stopping(self) -> None:
+        """Mark that Stop was pressed."""
+
+
+class LiveView:
+    """One HTML widget with a compact Stop button beside it, following one or more jobs.
+
+    Args:
+        renderer: What to show.
+        refresh_hz: Most refreshes per second. Default: 20.
+        start_thread: Start the refresh thread on `attach` (tests call `refresh`).
+        on_done: Called on the refresh thread after the final refresh.
+    """
+
+    def __init__(
+        self,
+        renderer: Renderer,
+        refresh_hz: float = 20,
+        start_thread: bool = True,
+        on_done: Callable[[], None] | None = None,
+    ):
+        self.renderer = renderer
+        self.refresh_hz = refresh_hz
+        self.start_thread = start_thread
+        self.on_done = on_done
+        self.updates = 0
+        self._events: list[tuple[int, Event]] = []
+        self._seen = 0
+        self._dirty = True  # set when something other than an event changes the view
+        self._done = threading.Event()
+        self._jobs: list[Job] = []
+        self._sealed = True  # False while more jobs may still be added
+        self._thread: threading.Thread | None = None
+        self.document = None
+        self._final = False  # the final refresh ran: a later `display` shows the end
+        self._doc_lock = threading.Lock()  # `display` and `finish` on different threads
+        self.html = widgets.HTML(value=renderer.html(), layout=widgets.Layout(flex="1 1 auto"))
+        self.stop_button = widgets.Button(
+            description="Stop",
+            icon="stop",
+            tooltip="Stop generating (keeps the text so far)",
+            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto"),
+        )
+        self.stop_button.on_click(lambda _b: self.stop())
+        # Shown once the job's tokens carry records (``--logprobs``): the text, or
+        # the text tinted by each token's probability.
+        self.inspect_button = widgets.ToggleButton(
+            value=bool(getattr(renderer, "inspecting", False)),
+            description="Inspect",
+            icon="eye",
+            tooltip="Tint each token by its probability (hover a token for its alternatives)",
+            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
+        )
+        self.inspect_button.observe(self._toggle_inspect, "value")
+        # Shown while a thinking model reasons and has not begun its answer.
+        self.think_button = widgets.Button(
+            description="Stop thinking",
+            icon="forward",
+            tooltip="End the reasoning here: the model answers now",
+            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
+        )
+        self.think_button.on_click(lambda _b: self.end_thinking())
+        # Top right, over the header's free end: the text never re-wraps around them.
+        self.controls = widgets.HBox(
+            [self.think_button, self.inspect_button, self.stop_button],
+            layout=widgets.Layout(width="auto", flex="0 0 auto"),
+        )
+        self.controls.add_class("mlxnb-stop")
+        self.widget = widgets.HBox(
+            [self.html, self.controls],
+            layout=widgets.Layout(align_items="flex-start", width="100%"),
+        )
+        self.widget.add_class("mlxnb-view")
+
+    def display(self) -> LiveView:
+        """Show the view as a cell output that ends as a saved document."""
+        from .document import Document
+
+        with self._doc_lock:
+            self.document = Document(self.widget)
+            self.document.show(self.renderer.html(), self.renderer.plain())
+            if self._final:  # the jobs ended before the view was shown
+                self.document.finalize(self.renderer.html(), self.renderer.plain())
+        return self
+
+    def attach(self, *jobs: Job, sealed: bool = True) -> LiveView:
+        """Follow ``jobs``: Stop cancels them all; their events feed the renderer.
+
+        Args:
+            jobs: The jobs so far.
+            sealed: False when more jobs will be `add`-ed (a measurement that
+                decides as it goes); the view ends only after `seal`.
+        """
+        self._sealed = sealed
+        for job in jobs:
+            self.add(job)
+        if self.start_thread:
+            self._thread = threading.Thread(target=self._loop, name="mlxnb-view", daemon=True)
+            self._thread.start()
+        return self
+
+    def follow(self, runs, start: Callable[[], object]) -> LiveView:
+        """Follow runs submitted as they go (a `PacedRuns`); ``start()`` submits the first.
+
+        Each new job joins the view, and the view ends once pacing has ended and
+        those jobs have. If ``start`` raises, nothing runs and the view ends at once.
+        """
+        runs.on_submit = lambda job, _i: self.add(job)
+        runs.on_end = self.seal
+        self.attach(sealed=False)
+        try:
+            start()
+        except BaseException:
+            self.seal()
+            raise
+        return self
+
+    def add(self, job: Job) -> None:
+        """Follow one more job (its index is the number of jobs before it)."""
+        i = len(self._jobs)
+        self._jobs.append(job)
+        if self.stopping:  # Stop came before this job was submitted
+            job.cancel()
+        job.add_listener(lambda ev: self.push(ev, i))
+
+    def seal(self) -> None:
+        """No more jobs will be added: the view ends when those it has end."""
+        self._sealed = True
+        if all(j.done for j in self._jobs):
+            self._done.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether Stop was pressed."""
+        return self.stop_button.disabled
+
+    def push(self, ev: Event, index: int = 0) -> None:
+        """Listener, called on the worker thread: append only, never touch widgets."""
+        self._events.append((index, ev))
+        # A job is done once its Finished is logged, which precedes this call.
+        if isinstance(ev, Finished) and self._sealed and all(j.done for j in self._jobs):
+            self._done.set()
+
+    def stop(self) -> None:
+        """What the Stop button does: cancel every job (never blocks)."""
+        self.stop_button.disabled = True
+        self.renderer.set_stopping()
+        self._dirty = True
+        for job in list(self._jobs):
+            job.cancel()
+
+    def end_thinking(self) -> None:
+        """What "Stop thinking" does: every job answers now (never blocks)."""
+        self.think_button.disabled = True
+        self.think_button.description = "answering…"
+        for job in list(self._jobs):
+            job.end_thinking()
+
+    def _toggle_inspect(self, change) -> None:
+        # A click (main thread): no MLX work, only the renderer's mode and a redraw.
+        self.renderer.set_inspect(bool(change["new"]))
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        """Something other than an event changed what the renderer shows: redraw now."""
+        self._dirty = True
+        self.refresh()
+
+    @property
+    def done(self) -> bool:
+        """Whether every job has finished."""
+        return self._done.is_set()
+
+    def _loop(self) -> None:
+        while not self._done.wait(1 / self.refresh_hz):
+            self.refresh()
+        self.finish()
+
+    def finish(self) -> None:
+        """The final refresh; then the button goes and the document is finalized."""
+        # Re-rendered even without new events: a renderer may read state that changed
+        # after the last event (a Sweep's verdict waits for its pacing to end).
+        self._dirty = True
+        self.refresh()  # with the complete text
+        if self.on_done is not None:
+            try:
+                self.on_done()
+            except Exception:  # a failing callback must not lose the final text
+                log.exception("mlx_notebook: a view's on_done callback failed")
+        # The button hides but keeps its room: the text does not re-wrap at the end.
+        self.stop_button.layout.visibility = "hidden"
+        self.inspect_button.layout.visibility = "hidden"  # the document folds the inspection
+        with self._doc_lock:
+            self._final = True
+            if self.document is not None:
+                self.document.finalize(self.renderer.html(), self.renderer.plain())
+
+    def wait_rendered(self, timeout: float | None = None) -> bool:
+        """Block until the final refresh has been sent."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return self._done.is_set()
+
+    def refresh(self) -> bool:
+        """Fold new events and send at most one update; return whether one was sent."""
+        n = len(self._events)
+        sent = False
+        if n != self._seen or self._dirty:  # nothing new: no re-render, no message
+            for index, ev in self._events[self._seen : n]:
+                self.renderer.apply_from(index, ev)
+            self._seen, self._dirty = n, False
+            html = self.renderer.html()
+            sent = html != self.html.value
+            if sent:
+                self.html.value = html
+                self.updates += 1
+            if getattr(self.renderer, "inspectable", False) and not self.done:
+                self.inspect_button.layout.display = None
+            thinking = bool(getattr(self.renderer, "thinking", False)) and not self.done
+            self.think_button.layout.display = None if thinking else "none"
+        return sent
+
+    def _ipython_display_(self) -> None:
+        self.display()
+
+
+class StatesRenderer:
+    """Renderer over one `ViewState` per job: events go to their job's state.
+
+    Subclasses that show several jobs override `html`.
+
+    Args:
+        states: One state per attached job, in attach order.
+    """
+
+    def __init__(self, states: list[ViewState]) -> None:
+        self.states = states
+
+    def apply_from(self, index: int, ev: Event) -> None:
+        """Fold an event of job ``index``."""
+        self.states[index].apply(ev)
+
+    def set_stopping(self) -> None:
+        """Stop was pressed."""
+        for s in self.states:
+            s.stopping = True
+
+    @property
+    def inspectable(self) -> bool:
+        """Whether the job's tokens carry records (the view can tint them)."""
+        return len(self.states) == 1 and bool(self.states[0].records)
+
+    @property
+    def thinking(self) -> bool:
+        """Whether a thinking model is reasoning and has not begun its answer."""
+        st = self.states[0]
+        return len(self.states) == 1 and st.finished is None and bool(st.thought) and not st.text
+
+    @property
+    def inspecting(self) -> bool:
+        """Whether the text shows as the token inspector."""
+        return self.states[0].inspect
+
+    def set_inspect(self, on: bool) -> None:
+        """Show the text tinted by probability (``on``) or as its format."""
+        for s in self.states:
+            s.inspect = on
+
+    def html(self) -> str:
+        """Render the first (usually only) job."""
+        return self.states[0].html()
+
+    def plain(self) -> str:
+        """The first job as plain text."""
+        return self.states[0].plain()
+
+
+def generation_view(
+    state: ViewState,
+    refresh_hz: float = 20,
+    start_thread: bool = True,
+    on_done: Callable[[], None] | None = None,
+) -> LiveView:
+    """A live view of one job."""
+    return LiveView(StatesRenderer([state]), refresh_hz, start_thread, on_done)

@@ -1,0 +1,100 @@
+"""Weights on transparent huge pages: the packing primitive, and models that take its copies."""
+
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+from mlx_notebook.cpu import ext as _ext
+from mlx_notebook.cpu import fast as cpu_fast
+from mlx_notebook.cpu import pages as cpu_pages
+
+
+@pytest.fixture(scope="module")
+def ext():
+    mod = _ext.load()
+    assert mod is not None, _ext.status()  # gcc, g++ and nanobind are installed here
+    return mod
+
+
+def _address(a) -> int:
+    import numpy as np
+
+    return np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data
+
+
+def test_huge_pack_copies_every_array_into_one_aligned_buffer(ext):
+    import mlx.core as mx
+
+    w = mx.random.normal((1000, 1100), key=mx.random.key(0))  # 4.4 MB: whole huge pages
+    arrays = [
+        mx.arange(5, dtype=mx.float32),
+        mx.arange(24, dtype=mx.uint32).reshape(2, 3, 4),
+        w.T,  # not row-contiguous: packed as its values, row-major
+        mx.ones((3, 7), dtype=mx.float16),
+        w,
+    ]
+    before = ext.huge_advised()
+    packed = ext.huge_pack(arrays)
+    mx.eval(packed)
+    for a, p in zip(arrays, packed):
+        assert p.shape == a.shape and p.dtype == a.dtype
+        assert mx.array_equal(p, a).item()
+    addrs = [_address(p) for p in packed if p.dtype != mx.float16]
+    assert all(a % 64 == 0 for a in addrs)  # each on a cache line
+    assert max(addrs) - min(addrs) < 2 * w.nbytes + 4096  # one buffer, in order
+    assert addrs == sorted(addrs)
+    mode = cpu_pages.thp_mode()
+    if mode in ("always", "madvise"):
+        assert ext.huge_advised() > before  # at least the 2 MiB stretch of one page
+
+
+def test_a_model_on_huge_pages_computes_what_it_did(ext, tiny_dir):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    model = load(tiny_dir)[0]
+    model.set_dtype(mx.float32)
+    cpu_fast.apply(model, "cpu")
+    x = mx.array([[5, 17, 99, 3, 42, 8]])
+    want = model(x)
+    mx.eval(want)
+    old = {k: mx.array(v) for k, v in tree_flatten(model.parameters())}
+    line = cpu_pages.install(model)
+    if cpu_pages.thp_mode() in ("always", "madvise"):
+        assert line.startswith("weights on huge pages (")
+    new = dict(tree_flatten(model.parameters()))
+    assert new.keys() == old.keys()
+    assert all(mx.array_equal(new[k], old[k]).item() for k in old)
+    addrs = sorted(_address(a) for a in new.values())
+    total = sum(a.nbytes for a in new.values())
+    assert addrs[-1] - addrs[0] < total + 64 * len(addrs)  # all in the one buffer
+    assert mx.array_equal(model(x), want).item()  # the same values: bit-identical logits
+
+
+def test_huge_pages_are_skipped_with_a_reason(ext, tiny_dir, tmp_path, monkeypatch):
+    from mlx_lm import load
+
+    model = load(tiny_dir)[0]
+    thp = tmp_path / "enabled"
+    thp.write_text("always madvise [never]\n")
+    monkeypatch.setattr(cpu_pages, "THP", thp)
+    assert cpu_pages.thp_mode(thp) == "never"
+    assert cpu_pages.install(model) == "weights on 4 KiB pages: transparent huge pages are never"
+    monkeypatch.setattr(cpu_pages, "THP", tmp_path / "missing")
+    assert cpu_pages.install(model).endswith("transparent huge pages are unavailable")
+    thp.write_text("always [madvise] never\n")
+    monkeypatch.setattr(cpu_pages, "THP", thp)
+    monkeypatch.setattr(cpu_pages, "available_bytes", lambda: 1000)
+    assert "needs twice that free" in cpu_pages.install(model)
+    monkeypatch.setenv(cpu_pages.ENV, "0")
+    assert cpu_pages.install(model) is None
+
+
+def test_the_engine_names_the_huge_pages(engine, tiny_dir):
+    from mlx_notebook.engine import Request
+
+    engine.submit(Request("Hello", model=tiny_dir, chat=False, max_tokens=4)).result(timeout=300)
+    fast = engine.info().models[-1].fast_path
+    mode = cpu_pages.thp_mode()
+    want = "weights on huge pages (" if mode in ("always", "madvise") else "weights on 4 KiB pages"
+    assert any(line.startswith(want) for line in fast), fast

@@ -1,0 +1,155 @@
+"""Quantized models on the CPU fast path: their layers swapped for native products,
+greedy text equal to mlx-lm's own quantized kernels (or different at a near-tie)."""
+
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+from mlx_notebook.cpu import fast as cpu_fast
+from mlx_notebook.cpu import quant as cpu_quant
+from mlx_notebook.testing import quantize_model_dir
+from tests.cpu.test_fast import check_against_mlx_lm
+
+
+@pytest.fixture(scope="module")
+def quantized(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("quantized")
+    return {
+        (gs, bits): str(quantize_model_dir(tiny_dir, root / f"q{gs}-{bits}", gs, bits))
+        for gs, bits in [(32, 4), (64, 4), (64, 8), (32, 3)]
+    }
+
+
+def _load(path):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    model = load(path)[0]
+    model.set_dtype(mx.float32)
+    return model
+
+
+def test_supported_layers_are_swapped_and_stacked_on_cpu_only(quantized):
+    import mlx.nn as nn
+
+    assert cpu_fast.apply(_load(quantized[32, 4]), "gpu") == []
+    model = _load(quantized[32, 4])
+    done = cpu_fast.apply(model, "cpu")
+    # 2 layers x (q, k, v, o, gate, up, down) + the tied embedding
+    assert done[0] == "15 quantized products native"
+    assert "2 q/k/v stacked" in done and "2 gate/up stacked" in done
+    kinds = {type(m) for _, m in model.named_modules()}
+    assert nn.QuantizedLinear not in kinds and nn.QuantizedEmbedding not in kinds
+    assert cpu_quant.FastQuantizedEmbedding in kinds
+
+
+def test_other_bit_widths_keep_mlx_kernels(quantized):
+    import mlx.nn as nn
+
+    model = _load(quantized[32, 3])
+    done = cpu_fast.apply(model, "cpu")
+    assert not any("quantized" in d for d in done)
+    assert nn.QuantizedLinear in {type(m) for _, m in model.named_modules()}
+
+
+def test_switched_off_leaves_quantized_layers_alone(quantized, monkeypatch):
+    import mlx.nn as nn
+
+    monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
+    model = _load(quantized[32, 4])
+    assert cpu_fast.apply(model, "cpu") == []
+    assert nn.QuantizedLinear in {type(m) for _, m in model.named_modules()}
+
+
+def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatch):
+    from mlx_notebook.cpu import ext as _ext
+
+    monkeypatch.setattr(_ext, "_state", {"module": None, "reason": "no C/C++ compiler"})
+    done = cpu_fast.apply(_load(quantized[32, 4]), "cpu")
+    assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
+
+
+@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8)])
+def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
+    path = quantized[kind]
+    prompts = ["Hello world. The quick brown fox", "Rivers flow to the sea;", "def main():"]
+    check_against_mlx_lm(engine, path, prompts, 40)
+    (info,) = [m for m in engine.info().models if m.name == path]
+    assert any("quantized products native" in f for f in info.fast_path)
+
+
+@pytest.mark.parametrize("kind", [(32, 4), (64, 8)])
+def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
+    """A batched step of 16 rows (its products on the row tiles, or AMX's): every row's
+    greedy ids are mlx-lm's own, one row at a time on MLX's kernels."""
+    from mlx_notebook.cpu import ext as _ext
+    from mlx_notebook.engine import Request
+
+    path = quantized[kind]
+    starts = "Once Rivers The def Hello A In It We Then So But If When Where How".split()
+    prompts = [f"{w} the quick brown fox" for w in starts]
+    ext = _ext.load()
+    before = ext.calls(ext.path(16))
+    engine.max_batch = 16  # the default is 8
+    reqs = [Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30) for p in prompts]
+    res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
+    assert max(r.stats.batch_rows for r in res) == 16
+    assert ext.calls(ext.path(16)) > before
+    check_against_mlx_lm(engine, path, prompts, 24, ours=res)
+
+
+@pytest.mark.slow
+def test_greedy_text_matches_mlx_lm_on_the_default_model_in_4_bits(engine):
+    from mlx_notebook.models.default import default_gguf
+    from mlx_notebook.models.gguf import convert_gguf
+
+    path = str(convert_gguf(default_gguf(), "q"))
+    prompts = ["The capital of France is", "Rivers flow", "Once upon a time, in a quiet village,"]
+    check_against_mlx_lm(engine, path, prompts, 48)
+
+
+def test_status_says_quantized_products_run_natively(engine, quantized):
+    from mlx_notebook.cpu.threads import governor
+    from mlx_notebook.engine import Request
+
+    req = Request("Hello", model=quantized[64, 4], chat=False, max_tokens=3)
+    engine.submit(req).result(timeout=60)
+    notes = "\n".join(engine.info().notes)
+    what = "quantized products, decode attention, fused layers"
+    assert f"MLX extension ({what}): on native kernels" in notes
+    from mlx_notebook.cpu import ext as _ext
+
+    if governor().setters:  # OpenBLAS is loaded, so threads are governed: this one too
+        assert _ext.thread_setter() in governor().setters
+
+
+def test_default_q4_loads_the_files_own_4_bits_with_its_sampling(engine):
+    from mlx_notebook.engine import Request
+
+    r = engine.submit(Request("Hi", model="default:q4", max_tokens=4)).result(timeout=300)
+    assert r.token_ids
+    (info,) = [m for m in engine.info().models if m.name == "default:q4"]
+    assert "211 quantized products native" in info.fast_path  # 210 4-bit + the 8-bit head
+    lm = engine.registry.peek("default:q4")
+    assert lm.defaults["temperature"] == 0.2  # the bundled model's own sampling
+
+
+def test_the_default_model_is_its_4_bit_weights_on_cpu_when_the_kernels_are_there(monkeypatch):
+    from mlx_notebook.cpu import ext as _ext
+    from mlx_notebook.models.loader import VARIANT_ENV, default_variant
+
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    assert _ext.load() is not None and default_variant() == "q"
+    monkeypatch.setattr(_ext, "_state", {"module": None, "reason": "no C/C++ compiler"})
+    assert default_variant() == "f32"  # MLX's own 4-bit kernel is a scalar loop on CPU
+    for value, want in (("f32", "f32"), ("q4", "q"), ("q", "q")):
+        monkeypatch.setenv(VARIANT_ENV, value)
+        assert default_variant() == want
+
+
+def test_a_quantized_model_is_described_by_its_bit_widths(engine, quantized):
+    from mlx_notebook.engine import Request
+
+    path = quantized[64, 8]
+    engine.submit(Request("Hi", model=path, chat=False, max_tokens=2)).result(timeout=60)
+    (info,) = [m for m in engine.info().models if m.name == path]
+    assert info.dtype == "8-bit, float32"

@@ -1,0 +1,166 @@
+"""GGUF -> MLX conversion: logits round trip, quantization, cache, atomicity."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from mlx_notebook.models import gguf as conv
+from tests.gguf_fixture import build_tiny_gguf
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLX_NOTEBOOK_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    return build_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+def logits_of(model, ids):
+    import mlx.core as mx
+
+    return np.array(model(mx.array([ids]))[0].astype(mx.float32))
+
+
+def reference_model(hf, cfg):
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    model = llama.Model(llama.ModelArgs.from_dict(dict(cfg, rope_traditional=False)))
+    model.load_weights([(k, mx.array(v)) for k, v in hf.items()])
+    return model
+
+
+@pytest.mark.parametrize("variant", ["f32", "q"])
+def test_converted_logits_equal_source_weights_logits(engine, cache, tiny_gguf, variant):
+    path, hf, cfg = tiny_gguf
+    ids = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 31]
+
+    def run():
+        from mlx_lm import load
+
+        out = conv.convert_gguf(path, variant)
+        model, _ = load(str(out))
+        return out, logits_of(model, ids), logits_of(reference_model(hf, cfg), ids)
+
+    out, ours, ref = engine.call(run).result()
+    config = json.loads((out / "config.json").read_text())
+    assert config["rope_traditional"] is True and config["tie_word_embeddings"] is True
+    tol = 1e-3 if variant == "f32" else 2e-2
+    np.testing.assert_allclose(ours, ref, atol=tol * np.abs(ref).max())
+    assert (ours.argmax(-1) == ref.argmax(-1)).all()
+    if variant == "q":
+        q = config["quantization"]
+        assert q["model.embed_tokens"] == {"group_size": 32, "bits": 8}
+        assert q["model.layers.0.self_attn.q_proj"] == {"group_size": 32, "bits": 4}
+
+
+def test_wrong_rope_order_would_differ(engine, cache, tiny_gguf):
+    # Guards the test above: un-permuting Q/K with traditional RoPE must not match.
+    path, hf, cfg = tiny_gguf
+
+    def run():
+        right = reference_model(hf, cfg)
+        import mlx.core as mx
+        from mlx_lm.models import llama
+
+        bad = llama.Model(llama.ModelArgs.from_dict(dict(cfg, rope_traditional=True)))
+        bad.load_weights([(k, mx.array(v)) for k, v in hf.items()])
+        ids = list(range(3, 40))
+        return logits_of(bad, ids), logits_of(right, ids)
+
+    bad, right = engine.call(run).result()
+    assert np.abs(bad - right).max() > 1e-2
+
+
+def test_second_load_does_not_convert_again(engine, cache, tiny_gguf, monkeypatch):
+    path = tiny_gguf[0]
+    first = engine.call(lambda: conv.convert_gguf(path, "q")).result()
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+
+    def must_not_run(*_a):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(conv, "write_tokenizer", must_not_run)  # any conversion writes it
+    again = engine.call(lambda: conv.convert_gguf(path, "q")).result()
+    assert again == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    assert first.parent.parent == cache
+
+
+def test_other_architecture_is_refused_by_name(engine, cache, tmp_path):
+    path, _, _ = build_tiny_gguf(tmp_path / "falcon.gguf", arch="falcon")
+    with pytest.raises(ValueError, match="'falcon'"):
+        engine.call(lambda: conv.convert_gguf(path, "q")).result()
+    assert not list((cache / "gguf").iterdir())  # nothing left behind
+
+
+def test_killed_conversion_leaves_no_entry(cache, tiny_gguf, tmp_path):
+    path = tiny_gguf[0]
+    marker = tmp_path / "writing"
+    script = textwrap.dedent(f"""
+        import time, mlx_notebook
+        from mlx_notebook.models import gguf as conv
+        real = conv.write_tokenizer
+        def slow(md, out):
+            real(md, out)
+            open({str(marker)!r}, "w").close()
+            time.sleep(60)  # killed here: weights and tokenizer written, config not
+        conv.write_tokenizer = slow
+        conv.convert_gguf({str(path)!r}, "q")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ))
+    try:
+        deadline = time.time() + 60
+        while not marker.exists():
+            assert proc.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    final = conv.cache_path(path, "q")
+    assert not final.exists()  # only a hidden temporary directory remains
+    # The next load converts cleanly.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import mlx_notebook; from mlx_notebook.models import gguf as c;"
+            f" print(c.convert_gguf({str(path)!r}, 'q'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == str(final)
+    assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
+    assert [p.name for p in final.parent.iterdir()] == [final.name]  # leftovers removed
+
+
+def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
+    path = tiny_gguf[0]
+    final = conv.convert_gguf(path, "q")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = final.parent / f".{final.name}.{conv.TMP_TAG}{dead}.abc123"
+    live = final.parent / f".{final.name}.{conv.TMP_TAG}{os.getpid()}.def456"
+    other = final.parent / ".not-ours"
+    for d in (stale, live, other):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"x" * 1000)
+    assert conv.convert_gguf(path, "q") == final  # a cache hit
+    assert not stale.exists() and live.exists() and other.exists()

@@ -1,0 +1,275 @@
+"""Panel state and actions without a frontend (button.click())."""
+
+import pytest
+
+import mlx_notebook
+from mlx_notebook.engine import Token
+from mlx_notebook.notebook.views.compare import CompareResult
+
+COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello world."
+
+
+@pytest.fixture
+def panel(engine, tiny_dir):
+    return mlx_notebook.Panel(
+        engine=engine,
+        prompt=COPY,
+        model=tiny_dir,
+        draft_source="lookup",
+        lookup_ngram=2,
+        num_draft_tokens=3,
+        max_tokens=40,
+        chat=False,
+    )
+
+
+def shown(w):
+    return w.layout.display != "none"
+
+
+def test_traits_drive_controls_and_back(panel):
+    panel.num_draft_tokens = 5
+    assert panel.k_slider.value == 5
+    assert panel.model_sampling and not shown(panel._sampling_row)
+    panel.temp_slider.value = 0.7
+    assert panel.temperature == 0.7 and not panel.model_sampling  # set by hand: used
+    assert shown(panel._sampling_row) and panel.request().temperature == 0.7
+    panel.model_sampling = True
+    assert panel.request().temperature is None and panel.request().top_p is None
+    panel.draft_source = "none"
+    assert panel.compare_button.disabled and not shown(panel._draft_row)
+    assert "draft source" in panel.compare_button.tooltip  # disabled, and says why
+    assert not shown(panel._measure_row) and panel.estimate.value == ""
+    panel.draft_source = "model"
+    assert shown(panel.draft_box) and not shown(panel.ngram_slider)
+    panel.draft_source = "lookup"
+    assert shown(panel.ngram_slider) and not shown(panel.draft_box)
+    assert panel.stop_button.disabled and panel.stop_button.tooltip == "nothing is running"
+
+
+def test_unticking_the_models_sampling_starts_from_its_values(engine):
+    panel = mlx_notebook.Panel(engine=engine, model="default")
+    assert "temperature 0.2" in panel.sampling_hint.value
+    panel.model_sampling = False
+    assert (panel.temperature, panel.top_p) == (0.2, 0.9)
+    given = mlx_notebook.Panel(engine=engine, model="default", prompt="hi", temperature=0.7)
+    assert not given.model_sampling and given.request().temperature == 0.7
+
+
+def test_history_is_capped_with_the_rest_behind_show_all(panel):
+    from mlx_notebook.notebook.panel.snapshot import SHOWN_ROWS, history_html
+
+    row = dict(prompt="p", mode="normal", k=None, tps=1.0, e2e_s=1.0, acceptance=None,
+               ttft=0.1, finish="stop")  # fmt: skip
+    rows = [dict(row, run=i + 1, action=f"generate {i + 1}") for i in range(25)]
+    html = history_html(rows)
+    first, _, rest = html.partition("<details")
+    assert first.count("<tr>") == SHOWN_ROWS + 1 and "<td>25</td>" in first
+    assert "<td>1</td>" not in first and "show all 25 runs" in rest
+    assert rest.count("<tr>") == 26
+
+
+def test_sweep_says_how_long_it_will_take_before_it_starts(panel):
+    panel.sweep_from, panel.sweep_to, panel.repeats = 1, 4, 2
+    assert "Sweep k 1–4: 13 runs of up to 40 tokens" in panel.estimate.value
+    assert "Generate once" in panel.estimate.value  # nothing timed yet
+    panel.generate_button.click()
+    panel.wait(60)
+    assert "at most about" in panel.estimate.value
+
+
+def test_compare_runs_interleaved_pairs_and_gives_one_verdict(panel):
+    panel.max_pairs = 2
+    panel.compare_button.click()
+    assert panel.running and panel.generate_button.disabled and not panel.stop_button.disabled
+    assert panel.prompt_box.disabled and "Stop first" in panel.compare_button.tooltip
+    view = panel.output.children[0]
+    assert view.children[1].children[2].layout.display == "none"  # one Stop button: the panel's
+    assert panel.status.value == ""  # the view says what runs, once
+    res = panel.wait(60)
+    assert isinstance(res, CompareResult) and res.identical is True and len(res.runs) == 4
+    assert res.verdict in ("faster", "slower", "same", "undecided")
+    html = panel.output.children[0].children[0].value
+    assert html.count('class="verdict"') == 1 and "identical text in all 4 runs" in html
+    assert "highlighted</span> = draft tokens the main model accepted" in html
+    assert not panel.running and not panel.generate_button.disabled and panel.stop_button.disabled
+    # pair 1 runs normal first, pair 2 speculative first
+    assert [r["mode"] for r in panel.history] == ["normal", "lookup", "lookup", "normal"]
+    assert panel.history[0]["prompt"].startswith("Hello world.")
+    assert "Hello world." in panel.history_html.value
+
+
+def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_tokenizer):
+    vocab = sorted(tiny_tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    pool = [i for t, i in vocab if t.startswith("\u0120") and t[1:].isalpha() and len(t) > 2]
+    outputs, alt = [pool[i % 12] for i in range(24)], pool[12]
+    ids = scripted("main", outputs=outputs)
+    from mlx_notebook.testing import script_rule
+
+    main_rule = script_rule(len(ids), outputs, alt)
+    scripted("draft", rule=lambda p, t: alt if p - (len(ids) - 1) in (5, 12) else main_rule(p, t))
+    panel = mlx_notebook.Panel(
+        engine=engine,
+        prompt="Hello",
+        model="main",
+        draft_source="model",
+        draft_model="draft",
+        num_draft_tokens=4,
+        max_tokens=24,
+        chat=False,
+        max_pairs=2,
+    )
+    panel.compare_button.click()
+    res = panel.wait(60)
+    assert res.identical and res.acceptance == pytest.approx(17 / 20)
+    html = panel.output.children[0].children[0].value
+    assert "acceptance 85%" in html and "accepted 85% of 20 drafts" in html
+    assert html.count('class="draft"') == 17 + 1  # the first pair's accepted tokens, and legend
+    assert "accepted, by draft position" in html  # the position chart
+
+
+def test_stop_during_second_half_keeps_first(engine, scripted):
+    scripted("slow", delay_s=0.02)
+    panel = mlx_notebook.Panel(
+        engine=engine,
+        prompt="Hello",
+        model="slow",
+        draft_source="lookup",
+        max_tokens=15,
+        chat=False,
+    )
+    panel.compare_button.click()
+    *_warmup, normal, spec = panel._active
+    normal.wait(30)
+    for ev in spec.events(timeout=30, detach=True):
+        if isinstance(ev, Token):
+            break
+    panel.stop_button.click()
+    res = panel.wait(30)
+    (n,), (s,) = res.normal, res.speculative
+    assert n.finish_reason == "length" and len(n.token_ids) == 15
+    assert s.finish_reason == "cancelled"
+    assert not res.complete and res.speedup is None and res.verdict is None
+    html = panel.output.children[0].children[0].value
+    assert "stopped" in html and "done (max tokens)" in html
+
+
+def test_sweep_k_1_to_3_repeated_with_baselines(panel):
+    panel.sweep_from, panel.sweep_to = 1, 3
+    panel.repeats = 2
+    assert panel.sweep_range.value == (1, 3)
+    panel.sweep_button.click()
+    res = panel.wait(120)
+    ks = [k for k, _ in res.runs]
+    assert sorted(k for k in ks if k) == [1, 1, 2, 2, 3, 3] and ks[0] is None and ks[-1] is None
+    assert len(panel.history) == len(res.runs)  # the normal baselines are in the table
+    assert sum(r["mode"] == "normal" for r in panel.history) == ks.count(None)
+    html = panel.output.children[0].children[0].value
+    assert "<svg" in html and "normal decoding" in html
+    shown_part, _, all_part = panel.history_html.value.partition("<details")
+    assert shown_part.count("<tr>") == 10 + 1 and all_part.count("<tr>") == len(res.runs) + 1
+    assert f"show all {len(res.runs)} runs" in all_part
+    assert "lookup" in panel.history_text()
+    panel.clear_button.click()
+    assert panel.history == [] and panel.history_html.value == ""
+
+
+def test_a_new_action_clears_the_last_chart(panel):
+    panel.sweep_from, panel.sweep_to, panel.repeats = 1, 1, 1
+    panel.sweep_button.click()
+    panel.wait(60)
+    assert "<svg" in panel.output.children[0].children[0].value
+    panel.draft_source = "none"
+    panel.generate_button.click()
+    assert "<svg" not in panel.output.children[0].children[0].value
+    panel.wait(60)
+
+
+def test_suffix_choice_runs_suffix_drafting(panel):
+    panel.draft_source = "suffix"
+    assert not shown(panel.ngram_slider) and shown(panel.k_slider)
+    assert not panel.compare_button.disabled and not panel.sweep_button.disabled
+    req = panel.request()
+    assert (req.mode, req.draft) == ("suffix", None)
+    panel.draft_kind.value = "suffix"
+    panel.generate_button.click()
+    res = panel.wait(60)
+    assert res.finish_reason == "length" and panel.history[-1]["mode"] == "suffix"
+    panel.generate_button.click()  # the same prompt again: drafts from the first answer
+    assert panel.wait(60).stats.draft_tokens_accepted > 0
+
+
+def test_bad_setting_shows_error_and_runs_nothing(panel):
+    panel.prompt = "   "
+    panel.generate_button.click()
+    assert not panel.running and "prompt" in panel.status.value
+    assert panel.engine.info().queued == 0
+
+
+def test_generate_button(panel):
+    panel.draft_source = "none"
+    panel.generate_button.click()
+    res = panel.wait(60)
+    assert res.finish_reason == "length" and panel.history[-1]["mode"] == "normal"
+    assert panel.model in panel.model_box.options  # loaded models are offered
+
+
+@pytest.mark.parametrize("action", ["generate", "compare", "sweep"])
+def test_incompatible_draft_shows_inline_and_the_panel_stays_usable(panel, other_vocab_dir, action):
+    panel.draft_source = "model"
+    panel.draft_model = other_vocab_dir
+    getattr(panel, f"{action}_button").click()
+    assert "vocabulary" in panel.status.value
+    assert not panel.running and not panel.generate_button.disabled
+    assert panel.wait(1) is None  # nothing ran
+    panel.draft_source = "lookup"
+    panel.generate_button.click()
+    assert panel.wait(60).finish_reason == "length"
+
+
+def test_a_submit_failure_after_start_resets_the_panel(panel, monkeypatch):
+    def refuse(_req):
+        raise RuntimeError("engine is closed")
+
+    monkeypatch.setattr(panel.engine, "submit", refuse)
+    panel.generate_button.click()
+    assert "closed" in panel.status.value and not panel.running
+    assert panel.wait(1) is None
+
+
+def test_seed_box_refuses_negative_seeds(panel):
+    assert panel.seed_box.min == 0
+
+
+def test_inspect_box_records_tokens_and_tints_the_view(panel):
+    panel.draft_source = "none"
+    panel.inspect_box.value = True
+    assert panel.inspect and panel.request().logprobs == 5
+    panel.generate_button.click()
+    res = panel.wait(60)
+    assert len(res.tokens) == 40 and len(res.tokens[0].top) == 5
+    html = panel.output.children[0].children[0].value
+    assert html.count('class="tk b') >= 40 and 'class="card"' in html
+    panel.inspect = False
+    assert panel.request().logprobs is None
+
+
+def test_a_run_that_ends_before_its_view_is_shown_is_in_the_snapshot(panel, monkeypatch):
+    from mlx_notebook.notebook.views.view import LiveView
+
+    attach = LiveView.attach
+
+    def attach_and_finish(self, *jobs, **kw):  # the job ends before attach returns
+        out = attach(self, *jobs, **kw)
+        assert self.wait_rendered(60)
+        return out
+
+    monkeypatch.setattr(LiveView, "attach", attach_and_finish)
+    saved = []  # what the snapshot under the widget is updated to
+    monkeypatch.setattr(panel.snapshot, "update", lambda html, plain: saved.append(html))
+    panel.draft_source = "none"
+    panel.generate()
+    assert panel.wait(60).text
+    view = panel._view.renderer.html()
+    assert panel.last_result.text[:8] in panel._view.renderer.plain()
+    assert view and view in saved[-1]  # the last run's view, not nothing

@@ -1,0 +1,80 @@
+"""The token inspector: shaded tokens, a hover card each, static and inert."""
+
+import math
+import re
+
+from mlx_notebook.engine.token_records import TokenRecord, TokenTable
+from mlx_notebook.notebook.views.inspect import band, inspect_html
+
+EVIL = '<img src=x onerror="alert(1)">'
+
+
+def rec(i, text, p, source="text", top=None):
+    top = top if top is not None else ((text, i, math.log(p)), ("other", 999, math.log(0.01)))
+    return TokenRecord(i, i, text, math.log(p), 1, 0.5, tuple(top), source)
+
+
+def test_bands_split_probabilities_from_certain_to_surprising():
+    assert [band(p) for p in (1.0, 0.9, 0.89, 0.5, 0.2, 0.05, 0.049, 0.0)] == [
+        0,
+        0,
+        1,
+        1,
+        2,
+        3,
+        4,
+        4,
+    ]
+
+
+def test_tokens_are_shaded_carded_underlined_and_escaped():
+    records = [
+        rec(0, "Hello", 0.95),
+        rec(1, " " + EVIL, 0.3, top=[("<b>x</b>", 7, math.log(0.6)), ("y", 8, math.log(0.1))]),
+        rec(2, "\n", 0.01, source="prompt-lookup"),
+    ]
+    html = inspect_html(records, title="t")
+    assert "<img" not in html and "&lt;img src=x onerror=" in html and "<b>x</b>" not in html
+    spans = re.findall(r'<span class="(tk b\d[^"]*)">', html)
+    assert spans[-3:] == ["tk b0", "tk b2", "tk b4 s-prompt-lookup"]
+    assert "underlined:" in html and "<script" not in html.lower()
+    # The card lists the alternatives, most likely first, and the token itself.
+    card = html.split('<span class="card" style="display:none">')[2].split("</span>")[0]
+    assert card.index("&lt;b&gt;x&lt;/b&gt;") < card.index("<td>y</td>")
+    assert "0.600" in card and "0.300" in card and "rank 1" in card
+    assert "\\n" in html.split('<span class="card" style="display:none">')[3]  # shown
+
+
+def test_two_thousand_tokens_render_one_span_and_card_each():
+    # Its speed is measured by benchmarks/bench_inspect.py, not asserted here.
+    records = [rec(i, f" w{i}", (i % 100 + 1) / 101) for i in range(2000)]
+    html = inspect_html(records)
+    assert html.count('class="card"') == 2000 and html.count('<span class="tk b') == 2005
+
+
+def test_a_scored_table_displays_as_the_inspector(ipshell, engine, tiny_dir, monkeypatch):
+    # A kernel formats HTML; the terminal test shell has it off.
+    monkeypatch.setattr(ipshell.display_formatter.formatters["text/html"], "enabled", True)
+    ipshell.run_line_magic("load_ext", "mlx_notebook")
+    table = engine.score("the quick brown fox", model=tiny_dir)
+    data, _ = ipshell.display_formatter.format(table)
+    assert 'class="insp"' in data["text/html"] and "perplexity" in data["text/html"]
+    assert data["text/plain"].startswith("<TokenTable: ")
+    assert isinstance(table, TokenTable)
+    ipshell.run_line_magic("unload_ext", "mlx_notebook")
+    data, _ = ipshell.display_formatter.format(table)
+    assert "text/html" not in data
+
+
+def test_an_inspecting_view_tints_while_streaming_and_cards_at_the_end():
+    from mlx_notebook.engine.events import Finished, Stats, Token
+    from mlx_notebook.notebook.views.render import ViewState
+
+    s = ViewState(fmt="text", inspect=True)
+    for i, (text, p) in enumerate([("Hi", 0.9), (" <b>", 0.01)]):
+        s.apply(Token(text, i, False, i, info=rec(i, text, p)))
+    live = s.html()
+    assert 'class="insp"' in live and 'class="card"' not in live and "<b>" not in live
+    s.apply(Finished("Hi <b>", "length", stats=Stats()))
+    done = s.html()
+    assert done.count('class="card"') == 2 and "&lt;b&gt;" in done
