@@ -7,10 +7,14 @@ can also be used from plain Python::
     print(mn.generate("Name three rivers.", max_tokens=64).text)
 """
 
-from .cpu import blas as _blas
+import sys as _sys
 
-# Must precede the first `import mlx.core` in the process (see _blas).
-_blas.preload()
+if _sys.platform.startswith("linux"):
+    # Must precede the first `import mlx.core` in the process (see cpu.blas). It loads
+    # OpenBLAS and the fast path's library if already built; it compiles nothing.
+    from .cpu import blas as _blas
+
+    _blas.preload()
 
 from .engine import Finished, GenerationError, Job, Request, Result, Token  # noqa: E402
 

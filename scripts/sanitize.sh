@@ -3,7 +3,7 @@
 # and MLX extension are built again with AddressSanitizer and UndefinedBehaviorSanitizer
 # (an out-of-bounds read or write, a use after free, an overflow or a misaligned access
 # stops the run), into a cache folder of their own, and the kernel tests run on them; then
-# _helper.c's thread pool under ThreadSanitizer. Python and MLX are not instrumented, so
+# helper.c's thread pool under ThreadSanitizer. Python and MLX are not instrumented, so
 # the runtimes are preloaded. Extra arguments go to pytest. Needs gcc (its libasan,
 # libubsan and libtsan); run scripts/setup.sh test first.
 set -euo pipefail

@@ -22,17 +22,17 @@ else (a chunk's mask array, sinks) goes to mlx-lm's own function unchanged.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 import mlx.core as mx
 import numpy as np
 
+from .. import config
 from . import ext as _ext
 
 MIN_ROWS = 2  # one query is a decode step: the step kernel's
 # Chunks of up to this many queries (verify passes) go to the extension's primitive, whose
-# kernel (_attn.c's FEW_QUERIES path) runs on OpenMP threads alone. Longer chunks (prefill)
+# kernel (attn.c's FEW_QUERIES path) runs on OpenMP threads alone. Longer chunks (prefill)
 # take OpenBLAS's sgemm: run by the primitive on MLX's stream thread, a 1,500-token prefill
 # was 3-4x slower with 2 threads (and not with 1), likely OpenBLAS's threads waiting for a
 # core held by a spinning OpenMP thread; through numpy, on the engine's thread, it is not.
@@ -220,7 +220,7 @@ def install(model) -> int:
     ``scaled_dot_product_attention``, once per module (calls it cannot take go to
     the original). Returns how many of the model's modules go through it now.
     """
-    if os.environ.get(ENV, "1") == "0" or _kernel() is None:
+    if not config.enabled(ENV) or _kernel() is None:
         return 0
     _ext.load()  # decode steps' attention as an MLX primitive (built once per machine)
     fused = 0

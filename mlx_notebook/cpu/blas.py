@@ -14,6 +14,8 @@ import shutil
 import sys
 import warnings
 
+from .. import config
+
 ENV = "MLX_NOTEBOOK_BLAS"
 CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
@@ -48,7 +50,7 @@ def preload() -> None:
     if not sys.platform.startswith("linux"):
         _state["reason"] = "not needed off Linux (macOS uses Accelerate/Metal)"
         return
-    env = os.environ.get(ENV, "")
+    env = config.get(ENV)
     if env == "0":
         _state["reason"] = f"disabled by {ENV}=0"
         return
@@ -119,7 +121,7 @@ def _sgemm_library(path: str, blas):
     AVX-512 whose OpenBLAS runs AVX2 kernels (also when ``OPENBLAS_CORETYPE`` asked
     for them: the first library keeps them); ``MLX_NOTEBOOK_BLAS_SGEMM=0`` keeps one.
     """
-    if os.environ.get(SGEMM_ENV) == "0":
+    if not config.enabled(SGEMM_ENV):
         return None
     if _core(blas).lower() not in ("haswell", "zen") or not AVX512 <= _cpu_flags():
         return None
@@ -186,13 +188,32 @@ def _with_kernels(path: str, core: str):
     return (lib, str(copy)) if _core(lib).lower() == core.lower() else None
 
 
-def _load_gemv(blas) -> None:
+NOT_BUILT = (
+    "not built yet: run 'python -m mlx_notebook.cpu build' (scripts/setup.sh does), or the "
+    "first CPU model load builds it"
+)
+
+
+def _load_gemv(blas, late: bool = False) -> None:
+    """Load the fast path's library: at import only if built; ``late``: build it now.
+
+    At import it is loaded globally before MLX, so its ``cblas_sgemm`` takes MLX's
+    products. Built late (at the first CPU model load, after MLX), it is loaded
+    locally: its attention kernels and helper thread serve the extension, and the
+    products are its own only from the next process on.
+    """
     from . import build
 
     if not build.fast_enabled():
         _state["gemv_reason"] = "off (MLX_NOTEBOOK_FAST=0)"
         return
-    path, how = build.build_library()
+    if late:
+        path, how = build.build_library()
+    else:
+        path, how = build.built_library(), "cached"
+        if path is None:
+            _state["gemv_reason"] = NOT_BUILT
+            return
     if path is None:
         _state["gemv_reason"] = how
         return
@@ -200,7 +221,7 @@ def _load_gemv(blas) -> None:
     try:
         sgemm = ctypes.cast((fast or blas).cblas_sgemm, ctypes.c_void_p)
         sgemv = ctypes.cast(blas.cblas_sgemv, ctypes.c_void_p)
-        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL if late else ctypes.RTLD_GLOBAL)
         lib.mlxnb_gemv_init(sgemm, sgemv)  # before anything can call it
     except (OSError, AttributeError) as exc:
         _state["gemv_reason"] = f"could not load {path.name}: {exc}"
@@ -214,22 +235,34 @@ def _load_gemv(blas) -> None:
     core = _core(fast) if fast is not None else ""
     kernels = f", OpenBLAS's {core} sgemm" if core else ""
     tiles = int(lib.mlxnb_tile_rows())
-    # one_row (_gemv.c) is built where the row tiles are: with AVX-512
+    # one_row (gemv.c) is built where the row tiles are: with AVX-512
     one = "an AVX-512 kernel on two threads" if tiles else "sgemv"
     few = (
         f"2-{tiles} rows AVX-512 row tiles (a few-row kernel up to 24 where they do not fit)"
         if tiles
         else "2-24 rows a few-row kernel"
     )
-    _state.update(
-        gemv=True,
-        gemv_reason=f"single-row products use {one}, {few}{kernels} ({how})",
-    )
+    if late:
+        _state["gemv_reason"] = (
+            f"built at this model load ({how}): its attention kernels are in use; its "
+            "single-row products take over after a kernel restart (it must load before MLX)"
+        )
+    else:
+        _state.update(
+            gemv=True,
+            gemv_reason=f"single-row products use {one}, {few}{kernels} ({how})",
+        )
     _state["_lib"], _state["_sgemm"], _state["sgemm"] = lib, fast, core
 
 
+def load_late() -> None:
+    """At the first CPU model load: build and load the library if import found none."""
+    if _state["active"] and _state.get("_lib") is None and _state["gemv_reason"] == NOT_BUILT:
+        _load_gemv(_state["_blas"], late=True)
+
+
 def native_library():
-    """The fast path's loaded native library (``_gemv.c``, ``_attn.c``), or None."""
+    """The fast path's loaded native library (``gemv.c``, ``attn.c``), or None."""
     return _state.get("_lib")
 
 

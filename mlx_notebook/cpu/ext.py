@@ -116,6 +116,9 @@ def load():
     if not fast_enabled():
         _state["reason"] = "off (MLX_NOTEBOOK_FAST=0)"
         return None
+    from . import blas
+
+    blas.load_late()  # the library's attention kernels, if import found it unbuilt
     path, how = build()
     if path is None:
         _state["reason"] = how
@@ -132,7 +135,7 @@ def load():
         _state["reason"] = why
         return None
     _state.update(module=mod, reason=f"on native kernels ({how}){amx_tiles(mod)}")
-    _attention_kernel(mod)
+    _library_kernels(mod)
     return mod
 
 
@@ -149,17 +152,24 @@ def amx_tiles(mod) -> str:
     return "; AMX tiles for products of several rows" if mod.set_amx(1) else ""
 
 
-def _attention_kernel(mod) -> None:
-    # The attention kernels are _attn.c's, in the fast path's own library.
+def _library_kernels(mod) -> None:
+    # The attention kernels (lib/attn.c) and the helper thread (lib/helper.c) live in the
+    # fast path's own library, which the extension does not link: handed over by address.
     import ctypes
 
     from . import blas as _blas
 
     lib = _blas.native_library()
-    fns = [getattr(lib, f"mlxnb_{n}_attention", None) for n in ("decode", "causal")]
-    if lib is not None and None not in fns:
-        mod.set_attention_kernels(*(ctypes.cast(f, ctypes.c_void_p).value for f in fns))
-        _state["attention"] = True
+    if lib is None:
+        return
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    mod.set_attention_kernels(
+        address(lib.mlxnb_decode_attention), address(lib.mlxnb_causal_attention)
+    )
+    _state["attention"] = True
+    count = ctypes.addressof(ctypes.c_int.in_dll(lib, "mlxnb_thread_count"))
+    helper = (lib.mlxnb_helper_run, lib.mlxnb_helper_runs, lib.mlxnb_helper_hold)
+    mod.set_helper(*map(address, helper), count)
 
 
 def attention():

@@ -18,7 +18,7 @@ else (scaled RoPE variants, MoE blocks, biased layers) is left alone.
 Prefill chunks' causal attention goes to a fused kernel (`cpu_attention`), and quantized
 layers' products to native kernels (`cpu_quant`), stacked like float ones.
 
-``MLX_NOTEBOOK_FAST=0`` turns this off (with the sgemv shim, see ``_gemv.c``).
+``MLX_NOTEBOOK_FAST=0`` turns this off (with the sgemv shim, see ``gemv.c``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ cache's buffers in place (no slices; a batch's rows through the step's mask) and
 computes ``layer_out``. Measured paired in one process on the default model (8
 alternating rounds): +4% one-row decode, median, rounds 1.00-1.09x.
 
-Both are primitives of the fast path's extension (`_ext`, kernels in ``_layer.c``):
+Both are primitives of the fast path's extension (`_ext`, kernels in ``layer.c``):
 in MLX's lazy graph, so the step stays pipelined. A chunk's tokens go through them as
 rows. They compute mlx-lm's functions in float32 in the same order, with sums added
 in another order and e^x from a polynomial (about 1 ulp). Several rows of several
@@ -34,12 +34,12 @@ tokens, quantized KV caches and anything else take the layer's own ``__call__``.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from .. import config
 from . import ext as _ext
 from .attention import ENV as ATTENTION_ENV
 from .attention import step_mask
@@ -121,7 +121,7 @@ class _Plan:
         from mlx_lm.models.cache import BatchKVCache, KVCache
 
         self.kv_cache, self.batch_cache = KVCache, BatchKVCache
-        self.step = os.environ.get(ATTENTION_ENV, "1") != "0"
+        self.step = config.enabled(ATTENTION_ENV)
 
     def arrays(self, i: int) -> list[mx.array]:
         m = self.linears[i]
@@ -243,7 +243,7 @@ def install(model) -> int:
     Returns:
         How many layers have it (0 without the extension or with the variable off).
     """
-    if os.environ.get(ENV, "1") == "0" or not hasattr(model, "named_modules"):
+    if not config.enabled(ENV) or not hasattr(model, "named_modules"):
         return 0
     blocks = [m for _, m in model.named_modules() if eligible(m)]
     if not blocks or _ext.load() is None:

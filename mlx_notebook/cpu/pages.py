@@ -17,13 +17,13 @@ memory available (it briefly holds both). ``MLX_NOTEBOOK_HUGE_PAGES=0`` skips it
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
+from .. import config
 from . import ext as _ext
 
 ENV = "MLX_NOTEBOOK_HUGE_PAGES"
@@ -82,7 +82,7 @@ def install(model) -> str | None:
         A line for the fast path's status: what was done, or why not; None when the
         extension is missing (its own status says why) or the variable is off.
     """
-    if os.environ.get(ENV, "1") == "0" or not hasattr(model, "parameters"):
+    if not config.enabled(ENV) or not hasattr(model, "parameters"):
         return None
     ext = _ext.load()
     if ext is None:

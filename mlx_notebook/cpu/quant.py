@@ -4,7 +4,7 @@ MLX's CPU backend runs ``quantized_matmul`` as a scalar loop on one thread, so
 a 4-bit model decodes slower there than its float32 original. On CPU, each
 ``nn.QuantizedLinear`` and ``nn.QuantizedEmbedding`` (a tied LM head) in MLX's
 affine 4- or 8-bit layout becomes a subclass whose product is the extension's
-primitive (`_ext`, kernels in ``_qmm.c``), computed from the packed weights.
+primitive (`_ext`, kernels in ``qmm.c``), computed from the packed weights.
 Weights, their layout and the computed function stay as they are: activations
 stay float32, so results equal MLX's own kernel up to the order of additions.
 

@@ -5,7 +5,7 @@ vocabulary, and they add up to about as much as a one-row step's forward pass at
 bundled model's recommended sampling (temperature 0.2, top-p 0.9; measured here):
 ``mx.argmax`` 0.14 ms a row (2.0 ms for a batched step's 16), ``mx.logsumexp`` 1.3-1.9
 ms, mlx-lm's ``apply_top_p`` 7-10 ms (it sorts the vocabulary), its draw 1.6-1.8 ms. The fast path's
-extension (`_ext`; kernels in ``_argmax.c`` and ``_sample.c``) computes each as an MLX
+extension (`_ext`; kernels in ``argmax.c`` and ``sample.c``) computes each as an MLX
 primitive, so a step stays one lazy graph, with results equal bit for bit: the same
 algorithms (MLX's exp, sums in MLX's order), vectorized, and a radix sort.
 
@@ -17,12 +17,12 @@ path stays).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 from mlx_lm import sample_utils as su
 
+from .. import config
 from . import ext as _ext
 
 ENV = "MLX_NOTEBOOK_NATIVE_SAMPLING"
@@ -33,7 +33,7 @@ def _native(x: mx.array):
     mod = _ext.loaded()  # loaded with a CPU model's fast path; never built here
     if (
         mod is None
-        or os.environ.get(ENV, "1") == "0"
+        or not config.enabled(ENV)
         or x.dtype != mx.float32
         or x.ndim == 0
         or x.size == 0

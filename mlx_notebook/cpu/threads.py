@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from .. import config
 from . import ext as _ext
 
 ENV = "MLX_NOTEBOOK_THREADS"  # "auto" (default), or a fixed count such as "1" or "2"
@@ -291,7 +292,7 @@ def governor() -> ThreadGovernor:
     if _governor is None:
         from . import blas as _blas
 
-        setting = os.environ.get(ENV, "auto").strip().lower()
+        setting = config.get(ENV).lower()
         fixed = int(setting) if setting.isdigit() and int(setting) > 0 else None
         try:
             import mlx.core as mx

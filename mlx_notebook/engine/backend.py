@@ -9,11 +9,11 @@ until a local model is used.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from .. import config
 from .info import EngineInfo, ModelInfo, Unloaded
 from .job import Job
 from .request import Request
@@ -118,7 +118,7 @@ def backend_for(model: str, server_url: str | None = None, api_key: str | None =
         from .local.engine import Engine
 
         return Route(Engine.default(), model)
-    key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+    key = api_key if api_key is not None else (config.get(API_KEY_ENV) or None)
     with _lock:
         eng = _remotes.get((spec.base_url, key))
         if eng is None or eng.closed:

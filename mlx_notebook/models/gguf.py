@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .. import config
 from .gguf_tokenizer import _scalar, write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
@@ -42,7 +43,7 @@ _NAMES = [
 
 def cache_root() -> Path:
     """``$MLX_NOTEBOOK_CACHE`` or ``~/.cache/mlx_notebook``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mlx_notebook")
+    return config.cache_root()
 
 
 def cache_path(gguf: Path, variant: str) -> Path:

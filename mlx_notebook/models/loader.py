@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
+from .. import config
 from .spec import ModelNotFound, Spec, resolve
 
 VARIANT_ENV = "MLX_NOTEBOOK_DEFAULT_VARIANT"
@@ -26,7 +25,7 @@ def default_variant() -> str:
     4-bit is a scalar loop. ``MLX_NOTEBOOK_DEFAULT_VARIANT`` (``q4``/``q`` or
     ``f32``) overrides the choice. Worker thread only (it may build the extension).
     """
-    v = os.environ.get(VARIANT_ENV)
+    v = config.get(VARIANT_ENV)
     if v in ("f32", "q", "q4"):
         return "q" if v == "q4" else v
     if not on_cpu():

@@ -122,7 +122,7 @@ def test_few_row_products_agree_with_numpy_for_every_row_count(m, k, n):
 @pytest.mark.skipif(not AVX512, reason="the row tiles are AVX-512's")
 @pytest.mark.parametrize("omp_threads,helped", [("2", 1), ("4", 0)])
 def test_row_tiles_share_the_helper_on_two_cores(omp_threads, helped):
-    # A 16-row product's groups of weight rows go to the calling thread and _helper.c's
+    # A 16-row product's groups of weight rows go to the calling thread and helper.c's
     # where OpenMP would run two threads (held awake through a batched step's layers), to
     # OpenMP's team where it would run more.
     code = (

@@ -110,7 +110,7 @@ def test_one_thread_gives_the_same_products(ext, rows):
 
 def test_one_row_products_share_the_helper_thread(ext):
     # A decode step's products from 2^18 multiply-adds (below the LM head's OpenMP
-    # threads) are split with _helper.c's thread; the same sums, whoever computes them.
+    # threads) are split with helper.c's thread; the same sums, whoever computes them.
     import mlx.core as mx
 
     from mlx_notebook.cpu import blas as _blas
@@ -164,7 +164,7 @@ def test_one_row_products_share_the_helper_thread(ext):
 @pytest.mark.parametrize("rows", [2, 5, 16, 17])
 def test_products_of_several_rows_share_the_helper_on_two_cores(ext, rows):
     # Verify passes and batched steps: the AVX-512 row tiles' groups of weight rows go to
-    # the calling thread and _helper.c's where OpenMP would run two threads, to OpenMP's team
+    # the calling thread and helper.c's where OpenMP would run two threads, to OpenMP's team
     # where it would run more, to the caller alone under the governor's one thread; the
     # same sums whoever computes them.
     import ctypes

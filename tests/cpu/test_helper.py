@@ -1,4 +1,4 @@
-"""The fast path's helper thread (_helper.c): every unit runs once, whoever runs it."""
+"""The fast path's helper thread (helper.c): every unit runs once, whoever runs it."""
 
 import ctypes
 import multiprocessing

@@ -192,7 +192,7 @@ def test_kv_write_writes_its_rows_in_place_unless_the_buffer_is_held():
 def test_a_long_cache_is_split_over_both_cores_by_the_helper_thread(ext, quant):
     # An OpenMP thread woken for the attention slowed one-row steps (it spins after its
     # region, on the core OpenBLAS's worker or the next step's graph needs): attend_out's
-    # attention takes the helper thread (_helper.c), float32 or 4-bit, and a long cache's
+    # attention takes the helper thread (helper.c), float32 or 4-bit, and a long cache's
     # keys are split in parts over both.
     import mlx.core as mx
 
@@ -318,7 +318,7 @@ def test_one_row_steps_write_the_cache_in_place(ext, tiny_dir):
 
 
 def test_one_row_steps_hold_the_helper_awake_through_each_layer(ext, tiny_dir):
-    # A decode step's two primitives a layer (layer_in, attend_out) each keep _helper.c's
+    # A decode step's two primitives a layer (layer_in, attend_out) each keep helper.c's
     # thread awake across their products and release it when done; the thread
     # governor's one thread takes no hold, nor does a batched step where the extension
     # would run more than two threads (OpenMP's team then).

@@ -1,4 +1,4 @@
-"""AMX tiles for the quantized products of 12-63 rows (_qmm_amx.h): the same sums as
+"""AMX tiles for the quantized products of 12-63 rows (qmm_amx.inc): the same sums as
 float32 arithmetic up to the order of additions, on every shape, and a model's greedy
 picks equal to MLX's own quantized kernels'."""
 

@@ -1,4 +1,4 @@
-"""Sampling's row work on the CPU fast path (``_argmax.c``, ``_sample.c``): the greedy pick,
+"""Sampling's row work on the CPU fast path (``argmax.c``, ``sample.c``): the greedy pick,
 logsumexp and the nucleus filter equal MLX's and mlx-lm's bit for bit on every shape and
 edge (ties, NaNs, infinities), and the engine's steps take them."""
 

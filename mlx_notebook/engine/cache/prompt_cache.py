@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ... import config
 from ..decoding.prefill import PrefillProfile
 from ..decoding.suffix import SuffixIndex
 from .sequence import CachedSequence, common_prefix
@@ -49,8 +50,8 @@ def available_memory() -> int | None:
 
 def default_budget() -> int:
     """``$MLX_NOTEBOOK_PROMPT_CACHE_MB`` if set, else a quarter of the memory available."""
-    env = os.environ.get(BYTES_ENV)
-    if env:
+    env = config.get(BYTES_ENV)
+    if env != "auto":
         return int(float(env) * 2**20)
     free = available_memory()
     return free // 4 if free else 2**30

@@ -1,8 +1,8 @@
-// MLX primitives for the CPU fast path: quantized products (kernels in _qmm.c) and
-// attention, of decode steps and of chunks (the kernels in _attn.c, from the fast path's
+// MLX primitives for the CPU fast path: quantized products (kernels in qmm.c) and
+// attention, of decode steps and of chunks (the kernels in attn.c, from the fast path's
 // library);
-// the fused layer halves are in _ext_layer.cpp, weight packing on huge pages in
-// _ext_pages.cpp, sampling's row work in _ext_sample.cpp.
+// the fused layer halves are in bindings/layer.cpp, weight packing on huge pages in
+// bindings/pages.cpp, sampling's row work in bindings/sample.cpp.
 //
 // A Primitive keeps the work inside MLX's lazy graph: it is scheduled on the CPU
 // stream's thread like MLX's own ops, so decode stays pipelined (a native call
@@ -19,13 +19,13 @@ namespace nb = nanobind;
 using namespace mlxnb;
 
 namespace mlxnb {
-decode_fn decode_kernel = nullptr;  // see _ext.h
+decode_fn decode_kernel = nullptr;  // see ext.h
 }
 
 namespace {
 
 long decode_calls = 0;
-// and _attn.c's mlxnb_causal_attention, the same way
+// and attn.c's mlxnb_causal_attention, the same way
 using causal_fn = int (*)(const float*, const float*, const float*, float*, int, int, int, int,
                           int, float, long, long);
 causal_fn causal_kernel = nullptr;
@@ -200,7 +200,18 @@ NB_MODULE(_mlxnb_ext, m) {
         causal_kernel = reinterpret_cast<causal_fn>(causal);
       },
       nb::arg("decode"), nb::arg("causal"),
-      "The addresses of _attn.c's mlxnb_decode_attention and mlxnb_causal_attention.");
+      "The addresses of attn.c's mlxnb_decode_attention and mlxnb_causal_attention.");
+  m.def(
+      "set_helper",
+      [](uintptr_t run, uintptr_t runs, uintptr_t hold, uintptr_t thread_count) {
+        mlxnb_helper.run = reinterpret_cast<void (*)(mlxnb_unit_fn, void*, int)>(run);
+        mlxnb_helper.runs = reinterpret_cast<void (*)(mlxnb_unit_fn, void*, int)>(runs);
+        mlxnb_helper.hold = reinterpret_cast<int (*)(int)>(hold);
+        mlxnb_helper.thread_count = reinterpret_cast<const int*>(thread_count);
+      },
+      nb::arg("run"), nb::arg("runs"), nb::arg("hold"), nb::arg("thread_count"),
+      "The addresses of the library's helper (helper.h): mlxnb_helper_run, _runs, _hold "
+      "and mlxnb_thread_count.");
   m.def("attention_calls", [] { return decode_calls; }, "Decode attentions computed so far.");
   m.def("causal_calls", [] { return causal_calls; }, "Causal attentions computed so far.");
   bind_layers(m);

@@ -14,6 +14,8 @@
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
+#include "helper.h"
+
 extern "C" {
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint32_t* w,
               const float* s, const float* b, float* out);
@@ -44,31 +46,29 @@ int mlxnb_top_p_rows(int rows, long n, const float* x, float top_p, float* out);
 int mlxnb_categorical_rows(int rows, long n, const float* x, float inv_temp, const float* u,
                            uint32_t* out);
 long mlxnb_sample_calls(int which);
-// The fast path's own library (_helper.c) where loaded: weak, as in _qmm.c.
-int mlxnb_helper_hold(int on) __attribute__((weak));
 }
 
 namespace mlxnb {
 
 namespace mx = mlx::core;
 
-// Whether a decode step of B rows shares its products and attention with _helper.c's
-// thread: one row always; several where OpenMP would have two threads or fewer (_qmm.c's
+// Whether a decode step of B rows shares its products and attention with helper.c's
+// thread: one row always; several where OpenMP would have two threads or fewer (qmm.c's
 // on_helper), and more cores take OpenMP's team, as do AMX tiles (path 3: each of
 // OpenMP's threads configures its own tiles).
 inline bool rows_on_helper(int B) {
   return B == 1 || (mlxnb_ext_threads() <= 2 && mlxnb_qmm_path(B) != 3);
 }
 
-// Keeps _helper.c's thread awake for a decode step's fused layer, whose products and
+// Keeps helper.c's thread awake for a decode step's fused layer, whose products and
 // attention it shares (mlxnb_helper_hold, which declines under the thread governor's one
 // thread).
 class HelperHold {
  public:
   explicit HelperHold(bool wanted)
-      : on_(wanted && mlxnb_helper_hold != nullptr && mlxnb_helper_hold(1)) {}
+      : on_(wanted && mlxnb_helper.hold != nullptr && mlxnb_helper.hold(1)) {}
   ~HelperHold() {
-    if (on_) mlxnb_helper_hold(0);
+    if (on_) mlxnb_helper.hold(0);
   }
   HelperHold(const HelperHold&) = delete;
   HelperHold& operator=(const HelperHold&) = delete;
@@ -161,20 +161,20 @@ inline mx::array dense_param(const mx::array& a, mx::Stream s) {
   return a.is_available() && a.flags().row_contiguous ? a : mx::contiguous(a, false, s);
 }
 
-// _attn.c's mlxnb_decode_attention, handed over by address (set_attention_kernels, in
-// _ext.cpp): it lives in the fast path's own library, which this one does not link.
+// attn.c's mlxnb_decode_attention, handed over by address (set_attention_kernels, in
+// bindings/ext.cpp): it lives in the fast path's own library, which this one does not link.
 using decode_fn = int (*)(const float*, const float*, const float*, const unsigned char*,
                           float*, int, int, int, int, int, long, long, long, long, long, long,
                           float, int);
 extern decode_fn decode_kernel;
 
-// Registers the fused layer halves (_ext_layer.cpp) on the module.
+// Registers the fused layer halves (bindings/layer.cpp) on the module.
 void bind_layers(nanobind::module_& m);
 
-// Registers weight packing on huge pages (_ext_pages.cpp) on the module.
+// Registers weight packing on huge pages (bindings/pages.cpp) on the module.
 void bind_pages(nanobind::module_& m);
 
-// Registers sampling's row work (_ext_sample.cpp) on the module.
+// Registers sampling's row work (bindings/sample.cpp) on the module.
 void bind_sampling(nanobind::module_& m);
 
 }  // namespace mlxnb

@@ -1,5 +1,5 @@
 // The two halves of a llama-style layer's decode step as MLX primitives (kernels in
-// _layer.c): layer_in (RMSNorm, the stacked q/k/v product, RoPE) and layer_out (the
+// layer.c): layer_in (RMSNorm, the stacked q/k/v product, RoPE) and layer_out (the
 // output product and residual, RMSNorm, gate/up, SwiGLU, down and residual).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
@@ -199,7 +199,7 @@ class AttendOut : public CpuPrimitive<AttendParams> {
       const bool helper = rows_on_helper(B);
       const HelperHold hold(helper);
       auto ks = dense_rows(k, kb), vs = dense_rows(v, vb);
-      // threads 2: the second core is _helper.c's thread, held awake through the layer,
+      // threads 2: the second core is helper.c's thread, held awake through the layer,
       // as for the products around it; OpenMP's worker spun after its region on the core
       // OpenBLAS's worker (float32 products) or the next step's graph build (4-bit)
       // needed next, or slept and woke through the kernel

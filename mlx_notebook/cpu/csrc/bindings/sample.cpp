@@ -1,5 +1,5 @@
-// Sampling's row work as MLX primitives, on the CPU: the greedy pick (_argmax.c), and
-// logsumexp, mlx-lm's nucleus filter and the draw (_sample.c), each giving exactly what
+// Sampling's row work as MLX primitives, on the CPU: the greedy pick (argmax.c), and
+// logsumexp, mlx-lm's nucleus filter and the draw (sample.c), each giving exactly what
 // MLX's own operations give. Primitives keep them in the step's lazy graph (decode stays pipelined).
 #include "ext.h"
 

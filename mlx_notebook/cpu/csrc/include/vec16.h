@@ -1,6 +1,6 @@
-/* Sixteen-float (AVX-512) helpers for the fast path's row tiles (_qmm.c, _gemv.c): x
+/* Sixteen-float (AVX-512) helpers for the fast path's row tiles (qmm.c, gemv.c): x
  * interleaved for them, and their sums reduced and stored together; and a 16-lane expf
- * for the attention's softmax (_attn.c). */
+ * for the attention's softmax (attn.c). */
 #pragma once
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -92,7 +92,7 @@ static inline void interleave16(int M, int K, long ldx, int block, int width, in
   }
 }
 
-/* expf of 16 lanes: exp8's method (_vec8.h) with AVX-512's own floor, min and max. */
+/* expf of 16 lanes: exp8's method (vec8.h) with AVX-512's own floor, min and max. */
 static inline __attribute__((always_inline)) __m512 exp16(__m512 x) {
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
   const __m512 fn = _mm512_roundscale_ps(

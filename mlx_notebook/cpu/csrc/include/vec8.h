@@ -1,4 +1,4 @@
-/* Eight-float vectors for the fast path's C kernels (_attn.c, _layer.c): GCC's and
+/* Eight-float vectors for the fast path's C kernels (attn.c, layer.c): GCC's and
  * Clang's vector extensions, lowered to AVX, SSE or NEON. Unaligned (aligned(4)). */
 #pragma once
 #include <math.h>

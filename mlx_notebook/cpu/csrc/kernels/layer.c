@@ -5,7 +5,7 @@
  * a residual add, another norm, gate/up, SwiGLU, down, another add), and each node
  * costs MLX's CPU backend a few microseconds to schedule and dispatch: on a 135M
  * model, as long as the products themselves. Here the two halves around the
- * attention are one call each (two MLX primitives, see _ext.cpp):
+ * attention are one call each (two MLX primitives, see bindings/ext.cpp):
  *   - layer_in:  x -> RMSNorm -> [q | k | v] = x W_qkv^T -> RoPE on q and k;
  *   - layer_out: a (the attention's output) -> h = x + a W_o^T ->
  *                RMSNorm -> [g | u] = h W_gu^T -> silu(g) * u -> h + (.) W_down^T.
@@ -16,7 +16,7 @@
  * of operations; sums (the norm's mean square, the products) are added in another
  * order, so results equal MLX's up to rounding.
  *
- * Products: MLX's affine 4/8-bit layout through _qmm.c (mlxnb_qmm), float32 through
+ * Products: MLX's affine 4/8-bit layout through qmm.c (mlxnb_qmm), float32 through
  * cblas_sgemm (the fast path's shim routes one row to sgemv).
  */
 #include <math.h>

@@ -14,12 +14,12 @@
  *     weight row is widened once per unit, scaled, and multiplied with up to 16 input
  *     rows (up to four weight rows with 4 or fewer), whose sums stay in registers (x
  *     interleaved, K in stretches that fit L1), the weight rows split over threads
- *     (the caller and _helper.c's on two cores: on_helper);
+ *     (the caller and helper.c's on two cores: on_helper);
  *     with AVX2, the same 8 rows at a time as above;
  *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
  *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
  *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
- *     instead (_qmm_amx.h): inputs split exactly into three bf16 parts.
+ *     instead (qmm_amx.inc): inputs split exactly into three bf16 parts.
  * Activations stay float32, so every path computes the same sums as MLX's
  * reference up to rounding: the order of float additions, and where a group's scale
  * and bias apply (the row tiles dequantize each weight, s q + b, as MLX does; the
@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "helper.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -74,7 +76,7 @@ enum { TILES_FROM = SMALL_M + 1 };
  * this large (an LM head). Measured on 2 cores: a second OpenMP thread spinning between
  * the step's 150 small products takes the core that the Python thread building the
  * next step needs, and decoding got slower than on one thread. One row's products from
- * HELPER_MACS take _helper.c's thread instead, which sleeps between calls and joins a
+ * HELPER_MACS take helper.c's thread instead, which sleeps between calls and joins a
  * call only when it wakes in time (engine decode of `default:q4`, 64 tokens, 5 paired
  * runs on 2 cores: 1.07-1.55x, median 1.15x), and so does an LM head where OpenMP would
  * give it two threads (18 paired runs in one process, alternating: median 1.06x). */
@@ -82,11 +84,8 @@ static long small_parallel_min = 1L << 23;
 void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 
 static int thread_count; /* 0: OpenMP's default */
-/* The fast path's own library (_gemv.c, _helper.c), when loaded: weak, so that the
- * extension also loads without it. */
-extern int mlxnb_thread_count __attribute__((weak)); /* 1: the thread governor's one thread */
-void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n) __attribute__((weak));
-void mlxnb_helper_runs(void (*fn)(void *, int), void *arg, int tasks) __attribute__((weak));
+/* The library's helper thread, by address (helper.h): all NULL until set_helper. */
+struct mlxnb_helper_api mlxnb_helper;
 static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
@@ -106,14 +105,14 @@ long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1
 static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
 /* Whether a product of macs multiply-adds, given nt threads, takes the calling thread and
- * _helper.c's instead of OpenMP's: on up to two cores, not under the governor's one
+ * helper.c's instead of OpenMP's: on up to two cores, not under the governor's one
  * thread, and the shim loaded. The helper sleeps between calls or spins under a hold
  * (a decode step's fused layers); OpenMP's worker woke through the kernel for each of a
  * batched step's products. */
 enum { HELPER_MACS = 1 << 18 };
 static int on_helper(int nt, long macs) {
-  return nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper_run &&
-         mlxnb_helper_runs && &mlxnb_thread_count && mlxnb_thread_count != 1;
+  return nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper.run &&
+         mlxnb_helper.runs && mlxnb_helper.thread_count && *mlxnb_helper.thread_count != 1;
 }
 
 /* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
@@ -252,7 +251,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
     if (on_helper(nt, macs))
-      mlxnb_helper_run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
+      mlxnb_helper.run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
     else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
       for (int i = 0; i < blocks; i++) one_row_block(&job, i);

@@ -34,7 +34,7 @@
 static long calls[3];  /* logsumexp rows, top-p rows, draws */
 static long head_rows; /* top-p rows that sorted their head alone (top_p_head) */
 
-int mlxnb_ext_threads(void); /* _qmm.c: 1 where the thread governor set one */
+int mlxnb_ext_threads(void); /* qmm.c: 1 where the thread governor set one */
 
 /* Threads for `rows` independent rows: each row's work is the same on any thread (its own
  * scratch), so the results do not depend on the split. */

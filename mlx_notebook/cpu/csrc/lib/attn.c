@@ -27,16 +27,17 @@
 #include <omp.h>
 #endif
 
+#include "helper.h"
 #include "vec16.h"
 #include "vec8.h"
 
-extern int mlxnb_thread_count; /* set by the thread governor (_gemv.c) */
+extern int mlxnb_thread_count; /* set by the thread governor (gemv.c) */
 static long calls, splits;
 enum { STEP_PARALLEL_MIN = 1 << 20 }; /* multiply-adds of a decode step's attention */
 /* A step with fewer than SPLIT_UNITS (row, key/value head) pairs per thread splits its keys
  * too, in parts of at least SPLIT_KEYS. */
 enum { SPLIT_UNITS = 4, SPLIT_KEYS = 128 };
-/* Multiply-adds from which a one-row step's attention takes _helper.c's thread (455 keys
+/* Multiply-adds from which a one-row step's attention takes helper.c's thread (455 keys
  * of the default model's 9 heads of 64). */
 enum { HELPER_MIN = 1 << 18 };
 /* Chunks of up to this many queries (verify passes) take the decode step's kernels per
@@ -47,10 +48,10 @@ long mlxnb_attention_splits(void) { return splits; } /* decode steps whose keys 
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
-extern sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's (_gemv.c) */
+extern sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's (gemv.c) */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-/* _attn512.h's masks take AVX512-BW and -VL too (every AVX-512 CPU but Xeon Phi) */
+/* attn512.inc's masks take AVX512-BW and -VL too (every AVX-512 CPU but Xeon Phi) */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define ATTN512 1
 #include "attn512.inc"
@@ -374,7 +375,6 @@ static void step_merge(const step_job *j, int bh) {
               j->out + (size_t)bh * j->D);
 }
 
-void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
 
 /* One decode step of several batch rows: each row's single query against its own
  * keys, where MLX's CPU attention would run two small sgemm calls per row and
@@ -387,7 +387,7 @@ void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c *
  * softmax left unnormalized and the parts merged after (merge_parts), so both cores
  * read a long cache. A row that sees no key gets zeros. threads: 0 for OpenMP's
  * threads (step_threads: one for a short step), 1 for the calling thread alone, 2 for
- * the calling thread and _helper.c's thread, from HELPER_MIN multiply-adds: a decode
+ * the calling thread and helper.c's thread, from HELPER_MIN multiply-adds: a decode
  * step's attend_out (one row, or several on two cores), where OpenMP's worker, spinning
  * after its region, took the core that OpenBLAS's worker (float32 products) or the next
  * step's graph (4-bit) needed, and made the attention slower, not faster. */

@@ -8,7 +8,7 @@
  * Loaded with RTLD_GLOBAL before OpenBLAS and mlx.core, this library's
  * cblas_sgemm is the one MLX binds to:
  *   - one row (M == 1) against a transposed weight, with AVX-512, goes to one_row
- *     below, on the calling thread and _helper.c's; other single rows go to
+ *     below, on the calling thread and helper.c's; other single rows go to
  *     OpenBLAS's cblas_sgemv; both stream the weights once;
  *   - 2..24 rows against a transposed weight (x @ W.T, the layout of every
  *     Linear: speculative verify passes, batched decode steps) go to a kernel
@@ -25,6 +25,7 @@
 #include <omp.h>
 #endif
 
+#include "helper.h"
 #include "vec16.h"
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
@@ -35,7 +36,7 @@ typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const fl
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, SMALL_M = 24, TILE_M = 8, CHUNK = 16 };
 enum { PARALLEL_MIN = 1 << 19 }; /* multiply-adds */
 
-sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's, also used by _attn.c */
+sgemm_fn mlxnb_openblas_sgemm; /* OpenBLAS's, also used by attn.c */
 static sgemv_fn real_sgemv;
 static long forwarded, small, tiled, own;
 
@@ -44,7 +45,7 @@ void mlxnb_gemv_init(void *sgemm, void *sgemv) {
   real_sgemv = (sgemv_fn)sgemv;
 }
 
-/* Threads for the few-row kernel and the attention (_attn.c): 0 = OpenMP's default,
+/* Threads for the few-row kernel and the attention (attn.c): 0 = OpenMP's default,
  * 1 = the calling thread only (the engine's thread governor sets it when the cores are
  * taken by others). */
 int mlxnb_thread_count = 0;
@@ -134,7 +135,7 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * about the same either way, 32 rows 0.72x sgemm's time): two weight rows against blocks
  * of up to 8 input rows, weight rows in groups of TILE_N per thread task. A pass over the
  * weights takes up to PASS_ROWS input rows, K in stretches that fit L1 for all of them
- * (stretch16, _vec16.h), and runs each pair of weight rows against every block of the
+ * (stretch16, vec16.h), and runs each pair of weight rows against every block of the
  * pass while the pair is in L1: a pass per block of 8 had read the weights from memory
  * for the first block only, too fast for memory to keep up, then from L2 (README,
  * "Batched steps and verify passes on the Zen 4"). More rows than PASS_ROWS make
@@ -142,8 +143,6 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * L2. From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time
  * for 8 rows and 2x for 5 (the default model's products, both threads, Zen 4). */
 enum { TILE_FROM = 2, TILE_TO = 48, TILE_ROWS = 8, PASS_ROWS = 16 };
-void mlxnb_helper_run(void (*fn)(void *, int), void *arg, int n); /* _helper.c */
-void mlxnb_helper_runs(void (*fn)(void *, int), void *arg, int tasks);
 
 /* Weight rows w and w + ldb, elements [k0, k1), against MB <= 8 input rows (interleaved
  * 16 floats at a time by interleave16): each 16 weights are loaded once and multiplied
@@ -228,7 +227,7 @@ static void tile_task(void *arg, int t) {
 
 /* c = a b^T for TILE_FROM..TILE_TO rows, k a multiple of 16 and n even. Returns 0, or -1
  * without scratch memory. On up to two cores the tasks go to the calling thread and
- * _helper.c's (held awake through a decode step's fused layers; OpenMP's worker woke
+ * helper.c's (held awake through a decode step's fused layers; OpenMP's worker woke
  * through the kernel for each of a batched step's products), on more to OpenMP's team. */
 static int row_tiles(int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                      float *c, int ldc) {
@@ -255,7 +254,7 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 
 #ifdef __AVX512F__
 /* One row against the weight rows (x @ W.T, a decode step's product), 16 floats wide,
- * split in units of GEMV_UNIT weight rows between the calling thread and _helper.c's,
+ * split in units of GEMV_UNIT weight rows between the calling thread and helper.c's,
  * which sleeps between calls. OpenBLAS's sgemv woke its own worker, which yields in a
  * loop between the step's products. Engine decode of `default:f32` (64 greedy tokens,
  * 4 runs a process, 4 pairs of processes alternating on an Emerald Rapids VM):

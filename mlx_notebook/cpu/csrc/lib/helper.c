@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "helper.h"
+
 /* A spin-wait's pause, where the CPU has one. */
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,7 +30,7 @@ static inline void relax(void) {
 #endif
 }
 
-typedef void (*unit_fn)(void *, int);
+typedef mlxnb_unit_fn unit_fn;
 
 /* The call in progress. state = generation * 4 + OPEN, JOINED or CLOSED: the helper
  * joins by moving OPEN to JOINED, the caller closes by moving OPEN to CLOSED once no
@@ -221,7 +223,6 @@ void mlxnb_helper_runs(unit_fn fn, void *arg, int tasks) {
  * the helper would otherwise join only after a wake-up, late, while the caller paid a
  * futex call to post it. Returns whether it took the hold (not under the thread governor's
  * one thread, where the helper is not used); only a hold taken is released. */
-extern int mlxnb_thread_count; /* _gemv.c: 1 = the thread governor's one thread */
 
 int mlxnb_helper_hold(int on) {
   if (!on) {
