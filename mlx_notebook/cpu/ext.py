@@ -50,7 +50,7 @@ def _compile(tmp: Path, mlx_dir: Path, nb_dir: Path) -> str | None:
     if cc is None or cxx is None:
         return "no C/C++ compiler to build it (install gcc and g++)"
     kernels, glue = _sources("kernels"), _sources("bindings")
-    objs = [tmp.with_name(f"{tmp.stem}-{src.stem}.o") for src in kernels]
+    objs = [tmp.with_name(f"{tmp.name}-{src.stem}.o") for src in kernels]  # unique per build
     flags: tuple = ()
     inc = f"-I{INCLUDE}"
     for src, obj in zip(kernels, objs):

@@ -76,3 +76,27 @@ def test_the_first_cpu_model_load_builds_it_and_the_next_process_loads_it(tmp_pa
         cache,
     )
     assert "library: cached" in cli and "extension: cached" in cli
+
+
+def test_two_builds_at_once_never_share_an_object_file(tmp_path, monkeypatch):
+    # Two kernels starting together build into the same folder: their temporary files
+    # differ only after the last dot, so object names must keep the whole name.
+    from mlx_notebook.cpu import ext
+
+    log = tmp_path / "log"
+    fake = tmp_path / "cc"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit 0\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("CXX", str(fake))
+    found = ext._versions()
+    if isinstance(found, str):
+        pytest.skip(found)
+    mlx_dir, nb_dir, _ = found
+    for tmp in ("._mlxnb_ext.so.abc123", "._mlxnb_ext.so.def456"):
+        assert ext._compile(tmp_path / tmp, mlx_dir, nb_dir) is None
+    objects = [a for line in log.read_text().splitlines() for a in line.split() if a.endswith(".o")]
+    compiled = [
+        line.split(" -o ")[1].split()[0] for line in log.read_text().splitlines() if " -c " in line
+    ]
+    assert len(compiled) == len(set(compiled)) >= 2 and set(compiled) <= set(objects)
