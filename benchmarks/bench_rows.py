@@ -12,7 +12,7 @@ tokens are in the cache:
   ``KVCache.merge``), as ``map`` and concurrent jobs decode.
 
 Each pass is the model's forward plus the greedy pick of every row (the engine's own:
-``cpu_sampling``), evaluated. Every round times each shape once per repeat in a rotated
+``engine.decoding.sampling``), evaluated. Every round times each shape once per repeat in a rotated
 order, so drift of a shared machine hits all shapes alike; the cost of a shape is
 reported as its time divided by the one-row step's in the same round, median (min-max)
 over rounds.
@@ -36,7 +36,7 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
     from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
     from mlx_notebook.cpu import fast as cpu_fast
-    from mlx_notebook.cpu import sampling as cpu_sampling
+    from mlx_notebook.engine.decoding import sampling
 
     model = lm.model
     tables = cpu_fast.rope_tables(model)  # the engine pins each batched step's RoPE rows
@@ -58,7 +58,7 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
         kind, n = shape
         if kind == "verify" or n == 1:
             out = model(mx.array([[101 + i for i in range(n)]]), cache=solo)
-            mx.eval(cpu_sampling.argmax(out))
+            mx.eval(sampling.argmax(out))
             trim_prompt_cache(solo, n)
         else:
             cache = batches[n]
@@ -67,7 +67,7 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
             out = model(mx.array([[101]] * n), cache=cache)
             for t in tables:
                 t.pin(None)
-            mx.eval(cpu_sampling.argmax(out))
+            mx.eval(sampling.argmax(out))
             trim_prompt_cache(cache, 1)  # so every repeat sees the same context
 
     shapes = [("step", 1)] + [("verify", m) for m in VERIFY] + [("batch", b) for b in BATCH]

@@ -14,7 +14,7 @@ On the bundled default model as the engine loads it, at its recommended sampling
   tok/s of the map (wall time, prefill included).
 
 Ratios are paired within a round and reported as median (min-max) over rounds. The
-kernels give MLX's numbers bit for bit (``tests/test_cpu_sampling.py``), so both
+kernels give MLX's numbers bit for bit (``tests/cpu/test_sampling.py``), so both
 settings draw the same tokens from the same seed.
 """
 
@@ -26,8 +26,8 @@ import statistics
 import time
 
 import mlx_notebook  # first: it loads OpenBLAS before MLX
-from mlx_notebook.cpu import sampling as cpu_sampling
 from mlx_notebook.engine import Engine, Request
+from mlx_notebook.engine.decoding import sampling
 
 SUBJECTS = [
     "the sea", "a lighthouse", "autumn leaves", "a busy market", "a mountain lake",
@@ -57,17 +57,17 @@ def row_pieces(eng, rounds: int) -> dict[str, list[float]]:
         pieces = {
             "logsumexp": (
                 lambda: mx.logsumexp(logits, axis=-1, keepdims=True),
-                lambda: cpu_sampling.logsumexp(logits),
+                lambda: sampling.logsumexp(logits),
             ),
             "nucleus filter": (
                 lambda: apply_top_p(lp, 0.9),
-                lambda: cpu_sampling.apply_top_p(lp, 0.9),
+                lambda: sampling.apply_top_p(lp, 0.9),
             ),
             "draw": (
                 lambda: categorical_sampling(kept, 0.2),
-                lambda: cpu_sampling.categorical_sampling(kept, 0.2),
+                lambda: sampling.categorical_sampling(kept, 0.2),
             ),
-            "greedy pick": (lambda: mx.argmax(lp, axis=-1), lambda: cpu_sampling.argmax(lp)),
+            "greedy pick": (lambda: mx.argmax(lp, axis=-1), lambda: sampling.argmax(lp)),
         }
         out = {k: {"mlx": [], "kernel": []} for k in pieces}
         for r in range(rounds):
@@ -91,7 +91,7 @@ def engine_runs(eng, rounds: int, tokens: int) -> dict[str, dict[str, list[float
     for r in range(rounds):
         order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
         for i, side in enumerate(order):
-            os.environ[cpu_sampling.ENV] = "1" if side == "on" else "0"
+            os.environ[sampling.ENV] = "1" if side == "on" else "0"
             salt = f"#{r}.{i}"
             job = Request(
                 f"Write a detailed essay about {SUBJECTS[r % 20]}. ({salt})",
@@ -104,7 +104,7 @@ def engine_runs(eng, rounds: int, tokens: int) -> dict[str, dict[str, list[float
             ]
             res = mlx_notebook.map(prompts, max_tokens=tokens, backend=eng)
             out["map of 8"][side].append(res.tps)
-    os.environ.pop(cpu_sampling.ENV, None)
+    os.environ.pop(sampling.ENV, None)
     return out
 
 

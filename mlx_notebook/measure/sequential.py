@@ -7,7 +7,7 @@ below 1 ("slower"), or entirely inside a practical-equivalence band around 1
 seconds is spent ("undecided"). Looking after every pair gives chance many
 tries at a false verdict, so each look uses a 99% interval: over up to 20 looks
 the chance of calling a 1.00x truth "faster" stays under 5% (a Pocock-style
-boundary; `tests/test_sequential.py` checks it in simulation).
+boundary; `tests/measure/test_sequential.py` checks it in simulation).
 """
 
 from __future__ import annotations

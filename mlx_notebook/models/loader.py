@@ -84,22 +84,15 @@ def _load_hub(s: Spec):
 
 
 def _fit_dtype(model) -> None:
-    # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
+    """On the CPU: float32 weights, and the fast path (`mlx_notebook.cpu`, imported only here)."""
+    if not on_cpu():
+        return  # GPUs have native kernels for every dtype; nothing of cpu/ is imported
     import mlx.core as mx
 
-    from ..cpu import fast as cpu_fast
-    from ..cpu import layer as cpu_layer
-    from ..cpu import pages as cpu_pages
+    from .. import cpu
 
-    cpu = on_cpu()
-    if cpu:
-        model.set_dtype(mx.float32)
-        mx.eval(model.parameters())
-    changes = cpu_fast.apply(model, "cpu" if cpu else "gpu")
-    fused = cpu_layer.install(model) if changes else 0  # on the fast path's modules only
-    if fused:
-        changes.append(f"{fused} layers fused")
-    pages = cpu_pages.install(model) if changes else None  # the final parameters
-    if pages:
-        changes.append(pages)
+    # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    changes = cpu.install(model)
     object.__setattr__(model, "_mlxnb_fast", changes)  # not a parameter: kept off the tree

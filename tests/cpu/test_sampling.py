@@ -8,10 +8,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+import mlx_notebook  # OpenBLAS and the shim first, as in the engine
+import mlx_notebook.cpu
 from mlx_notebook.cpu import ext as _ext
-from mlx_notebook.cpu import sampling as cpu_sampling
 from mlx_notebook.engine import Request
+from mlx_notebook.engine.decoding import sampling
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def _bits(a):
 
 def _same(ext, x):
     before = ext.argmax_calls()
-    got = cpu_sampling.argmax(x)
+    got = sampling.argmax(x)
     want = mx.argmax(x, axis=-1)
     assert got.dtype == want.dtype == mx.uint32 and got.shape == want.shape
     assert got.tolist() == want.tolist()
@@ -84,9 +85,9 @@ def test_ties_nans_and_infinities_pick_what_mlx_picks(ext, n):
 def test_other_dtypes_and_devices_take_mlx_argmax(ext, monkeypatch):
     x = mx.random.normal((2, 300), key=mx.random.key(5))
     before = ext.argmax_calls()
-    assert cpu_sampling.argmax(x.astype(mx.bfloat16)).tolist() == mx.argmax(x, axis=-1).tolist()
-    monkeypatch.setattr(cpu_sampling.mx, "default_device", lambda: mx.gpu)
-    assert cpu_sampling.argmax(x).tolist() == mx.argmax(x, axis=-1).tolist()
+    assert sampling.argmax(x.astype(mx.bfloat16)).tolist() == mx.argmax(x, axis=-1).tolist()
+    monkeypatch.setattr(sampling.mx, "default_device", lambda: mx.gpu)
+    assert sampling.argmax(x).tolist() == mx.argmax(x, axis=-1).tolist()
     assert ext.argmax_calls() == before  # neither took the kernel
 
 
@@ -94,7 +95,7 @@ def test_the_pick_stays_in_the_lazy_graph(ext):
     x = mx.random.normal((4, 1000), key=mx.random.key(6))
     mx.eval(x)
     before = ext.argmax_calls()
-    y = cpu_sampling.argmax(x * 2)
+    y = sampling.argmax(x * 2)
     assert ext.argmax_calls() == before  # built, not run
     mx.eval(y)
     assert ext.argmax_calls() == before + 1
@@ -133,7 +134,7 @@ def test_the_avx2_and_scalar_builds_pick_the_same(tmp_path, flags):
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("needs a C compiler for x86-64")
-    src = Path(cpu_sampling.__file__).parent / "csrc" / "kernels" / "argmax.c"
+    src = Path(mlx_notebook.cpu.__file__).parent / "csrc" / "kernels" / "argmax.c"
     lib_path = tmp_path / "argmax.so"
     subprocess.run([cc, "-O2", *flags, "-shared", "-fPIC", "-o", lib_path, src], check=True)
     lib = ctypes.CDLL(str(lib_path))
@@ -175,7 +176,7 @@ def _logit_rows(seed, n=49152):
 def test_logsumexp_is_mlx_bit_for_bit(ext, seed):
     x = _logit_rows(seed)
     before = ext.sample_calls(0)
-    got = cpu_sampling.logsumexp(x)
+    got = sampling.logsumexp(x)
     mx.eval(got)
     assert got.shape == (5, 1) and ext.sample_calls(0) == before + 5
     assert np.array_equal(_bits(got), _bits(mx.logsumexp(x, axis=-1, keepdims=True)))
@@ -183,7 +184,7 @@ def test_logsumexp_is_mlx_bit_for_bit(ext, seed):
     odd = _rows(70, [(-inf, {}), (0.0, {3: inf}), (0.0, {5: nan}), (-inf, {9: 2.0})])
     for y in (odd, x[:2, :5], x[:1, :1], mx.random.normal((2, 3, 300), key=mx.random.key(seed))):
         want = mx.logsumexp(y, axis=-1, keepdims=True)
-        assert np.array_equal(_bits(cpu_sampling.logsumexp(y)), _bits(want), equal_nan=True)
+        assert np.array_equal(_bits(sampling.logsumexp(y)), _bits(want), equal_nan=True)
 
 
 @pytest.mark.parametrize("p", [0.05, 0.5, 0.9, 0.99])
@@ -193,17 +194,17 @@ def test_the_nucleus_filter_is_mlx_lms_bit_for_bit(ext, p):
     x = _logit_rows(int(p * 100))
     lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
     before = ext.sample_calls(1)
-    got = cpu_sampling.apply_top_p(lp, p)
+    got = sampling.apply_top_p(lp, p)
     mx.eval(got)
     assert ext.sample_calls(1) == before + lp.shape[0]
     assert np.array_equal(_bits(got), _bits(apply_top_p(lp, p)))
     kept = np.isfinite(np.array(got)).sum(axis=-1)
     assert kept.min() >= 1 and kept.max() < lp.shape[1]  # it filtered, and kept some
     small = mx.random.normal((2, 3, 40), key=mx.random.key(7)) * 4
-    assert np.array_equal(_bits(cpu_sampling.apply_top_p(small, p)), _bits(apply_top_p(small, p)))
+    assert np.array_equal(_bits(sampling.apply_top_p(small, p)), _bits(apply_top_p(small, p)))
     nan_row = _rows(64, [(0.0, {3: math.nan, 5: 2.0})])
     want = np.array(apply_top_p(nan_row, p))
-    assert np.array_equal(np.array(cpu_sampling.apply_top_p(nan_row, p)), want, equal_nan=True)
+    assert np.array_equal(np.array(sampling.apply_top_p(nan_row, p)), want, equal_nan=True)
 
 
 @pytest.mark.parametrize(
@@ -215,7 +216,7 @@ def test_the_sampler_draws_mlx_lms_tokens_from_the_same_key(ext, kw):
 
     x = _logit_rows(11)
     lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
-    ours, theirs = cpu_sampling.make_sampler(**kw), make_sampler(**kw)
+    ours, theirs = sampling.make_sampler(**kw), make_sampler(**kw)
     for seed in range(6):
         mx.random.seed(seed)
         a = ours(lp).tolist()
@@ -237,7 +238,7 @@ def test_a_rows_draw_is_mlxs_for_the_same_key(ext, temp):
     for row in rows:
         for seed in range(8):
             mx.random.seed(seed)
-            got = cpu_sampling.categorical_sampling(row, temp)
+            got = sampling.categorical_sampling(row, temp)
             assert got.shape == (1,) and got.dtype == mx.uint32
             got = got.item()
             mx.random.seed(seed)
@@ -246,7 +247,7 @@ def test_a_rows_draw_is_mlxs_for_the_same_key(ext, temp):
     assert ext.sample_calls(2) == before + draws
     several = mx.concatenate(rows[:2])  # MLX draws several rows another way: its own path
     mx.random.seed(1)
-    a = cpu_sampling.categorical_sampling(several, temp).tolist()
+    a = sampling.categorical_sampling(several, temp).tolist()
     mx.random.seed(1)
     assert a == categorical_sampling(several, temp).tolist()
     assert ext.sample_calls(2) == before + draws
@@ -261,7 +262,7 @@ def test_seeded_sampled_text_is_the_same_with_the_kernels_off(ext, engine, tiny_
     before = [ext.sample_calls(i) for i in range(3)]
     on = run(), run(batch=False)
     assert all(ext.sample_calls(i) > before[i] for i in range(3))  # the kernels drew them
-    monkeypatch.setenv(cpu_sampling.ENV, "0")  # MLX's and mlx-lm's own functions
+    monkeypatch.setenv(sampling.ENV, "0")  # MLX's and mlx-lm's own functions
     after = [ext.sample_calls(i) for i in range(3)]
     off = run(), run(batch=False)
     assert [ext.sample_calls(i) for i in range(3)] == after
@@ -272,7 +273,7 @@ def _sampler_rows():
     """Five rows' samplers: three alike (one group), one with min-p and top-k, one hot."""
     alike = dict(temp=0.2, top_p=0.9)
     kws = [alike, dict(temp=0.8, top_p=0.5, min_p=0.02, top_k=40), alike, dict(temp=1.7), alike]
-    return [cpu_sampling.make_sampler(**kw) for kw in kws]
+    return [sampling.make_sampler(**kw) for kw in kws]
 
 
 @pytest.mark.parametrize("threads", [0, 1])
@@ -291,7 +292,7 @@ def test_rows_drawn_together_are_the_rows_own_draws(ext, threads):
             ]
             mx.random.seed(9)
             before = ext.sample_calls(2)
-            got = cpu_sampling.draw_rows(lp, samplers, keys)
+            got = sampling.draw_rows(lp, samplers, keys)
             assert got.dtype == mx.uint32 and got.shape == (5,)
             got = got.tolist()
             assert ext.sample_calls(2) == before + 5
@@ -312,9 +313,9 @@ def test_draw_rows_leaves_what_the_kernels_cannot_take_to_the_rows(ext, monkeypa
     samplers = _sampler_rows()[:2]
     noop = [lambda: None] * 2
     mx.random.seed(3)
-    assert cpu_sampling.draw_rows(x, [samplers[0], lambda lp: lp], noop) is None
-    monkeypatch.setenv(cpu_sampling.ENV, "0")
-    assert cpu_sampling.draw_rows(x, samplers, noop) is None
+    assert sampling.draw_rows(x, [samplers[0], lambda lp: lp], noop) is None
+    monkeypatch.setenv(sampling.ENV, "0")
+    assert sampling.draw_rows(x, samplers, noop) is None
     after = mx.random.uniform(shape=(1,)).item()
     mx.random.seed(3)
     assert mx.random.uniform(shape=(1,)).item() == after  # the sequence untouched
@@ -333,8 +334,8 @@ def test_the_nucleus_filter_sorts_only_what_can_change_its_sums(ext):
     tiny = lp[5:] - 80  # long tails, and sums under the check's range
     for rows, p, head in ((lp, 0.9, 7), (lp, 0.3, 7), (tiny, 0.9, 0), (lp[:2], 1.5, 0)):
         before = ext.sample_calls(3)
-        got = cpu_sampling.apply_top_p(rows, p)
+        got = sampling.apply_top_p(rows, p)
         mx.eval(got)
         assert ext.sample_calls(3) == before + head, p
         assert np.array_equal(_bits(got), _bits(apply_top_p(rows, p))), p
-    assert np.isfinite(np.array(cpu_sampling.apply_top_p(wide, 0.9))).sum() > 1
+    assert np.isfinite(np.array(sampling.apply_top_p(wide, 0.9))).sum() > 1

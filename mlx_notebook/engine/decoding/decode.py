@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 
 import mlx.core as mx
 
-from ...cpu import sampling as cpu_sampling
-from ...cpu.threads import governor
 from ..cache.sequence import CachedSequence
+from . import sampling
+from .device import governor
 from .prefill import CancelCheck
 
 Sampler = Callable[[mx.array], mx.array]
@@ -31,7 +31,7 @@ class KeyedSampler:
     draws come from MLX's global generator.
 
     Args:
-        sampler: From `cpu_sampling.make_sampler`.
+        sampler: From `sampling.make_sampler`.
         seed: The job's seed, or None.
     """
 
@@ -87,9 +87,9 @@ def make_step(
             forced = constraint is not None and constraint.last_forced
             recorder.stash(logits, None if logits is raw else raw, forced)
         if greedy:
-            y = cpu_sampling.argmax(logits)
+            y = sampling.argmax(logits)
         else:
-            y = sampler(logits - cpu_sampling.logsumexp(logits), position - 1)
+            y = sampler(logits - sampling.logsumexp(logits), position - 1)
         if recorder is not None:
             recorder.bind(y)  # its statistics evaluate with it: no extra wait
         return y

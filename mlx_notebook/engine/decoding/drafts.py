@@ -14,8 +14,8 @@ from typing import Protocol
 
 import mlx.core as mx
 
-from ...cpu import sampling as cpu_sampling
 from ..cache.sequence import CachedSequence, common_prefix
+from . import sampling
 from .decode import Sampler
 from .prefill import CancelCheck, ChunkSizer, Progress, prefill
 
@@ -123,7 +123,7 @@ class DraftModel:
 
     def _sample(self, logits: mx.array) -> mx.array:
         logits = logits[:, -1, :]
-        return self.sampler(logits - cpu_sampling.logsumexp(logits))
+        return self.sampler(logits - sampling.logsumexp(logits))
 
 
 @dataclass

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors
 
-from ...cpu.sampling import make_sampler
 from ..events import Finished, Notice, Stats, Token
 from ..job import Job
 from .decode import KeyedSampler
 from .prompt import check_top_k, encode_prompt, fit_context
 from .reasoning import ReasoningSplitter
+from .sampling import make_sampler
 from .stops import StopMatcher
 
 

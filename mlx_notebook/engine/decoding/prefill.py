@@ -28,10 +28,10 @@ from contextlib import nullcontext
 
 import mlx.core as mx
 
-from ...cpu.threads import governor
 from ..cache.sequence import CachedSequence
 from ..errors import Cancelled
 from . import layer_gates
+from .device import governor
 
 CancelCheck = Callable[[], None]
 Progress = Callable[[int, int], None]

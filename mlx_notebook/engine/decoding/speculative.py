@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
-from ...cpu import sampling as cpu_sampling
-from ...cpu.threads import governor
 from ..cache.sequence import CachedSequence
+from . import sampling
 from .decode import KeyedSampler, Processor, TokenStream, forced_tokens, make_step
+from .device import governor
 from .drafts import DraftSource
 from .prefill import CancelCheck, Progress
 
@@ -197,8 +197,8 @@ def _verify(
             forced = masks is not None and int(masks[i].sum()) == 1
             recorder.stash(logits[i : i + 1], None if logits is raw else raw[i : i + 1], forced)
     if greedy:  # normalizing cannot change an argmax
-        return cpu_sampling.argmax(logits).tolist()
-    logprobs = logits - cpu_sampling.logsumexp(logits)
+        return sampling.argmax(logits).tolist()
+    logprobs = logits - sampling.logsumexp(logits)
     # Row i at its own position, drawn as sequential decoding would draw it: an
     # accepted draft is then the very token normal decoding samples there.
     first = len(history) - 1

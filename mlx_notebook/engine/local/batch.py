@@ -32,11 +32,10 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ...cpu import fast as cpu_fast
-from ...cpu.threads import governor
 from ..cache.caches import extract, finalize, merge, prepare_padding
 from ..cache.prompt_cache import ModelState
 from ..cache.sequence import CachedSequence
+from ..decoding.device import governor, rope_tables
 from ..decoding.output import Output, prepare
 from ..decoding.prefill import ChunkSizer
 from ..errors import describe, detach_frames
@@ -104,7 +103,7 @@ class Batch:
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
             out.stats.sampling = setup.sampling
-            tables = cpu_fast.rope_tables(main.model) if self.main is None else self._tables
+            tables = rope_tables(main.model) if self.main is None else self._tables
         except Exception as exc:  # noqa: BLE001 - ends this job only
             fin = Finished.failed(exc)
             job.emit(fin if out is None else out.finish("error", fin.error, fin.exception))

@@ -4,7 +4,7 @@ Each row keeps what it would do alone: its logits processors (repetition penalty
 the like) on its own history, its grammar's mask, its token recorder, its sampler and
 its seed. What rows share is taken together where the fast path's kernels can: the
 greedy rows' picks, the sampled rows' normalizer, and each filter and the draw of the
-rows with the same sampling settings (`cpu_sampling.draw_rows`: a kernel call each,
+rows with the same sampling settings (`sampling.draw_rows`: a kernel call each,
 the rows over the threads, where row after row took several calls per row). Without
 the kernels (a GPU, or no extension) rows go one after another as before; either way
 every row draws the token it draws alone.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ...cpu import sampling as cpu_sampling
+from ..decoding import sampling
 from .row import Row
 
 
@@ -29,7 +29,7 @@ def next_tokens(rows: list[Row], cur: mx.array, logits: mx.array) -> mx.array:
     """
     plain = not any(r.setup.processors or r.setup.constraint or r.setup.recorder for r in rows)
     if plain and all(r.setup.greedy for r in rows):
-        return cpu_sampling.argmax(logits)
+        return sampling.argmax(logits)
     penalized = _penalties_together(rows, cur, logits)
     scores = [
         _processed(row, cur[i : i + 1], logits[i : i + 1], penalized.get(i))
@@ -41,13 +41,13 @@ def next_tokens(rows: list[Row], cur: mx.array, logits: mx.array) -> mx.array:
     parts = []
     for i, row in enumerate(rows):
         if row.setup.greedy:
-            parts.append(cpu_sampling.argmax(scores[i]))
+            parts.append(sampling.argmax(scores[i]))
         elif drawn is not None:
             parts.append(drawn[at[i] : at[i] + 1])
         else:
             # Keyed by position, whatever the other rows do: the same seed gives the
             # same text as the job alone.
-            lp = scores[i] - cpu_sampling.logsumexp(scores[i])
+            lp = scores[i] - sampling.logsumexp(scores[i])
             parts.append(row.setup.sample(lp, len(row.seq.tokens)))
     return mx.concatenate(parts)
 
@@ -79,9 +79,9 @@ def _draw_together(rows: list[Row], sampled: list[int], scores: list[mx.array]):
     """The sampled rows' tokens from one normalizer call and `draw_rows`, or None."""
     samplers = [rows[i].setup.sample for i in sampled]
     together = mx.concatenate([scores[i] for i in sampled])
-    lp = together - cpu_sampling.logsumexp(together)  # lazy: unused where None comes back
+    lp = together - sampling.logsumexp(together)  # lazy: unused where None comes back
     keys = [lambda s=s, i=i: s.key(len(rows[i].seq.tokens)) for s, i in zip(samplers, sampled)]
-    return cpu_sampling.draw_rows(lp, [s.sampler for s in samplers], keys)
+    return sampling.draw_rows(lp, [s.sampler for s in samplers], keys)
 
 
 def _penalties_together(rows: list[Row], cur: mx.array, logits: mx.array) -> dict[int, mx.array]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...cpu import ext as _ext
-from ...cpu import threads
 from ...models.registry import LoadedModel, Registry
+from ..decoding.device import on_cpu
 from ..decoding.prompt import encode_prompt
 from ..info import ModelInfo
 from ..request import Request
@@ -41,22 +40,18 @@ def fork_point(
     return top[1] - top[0], standing
 
 
-def status_notes(blas: Mapping[str, Any], states: Mapping[str, Any]) -> list[str]:
-    """Lines for ``%mlx status``: BLAS, the fast path, each model's caches and index.
+def status_notes(states: Mapping[str, Any]) -> list[str]:
+    """Lines for ``%mlx status``: the CPU fast path (on the CPU), each model's caches and index.
 
     Args:
-        blas: ``_blas.status()``.
         states: Model name to its `ModelState`.
     """
-    notes = [
-        f"BLAS acceleration: {'OpenBLAS active' if blas['active'] else 'off'} ({blas['reason']})",
-        f"CPU fast path: {'on' if blas['gemv'] else 'off'} ({blas['gemv_reason']})",
-        threads.describe(),
-    ]
-    ext = _ext.status()
-    if ext != "not attempted":  # a model was loaded on the CPU with the fast path on
-        what = "quantized products, decode attention, fused layers"
-        notes.insert(2, f"MLX extension ({what}): {ext}")
+    if on_cpu():
+        from ...cpu import status_lines
+
+        notes = status_lines()
+    else:
+        notes = ["CPU fast path: not used (the GPU computes)"]
     for name, state in list(states.items()):
         c, x = state.cache, state.suffix
         notes.append(

@@ -313,12 +313,10 @@ class Engine(Scheduling):
 
     def info(self) -> EngineInfo:
         """Device, worker state, queue, loaded models, acceleration and prompt caches."""
-        from ...cpu import blas as _blas
-
         with self._cond:
             running = self._running
             queued = len(self._queue)
-        notes = status_notes(_blas.status(), self._state)
+        notes = status_notes(self._state)
         rows = list(self._batch.rows)
         if self._max_batch <= 1:
             notes.insert(0, "batching: off (max_batch <= 1): jobs run one at a time")

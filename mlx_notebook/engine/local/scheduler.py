@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from ...cpu.threads import governor
 from ...models.registry import LoadedModel
 from ...models.spec import ModelNotFound
 from ..cache.prompt_cache import ModelState
+from ..decoding.device import governor
 from ..errors import EngineClosed, describe
 from ..events import Finished, Loading, Notice, Queued, Started
 from ..job import Job

@@ -17,7 +17,7 @@ from collections import deque
 
 import mlx.core as mx
 
-from ...cpu import sampling as cpu_sampling
+from ..decoding import sampling
 from ..token_records import TokenRecord, position_stats
 
 
@@ -61,7 +61,7 @@ class Recorder:
             return
         logits = logits if logits.dtype == mx.float32 else logits.astype(mx.float32)
         # MLX's normalizer to the last bit (the fast path's kernel computes the same).
-        lse = cpu_sampling.logsumexp(logits)
+        lse = sampling.logsumexp(logits)
         if raw is not None and raw.dtype != mx.float32:
             raw = raw.astype(mx.float32)
         self._stash[-1] = (logits, raw, forced, lse)
@@ -89,7 +89,7 @@ class Recorder:
         if forced:  # the same record as where no pass ran for it
             return self.forced(token)
         if lse is None:  # a verify pass's row: its normalizer as mlx-lm computes it
-            lse = cpu_sampling.logsumexp(logits.astype(mx.float32))
+            lse = sampling.logsumexp(logits.astype(mx.float32))
         stats = position_stats(logits, tgt, self.top_k, lse)
         lp, rank, ent, ids, lps = (c[0] for c in stats)
         raw_lp = lp if raw is None else position_stats(raw, tgt, 0)[0][0]

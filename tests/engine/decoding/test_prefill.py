@@ -88,7 +88,11 @@ def test_a_young_fit_does_not_size_a_chunk_far_past_what_was_measured():
 def test_stop_mid_prefill_on_the_default_model(engine):
     engine.submit(Request("hi", max_tokens=2)).result(timeout=300)
     tok = engine.registry.peek("default").tokenizer
-    text = open(__file__.replace("tests/test_prefill.py", "README.md")).read()
+    from pathlib import Path
+
+    import mlx_notebook
+
+    text = "\n".join(p.read_text() for p in sorted(Path(mlx_notebook.__file__).parent.glob("*.py")))
     prompt = tok.decode(tok.encode(text)[:1500])
     rng = random.Random(1)
     lat, after = [], []

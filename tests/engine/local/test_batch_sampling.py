@@ -7,8 +7,8 @@ import pytest
 
 import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
 from mlx_notebook.cpu import ext as _ext
-from mlx_notebook.cpu import sampling as cpu_sampling
 from mlx_notebook.engine import Request
+from mlx_notebook.engine.decoding import sampling
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +46,13 @@ def test_sampled_rows_are_drawn_together_and_draw_their_solo_tokens(
     ext, engine, tiny_dir, monkeypatch
 ):
     spy = _Spy(ext)
-    real = cpu_sampling._native
-    monkeypatch.setattr(cpu_sampling, "_native", lambda x: spy if real(x) is not None else None)
+    real = sampling._native
+    monkeypatch.setattr(sampling, "_native", lambda x: spy if real(x) is not None else None)
     together = _run(engine, tiny_dir, repetition_penalty=1.3)
     assert max(r.stats.batch_rows for r in together) == 4  # they did run as one batch
     assert 3 in spy.draws  # a step drew its three sampled rows in one call
     assert spy.draws.count(1) < len(spy.draws)
-    monkeypatch.setattr(cpu_sampling, "_native", real)
+    monkeypatch.setattr(sampling, "_native", real)
     alone = _run(engine, tiny_dir, repetition_penalty=1.3, batch=False)
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
     assert all(len(r.token_ids) == 12 for r in together)
@@ -62,7 +62,7 @@ def test_without_the_kernels_rows_go_one_by_one_to_the_same_text(
     ext, engine, tiny_dir, monkeypatch
 ):
     on = [r.token_ids for r in _run(engine, tiny_dir)]
-    monkeypatch.setenv(cpu_sampling.ENV, "0")
+    monkeypatch.setenv(sampling.ENV, "0")
     before = ext.sample_calls(2)
     off = [r.token_ids for r in _run(engine, tiny_dir)]
     assert ext.sample_calls(2) == before  # MLX's own draws, row after row
