@@ -101,6 +101,8 @@ class Job:
         self._failed: set[int] = set()  # ids of listeners already logged as failing
         self._on_cancel = on_cancel
         self._tokens = 0
+        # What the backend's checks learned at submit, for its own worker (opaque here).
+        self.checked = None
 
     # -- cancellation -------------------------------------------------------
     def cancel(self) -> None:

@@ -73,15 +73,17 @@ class Registry:
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         self._aliases: dict[str, str] = {}
 
-    def get(self, spec: str, pin: str | None = None) -> LoadedModel:
+    def get(self, spec: str, pin: str | None = None, canonical: bool = False) -> LoadedModel:
         """Return the loaded model for ``spec``, loading it if needed.
 
         Args:
             spec: Model spec.
             pin: Name of a model that must not be evicted to make room.
+            canonical: ``spec`` is a canonical name already (the engine resolved it at
+                submit): do not resolve it again to look for another spelling.
         """
         found = self.peek(spec)
-        if found is None:
+        if found is None and not canonical:
             found = self.peek(_canonical(spec))  # another spelling of a loaded model
         if found is not None:
             with self._lock:

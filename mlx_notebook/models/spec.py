@@ -146,8 +146,11 @@ def in_hub_cache(repo: str) -> bool:
     return isinstance(found, str)
 
 
-def require_available(spec: str, flag: str = "-m") -> None:
+def require_available(spec: str, flag: str = "-m") -> str:
     """Refuse, in one line, a spec that names nothing local and cannot be fetched.
+
+    Returns:
+        The spec's canonical name (`Spec.key`): what it is loaded under.
 
     Raises:
         ModelUnavailable: A missing path, a non-GGUF file, or a hub id that is neither
@@ -159,7 +162,7 @@ def require_available(spec: str, flag: str = "-m") -> None:
     except (OSError, ValueError) as exc:
         raise ModelUnavailable(f"{role}: {str(exc).removeprefix('model: ')}") from None
     if s.kind != "hub" or in_hub_cache(s.key) or hub_reachable():
-        return
+        return s.key
     default = " or -m default (the bundled model)" if flag == "-m" else ""
     raise ModelUnavailable(
         f"{role}: {spec!r} is not a local path, not in the Hugging Face cache, and the hub "

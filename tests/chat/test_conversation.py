@@ -195,7 +195,7 @@ def test_two_conversations_and_a_generate_between_keep_their_caches(default_engi
         default_engine.submit(Request("Write one word.", max_tokens=4)).result(timeout=120)
     check_reuse(fa)
     check_reuse(fb)
-    assert len(default_engine._state["default"].cache) >= 3
+    assert len(default_engine.scheduler.states["default"].cache) >= 3
 
 
 @pytest.mark.kernel

@@ -45,7 +45,7 @@ def test_map_takes_chat_messages_and_per_row_failures_stay_in_their_row(engine, 
 def test_a_bad_row_submits_nothing(engine, tiny_dir):
     with pytest.raises(ValueError, match=r"row 1: prompt: must not be empty"):
         MapRun(engine, ["ok", " "], model=tiny_dir).start()
-    assert engine.info().queued == 0 and not engine._batch.rows
+    assert engine.info().queued == 0 and not engine.scheduler.batch.rows
 
 
 def test_ctrl_c_stops_every_row_and_keeps_finished_ones(engine, scripted):
@@ -56,7 +56,7 @@ def test_ctrl_c_stops_every_row_and_keeps_finished_ones(engine, scripted):
         run.wait()
     res = run.result()
     assert {r.finish_reason for r in res} == {"cancelled"}
-    assert all(j.done for j in run.jobs) and not engine._batch.rows
+    assert all(j.done for j in run.jobs) and not engine.scheduler.batch.rows
 
 
 def test_progress_counts_rows_and_tokens(engine, tiny_dir):

@@ -18,7 +18,7 @@ from mlx_lm.sample_utils import make_logits_processors
 from ..events import Finished, Notice, Stats, Token
 from ..job import Job
 from .decode import KeyedSampler
-from .prompt import check_top_k, encode_prompt, fit_context
+from .prompt import check_top_k, encode_prompt, fit_context, lowered
 from .reasoning import ReasoningSplitter
 from .sampling import make_sampler
 from .stops import StopMatcher
@@ -80,16 +80,19 @@ def prepare(job: Job, main) -> Setup:
 
     sampling = in_force(job.request, getattr(main, "defaults", {}))
     req = job.request.with_defaults(getattr(main, "defaults", {}))
-    prompt = encode_prompt(req, main.tokenizer)
-    max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
-    if max_tokens < req.max_tokens:
-        job.emit(
-            Notice(
-                f"max_tokens lowered from {req.max_tokens} to {max_tokens}: the prompt "
-                f"uses {len(prompt)} of the model's {main.context_length}-token context"
-            )
-        )
-    check_top_k(req.top_k, main.logits_size or main.vocab_size, main.name)
+    checked = getattr(job, "checked", None)
+    if checked is not None and checked.prompt is not None and checked.tokenizer is main.tokenizer:
+        # Encoded and fitted at submit, with this very tokenizer: nothing twice.
+        prompt, max_tokens, notices = list(checked.prompt), checked.max_tokens, checked.notices
+    else:  # its model was not loaded at submit: encoded here, once
+        prompt = encode_prompt(req, main.tokenizer)
+        max_tokens = fit_context(len(prompt), req.max_tokens, main.context_length, main.name)
+        notices = ()
+        if max_tokens < req.max_tokens:
+            notices = (lowered(req.max_tokens, max_tokens, len(prompt), main.context_length),)
+        check_top_k(req.top_k, main.logits_size or main.vocab_size, main.name)
+    for notice in notices:
+        job.emit(Notice(notice))
     sampler = make_sampler(
         0.0 if req.greedy else req.temperature,
         top_p=req.top_p if req.top_p < 1 else 0.0,

@@ -64,6 +64,14 @@ def fit_context(n_prompt: int, max_tokens: int, context: int | None, model: str)
     return min(max_tokens, context - n_prompt)
 
 
+def lowered(asked: int, fitted: int, n_prompt: int, context: int | None) -> str:
+    """The notice for a budget `fit_context` lowered."""
+    return (
+        f"max_tokens lowered from {asked} to {fitted}: the prompt "
+        f"uses {n_prompt} of the model's {context}-token context"
+    )
+
+
 def check_top_k(top_k: int | None, vocab: int, model: str) -> None:
     """Raise `ValueError` when ``top_k`` exceeds the model's vocabulary."""
     if top_k is not None and top_k > vocab:

@@ -2,37 +2,70 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...models.registry import LoadedModel, Registry
 from ...models.spec import require_available
 from ...models.vocab import spec_fingerprint
-from ..decoding.prompt import check_top_k, encode_prompt, fit_context
+from ..decoding.prompt import check_top_k, encode_prompt, fit_context, lowered
 from ..errors import IncompatibleDraft
 from ..request import Request
 
 
-def check_request(request: Request, registry: Registry) -> None:
-    """Everything `Engine.submit` checks before queuing.
+@dataclass(frozen=True)
+class Checked:
+    """What `check_request` learned on the caller's thread; the job carries it to the worker.
 
-    Loaded models are checked in full; others, where their files allow.
+    Attributes:
+        key: The registry name the main model is (or will be) loaded under.
+        draft_key: The same for a draft model, or None.
+        prompt: The prompt's token ids, when the model was loaded at submit (else None:
+            the worker encodes it once, with the model it loads).
+        tokenizer: The tokenizer ``prompt`` was encoded with (the worker reuses the ids
+            only with that very tokenizer).
+        max_tokens: ``max_tokens`` fitted to the context window (with ``prompt``).
+        notices: What the worker should say when the job starts (a lowered budget).
+    """
+
+    key: str
+    draft_key: str | None = None
+    prompt: tuple[int, ...] | None = None
+    tokenizer: object = None
+    max_tokens: int | None = None
+    notices: tuple[str, ...] = ()
+
+
+def check_request(request: Request, registry: Registry) -> Checked:
+    """Everything `Engine.submit` checks before queuing; each spec resolved once.
+
+    Loaded models are checked in full (and the prompt encoded once, for the worker);
+    others, where their files allow.
 
     Raises:
         ValueError: Naming the field or the problem, in one line.
     """
     request.validate()
-    if registry.peek(request.model) is None:
-        require_available(request.model, "-m")
-    if request.mode == "draft" and registry.peek(request.draft) is None:
-        require_available(request.draft, "--draft")
-    check_draft(request, registry)
     lm = registry.peek(request.model)
+    key = lm.name if lm is not None else require_available(request.model, "-m")
+    draft = draft_key = None
+    if request.mode == "draft":
+        draft = registry.peek(request.draft)
+        draft_key = draft.name if draft is not None else require_available(request.draft, "--draft")
+        check_draft(request, lm, draft)
     if not isinstance(request.prompt, str) and request.chat:
         require_chat_template(request.model, lm)
-    if lm is not None:
-        ids = encode_prompt(request, lm.tokenizer)
-        fit_context(len(ids), request.max_tokens, lm.context_length, lm.name)
-        check_top_k(request.top_k, lm.logits_size or lm.vocab_size, lm.name)
-        if request.constraint is not None:
-            check_writable(request.constraint, lm.tokenizer, lm.logits_size or lm.vocab_size)
+    if lm is None:
+        return Checked(key, draft_key)
+    ids = encode_prompt(request, lm.tokenizer)
+    max_tokens = fit_context(len(ids), request.max_tokens, lm.context_length, lm.name)
+    width = lm.logits_size or lm.vocab_size
+    check_top_k(request.top_k, width, lm.name)
+    if request.constraint is not None:
+        check_writable(request.constraint, lm.tokenizer, width)
+    notices = ()
+    if max_tokens < request.max_tokens:
+        notices = (lowered(request.max_tokens, max_tokens, len(ids), lm.context_length),)
+    return Checked(key, draft_key, tuple(ids), lm.tokenizer, max_tokens, notices)
 
 
 _writable: set = set()
@@ -54,13 +87,10 @@ def check_writable(schema, tokenizer, width: int) -> None:
     _writable.add(key)
 
 
-def check_draft(request: Request, registry: Registry) -> None:
+def check_draft(request: Request, main: LoadedModel | None, draft: LoadedModel | None) -> None:
     """Refuse a draft model whose vocabulary differs, from loaded models or files."""
-    if request.mode != "draft":
-        return
     keys = []
-    for spec in (request.model, request.draft):
-        lm = registry.peek(spec)
+    for spec, lm in ((request.model, main), (request.draft, draft)):
         keys.append(lm.vocab_key if lm is not None else spec_fingerprint(spec))
     if None not in keys and keys[0] != keys[1]:
         raise IncompatibleDraft(vocab_message(request.model, request.draft))

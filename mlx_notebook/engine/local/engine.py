@@ -3,32 +3,28 @@
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ...models.registry import Registry
-from ..cache.prompt_cache import ModelState
 from ..errors import EngineClosed
-from ..events import Queued
 from ..info import EngineInfo, Unloaded
 from ..job import Job, Result
 from ..request import Request
-from .checks import check_request
+from .checks import Checked, check_request
 from .diagnostics import fork_point, model_infos, status_notes
-from .scheduler import Scheduling
+from .scheduler import Scheduler
 
 log = logging.getLogger("mlx_notebook")
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
-class Engine(Scheduling):
+class Engine:
     """Runs generation jobs on one worker thread, batching those that can share steps.
 
     A batch holds normal-decoding jobs on one model: they start as soon as a slot
@@ -58,27 +54,10 @@ class Engine(Scheduling):
         prompt_cache_bytes: int | None = None,
         max_batch: int = 8,
     ) -> None:
-        from .batch import Batch
-
         self.registry = registry or Registry(max_loaded=max_loaded)
-        self.prompt_cache_bytes = prompt_cache_bytes
+        self.scheduler = Scheduler(self.registry, max_batch, prompt_cache_bytes)
         # Prompt caches hold their model: drop them when the registry lets it go.
-        self.registry.on_evict = self._forget
-        self._cond = threading.Condition()
-        self._queue: deque[Job] = deque()
-        self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
-        self._running: Job | None = None
-        self._closed = False
-        self._death: str | None = None
-        self._ids = itertools.count(1)
-        self._state: dict[str, ModelState] = {}
-        self._device = "unknown"
-        self._batch = Batch(1, self._state_for)  # sized by the max_batch setter below
-        self._keys: dict[int, str] = {}  # queued job id -> registry name of its model
-        self._alone: dict[int, str] = {}  # started job id -> why it must run alone
-        self._admitting: list[Job] = []
-        self.max_batch = max_batch
-        self._thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)
+        self.registry.on_evict = self.scheduler.forget
         _engines.add(self)
         if start:
             self.start()
@@ -94,22 +73,27 @@ class Engine(Scheduling):
     # -- public API ---------------------------------------------------------
     def start(self) -> None:
         """Start the worker thread (once)."""
-        if not self._thread.is_alive() and not self._closed:
-            self._thread.start()
+        thread = self.scheduler.thread
+        if not thread.is_alive() and not self.scheduler.closed:
+            thread.start()
 
-    def check(self, request: Request) -> None:
+    def check(self, request: Request) -> Checked:
         """Validate ``request`` as `submit` would, without queuing anything.
 
         Models already loaded are checked in full (context window, ``top_k``,
         draft vocabulary, chat template); others are checked on the worker before
         prefill.
 
+        Returns:
+            What the checks learned (the resolved model, the encoded prompt), which
+            `submit` hands to the worker so that nothing is resolved or encoded twice.
+
         Raises:
             ValueError: A field is invalid (the message names it), the prompt does
                 not fit the context window, the draft's vocabulary differs, or a
                 conversation's model has no chat template.
         """
-        check_request(request, self.registry)
+        return check_request(request, self.registry)
 
     def submit(self, request: Request) -> Job:
         """Validate ``request`` on the caller's thread and queue it.
@@ -135,30 +119,17 @@ class Engine(Scheduling):
             ValueError: A request is invalid (see `check`); nothing is queued.
             EngineClosed: The engine is closed.
         """
-        if self._closed:  # before checking models the closed engine has dropped
-            raise EngineClosed(self._closed_reason())
-        keys = []
+        if self.scheduler.closed:  # before checking models the closed engine has dropped
+            raise EngineClosed(self.scheduler.closed_reason())
+        checked = []
         for i, request in enumerate(requests):
             try:
-                self.check(request)
+                checked.append((request, self.check(request)))
             except ValueError as exc:
                 if label is None:
                     raise
                 raise ValueError(f"{label} {i}: {exc}") from None
-            keys.append(self._key(request))  # which batch it can join, resolved off the worker
-        with self._cond:
-            if self._closed:
-                raise EngineClosed(self._closed_reason())
-            jobs = []
-            for request, key in zip(requests, keys):
-                job = Job(request, next(self._ids), on_cancel=self._drop_queued)
-                self._keys[job.id] = key
-                ahead = len(self._queue) + (self._running is not None)
-                self._queue.append(job)
-                job.emit(Queued(ahead, self._busy_with()))  # no listeners yet
-                jobs.append(job)
-            self._cond.notify_all()
-        return jobs
+        return self.scheduler.enqueue(checked)
 
     def generate(self, prompt, **fields) -> Result:
         """Blocking convenience: ``submit(Request(prompt, **fields)).result()``."""
@@ -205,13 +176,7 @@ class Engine(Scheduling):
         Raises:
             EngineClosed: The engine is closed.
         """
-        fut: Future = Future()
-        with self._cond:
-            if self._closed:
-                raise EngineClosed(self._closed_reason())
-            self._calls.append((fn, fut))
-            self._cond.notify_all()
-        return fut
+        return self.scheduler.call(fn)
 
     def run_on_worker(self, fn: Callable[[], Any], timeout: float | None = 30.0) -> Any:
         """`call` ``fn`` and wait for its result, for at most ``timeout`` seconds.
@@ -224,7 +189,7 @@ class Engine(Scheduling):
                 where waiting would deadlock.
             TimeoutError: The worker did not finish ``fn`` in time.
         """
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self.scheduler.thread:
             raise RuntimeError(
                 "this engine call blocks, and it was made on the engine's own worker "
                 "thread (from a job listener?), where it would wait forever"
@@ -244,7 +209,7 @@ class Engine(Scheduling):
 
     def cancel_all(self) -> int:
         """Cancel every queued and running job; return how many were cancelled."""
-        jobs = self._jobs()
+        jobs = self.scheduler.jobs()
         for j in jobs:
             j.cancel()
         return len(jobs)
@@ -262,10 +227,10 @@ class Engine(Scheduling):
         """
         if spec is not None and not self.registry.loaded(spec):
             return Unloaded()
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self.scheduler.thread:
             self.run_on_worker(lambda: None)  # raises the clear RuntimeError
         key = None if spec is None else self.registry.key_for(spec)
-        victims = [j for j in self._jobs() if key is None or key in self._models_of(j)]
+        victims = [j for j in self.scheduler.jobs() if key is None or key in self._models_of(j)]
         for j in victims:
             j.cancel()
         names = self.run_on_worker(lambda: self.registry.unload(key), timeout)
@@ -286,7 +251,7 @@ class Engine(Scheduling):
             from ..decoding.suffix import SuffixIndex
 
             key = None if spec is None else self.registry.key_for(spec)
-            for name, state in self._state.items():
+            for name, state in self.scheduler.states.items():
                 if key is None or name == key:
                     state.suffix = SuffixIndex(state.suffix.max_tokens)
 
@@ -296,8 +261,8 @@ class Engine(Scheduling):
         """Change every model's prompt-cache budget (None: the default)."""
         from ..cache.prompt_cache import default_budget
 
-        self.prompt_cache_bytes = n
-        for state in list(self._state.values()):
+        self.scheduler.prompt_cache_bytes = n
+        for state in list(self.scheduler.states.values()):
             state.cache.resize(default_budget() if n is None else n)
 
     def logit_margin(self, request: Request, generated: list[int], timeout: float = 60) -> float:
@@ -313,74 +278,60 @@ class Engine(Scheduling):
 
     def info(self) -> EngineInfo:
         """Device, worker state, queue, loaded models, acceleration and prompt caches."""
-        with self._cond:
-            running = self._running
-            queued = len(self._queue)
-        notes = status_notes(self._state)
-        rows = list(self._batch.rows)
-        if self._max_batch <= 1:
+        sched = self.scheduler
+        running, queued = sched.counts()
+        notes = status_notes(sched.states)
+        rows = list(sched.batch.rows)
+        if sched.max_batch <= 1:
             notes.insert(0, "batching: off (max_batch <= 1): jobs run one at a time")
         else:
-            on = f" on {self._batch.model_name}" if rows else ""
+            on = f" on {sched.batch.model_name}" if rows else ""
             notes.insert(
                 0,
-                f"batch: {len(rows)} of {self._max_batch} rows{on}"
+                f"batch: {len(rows)} of {sched.max_batch} rows{on}"
                 + (f" (jobs {', '.join(str(r.job.id) for r in rows)})" if rows else ""),
             )
         models = model_infos(self.registry)
         return EngineInfo(
             kind="local",
-            device=self._device,
-            worker_alive=self._thread.is_alive(),
+            device=sched.device,
+            worker_alive=sched.thread.is_alive(),
             running=None if running is None else running.id,
             queued=queued,
             batched=tuple(r.job.id for r in rows),
             models=models,
             notes=tuple(notes),
-            closed=self._closed_reason() if self._closed else None,
+            closed=sched.closed_reason() if sched.closed else None,
         )
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Cancel everything, stop the worker and wait for it (never under our lock)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self.scheduler.close()
         self.cancel_all()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        thread = self.scheduler.thread
+        if thread.is_alive() and threading.current_thread() is not thread:
+            thread.join(timeout)
 
     @property
     def closed(self) -> bool:
         """Whether the engine was closed or its worker died."""
-        return self._closed
+        return self.scheduler.closed
 
     @property
     def max_batch(self) -> int:
         """Most jobs decoded together (0 or 1: every job runs alone)."""
-        return self._max_batch
+        return self.scheduler.max_batch
 
     @max_batch.setter
     def max_batch(self, n: int) -> None:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"max_batch: must be an integer >= 0 (got {n!r})")
-        self._max_batch = n
-        self._batch.max_rows = max(1, n)  # rows already admitted finish as they are
-        with self._cond:
-            self._cond.notify_all()
+        self.scheduler.max_batch = n
+
+    @property
+    def prompt_cache_bytes(self) -> int | None:
+        """Byte budget of each model's prompt caches (None: the default)."""
+        return self.scheduler.prompt_cache_bytes
 
     # -- internals ----------------------------------------------------------
-    def _closed_reason(self) -> str:
-        return (
-            f"engine is closed: its worker died ({self._death})"
-            if self._death
-            else ("engine is closed")
-        )
-
-    def _jobs(self) -> list[Job]:
-        with self._cond:
-            running = [self._running] if self._running else []
-            return list(self._queue) + running + self._admitting + self._batch.jobs
-
     def _models_of(self, job: Job) -> set[str]:
         r = job.request
         specs = [r.model] + ([r.draft] if r.mode == "draft" else [])

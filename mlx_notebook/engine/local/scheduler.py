@@ -1,4 +1,4 @@
-"""The worker thread's side of the `Engine`: which job runs when, and running it.
+"""The `Scheduler`: the queue, the worker thread, and which job runs when.
 
 Each turn of the loop runs the calls waiting at this safe point, admits queued
 jobs that can join the batch (normal decoding on the batch's model, while slots
@@ -10,10 +10,15 @@ too, so batched rows and the job alone take turns step by step.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
-from ...models.registry import LoadedModel
+from ...models.registry import LoadedModel, Registry
 from ...models.spec import ModelNotFound
 from ..cache.prompt_cache import ModelState
 from ..decoding.device import governor
@@ -21,15 +26,128 @@ from ..errors import EngineClosed, describe
 from ..events import Finished, Loading, Notice, Queued, Started
 from ..job import Job
 from ..request import Request
-from .checks import require_same_vocab
+from .batch import Batch
+from .checks import Checked, require_same_vocab
 from .diagnostics import describe_device
 
 log = logging.getLogger("mlx_notebook")
 
 
-class Scheduling:
-    """Worker-thread methods of `Engine` (a mixin; the state is set up in `Engine`)."""
+class Scheduler:
+    """The queue of jobs and calls, and the worker thread that runs them.
 
+    The `Engine` owns one: the engine checks requests on the caller's thread and
+    hands them over with `enqueue`; everything else here runs on the worker or
+    under the lock.
+
+    Args:
+        registry: The engine's loaded models (loaded on the worker).
+        max_batch: Most jobs decoded together; 0 or 1 runs every job alone.
+        prompt_cache_bytes: Byte budget of each model's prompt caches (None: default).
+    """
+
+    def __init__(self, registry: Registry, max_batch: int, prompt_cache_bytes: int | None):
+        self.registry = registry
+        self.prompt_cache_bytes = prompt_cache_bytes
+        self.states: dict[str, ModelState] = {}  # model name -> its caches and suffix index
+        self.device = "unknown"
+        self.batch = Batch(1, self._state_for)  # sized by max_batch below
+        self._cond = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
+        self._running: Job | None = None
+        self._closed = False
+        self._death: str | None = None
+        self._ids = itertools.count(1)
+        self._keys: dict[int, str] = {}  # queued job id -> registry name of its model
+        self._alone: dict[int, str] = {}  # started job id -> why it must run alone
+        self._admitting: list[Job] = []
+        self.max_batch = max_batch
+        self.thread = threading.Thread(target=self._loop, name="mlx-worker", daemon=True)
+
+    # -- the caller's side (any thread) -------------------------------------
+    @property
+    def max_batch(self) -> int:
+        """Most jobs decoded together (0 or 1: every job runs alone)."""
+        return self._max_batch
+
+    @max_batch.setter
+    def max_batch(self, n: int) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"max_batch: must be an integer >= 0 (got {n!r})")
+        self._max_batch = n
+        self.batch.max_rows = max(1, n)  # rows already admitted finish as they are
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called or the worker died."""
+        return self._closed
+
+    def closed_reason(self) -> str:
+        """Why new work is refused."""
+        if self._death:
+            return f"engine is closed: its worker died ({self._death})"
+        return "engine is closed"
+
+    def enqueue(self, checked: list[tuple[Request, Checked]]) -> list[Job]:
+        """Queue checked requests together, in order; return their jobs.
+
+        Raises:
+            EngineClosed: The engine is closed.
+        """
+        with self._cond:
+            if self._closed:
+                raise EngineClosed(self.closed_reason())
+            jobs = []
+            for request, check in checked:
+                job = Job(request, next(self._ids), on_cancel=self._drop_queued)
+                job.checked = check
+                self._keys[job.id] = check.key
+                ahead = len(self._queue) + (self._running is not None)
+                self._queue.append(job)
+                job.emit(Queued(ahead, self._busy_with()))  # no listeners yet
+                jobs.append(job)
+            self._cond.notify_all()
+        return jobs
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` on the worker at its next safe point; return its Future.
+
+        Raises:
+            EngineClosed: The engine is closed.
+        """
+        fut: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise EngineClosed(self.closed_reason())
+            self._calls.append((fn, fut))
+            self._cond.notify_all()
+        return fut
+
+    def jobs(self) -> list[Job]:
+        """Every queued, admitted and running job."""
+        with self._cond:
+            running = [self._running] if self._running else []
+            return list(self._queue) + running + self._admitting + self.batch.jobs
+
+    def counts(self) -> tuple[Job | None, int]:
+        """The job running alone (or None) and how many wait in the queue."""
+        with self._cond:
+            return self._running, len(self._queue)
+
+    def close(self) -> None:
+        """Refuse new work and let the worker finish (the caller cancels the jobs)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def forget(self, name: str) -> None:
+        """Drop a model's caches (the registry let it go)."""
+        self.states.pop(name, None)
+
+    # -- the worker's side ---------------------------------------------------
     def _drop_queued(self, job: Job) -> None:
         with self._cond:
             try:
@@ -52,7 +170,7 @@ class Scheduling:
 
     def _busy_with(self, admitted: int = 0) -> str:
         # Called with the lock held; ``admitted`` rows are about to join the batch.
-        r, b = self._running, self._batch
+        r, b = self._running, self.batch
         parts = [] if r is None else [f"job {r.id} on {r.request.model}"]
         rows = len(b.rows) + admitted
         if self._max_batch > 1 and rows >= b.max_rows:
@@ -72,12 +190,12 @@ class Scheduling:
         with self._cond:
             if not self._queue:
                 return None
-            take, solo, model = [], None, self._batch.model_name
+            take, solo, model = [], None, self.batch.model_name
             for job in self._queue:
                 if self._batchable(job):
                     key = self._keys.get(job.id)
                     if model is None or key == model:
-                        if len(take) < self._batch.room:
+                        if len(take) < self.batch.room:
                             model = model or key
                             take.append(job)
                         continue  # waits for a slot in the batch
@@ -99,12 +217,6 @@ class Scheduling:
                 self._admitting = []
         return solo
 
-    def _key(self, request: Request) -> str:
-        try:
-            return self.registry.key_for(request.model)
-        except Exception:  # noqa: BLE001 - an unresolvable spec fails when loaded
-            return request.model
-
     def _begin(self, job: Job) -> bool:
         """A job leaves the queue: end it if it was cancelled meanwhile, else start it."""
         if job.cancelled:
@@ -119,11 +231,11 @@ class Scheduling:
         if not self._begin(job):
             return
         try:
-            main = self._load(job, job.request.model, pin=self._batch.model_name)
+            main = self._load(job, job.checked.key, pin=self.batch.model_name)
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             job.emit(Finished.failed(exc))
             return
-        why = self._batch.admit(job, main)
+        why = self.batch.admit(job, main)
         if why is not None:  # its model cannot batch: first in line to run alone
             job.emit(Notice(why))
             with self._cond:
@@ -135,11 +247,8 @@ class Scheduling:
         """A job running alone is at a cancel point: calls, admissions, one batch tick."""
         self._service_calls()
         self._admit(solo_allowed=False)
-        if self._batch:
-            self._batch.tick()
-
-    def _forget(self, name: str) -> None:
-        self._state.pop(name, None)
+        if self.batch:
+            self.batch.tick()
 
     def _service_calls(self) -> None:
         """Run the pending calls (worker thread only, at a safe point)."""
@@ -160,10 +269,10 @@ class Scheduling:
             import mlx.core as mx
             from mlx_lm.generate import generation_stream
 
-            self._device = describe_device(mx)
+            self.device = describe_device(mx)
             while True:
                 with self._cond:
-                    while not (self._queue or self._calls or self._closed or self._batch):
+                    while not (self._queue or self._calls or self._closed or self.batch):
                         governor().reset()  # idle time is not a step
                         self._cond.wait()
                     if self._closed and not self._calls:
@@ -176,8 +285,8 @@ class Scheduling:
                         self._run(solo, generation_stream)
                         with self._cond:
                             self._running = None
-                    elif self._batch:
-                        self._batch.tick()
+                    elif self.batch:
+                        self.batch.tick()
         except BaseException as exc:  # noqa: BLE001 - recorded; every job still ends
             death = exc
             log.exception("mlx_notebook: the engine's worker died")
@@ -193,9 +302,9 @@ class Scheduling:
             self._running, self._queue = None, deque()
             calls, self._calls = list(self._calls), deque()
         if death is None:
-            self._batch.fail_all("cancelled")
+            self.batch.fail_all("cancelled")
         else:
-            self._batch.fail_all("error", f"the engine's worker died: {describe(death)}", death)
+            self.batch.fail_all("error", f"the engine's worker died: {describe(death)}", death)
         for j in jobs:
             if death is None:
                 j.emit(Finished(j.text, "cancelled"))
@@ -204,10 +313,10 @@ class Scheduling:
                 j.emit(Finished(j.text, "error", error=msg, exception=death))
         for _, fut in calls:
             if fut.set_running_or_notify_cancel():
-                fut.set_exception(EngineClosed(self._closed_reason()))
+                fut.set_exception(EngineClosed(self.closed_reason()))
         try:
             self.registry.clear()
-            self._state.clear()
+            self.states.clear()
             import mlx.core as mx
 
             if hasattr(mx, "clear_streams"):
@@ -224,10 +333,10 @@ class Scheduling:
         from .runner import run_job
 
         try:
-            main = self._load(job, job.request.model)
+            main = self._load(job, job.checked.key)
             draft = None
             if job.request.mode == "draft":
-                draft = self._load(job, job.request.draft, pin=main.name, draft=True)
+                draft = self._load(job, job.checked.draft_key, pin=main.name, draft=True)
                 require_same_vocab(main, draft)
             with wired_limit(main.model, [stream]):  # raises the limit on Metal only
                 final = run_job(job, main, draft, self._state_for, stream, self._between)
@@ -235,11 +344,12 @@ class Scheduling:
             final = Finished.failed(exc)
         job.emit(final)
 
-    def _load(self, job: Job, spec: str, pin: str | None = None, draft: bool = False):
-        if not self.registry.loaded(spec):
-            job.emit(Loading(spec))
+    def _load(self, job: Job, key: str, pin: str | None = None, draft: bool = False):
+        # ``key`` was resolved at submit (`Checked`): a loaded model is found by name.
+        if self.registry.peek(key) is None:
+            job.emit(Loading(job.request.draft if draft else job.request.model))
         try:
-            return self.registry.get(spec, pin=pin)
+            return self.registry.get(key, pin=pin, canonical=True)
         except ModelNotFound as exc:
             raise exc.for_flag("--draft" if draft else "-m") from None
         except (OSError, ValueError) as exc:
@@ -253,9 +363,9 @@ class Scheduling:
 
         if self.registry.peek(loaded.name) is not loaded:
             return ModelState()  # unloaded while the job ran: keep nothing for it
-        state = self._state.get(loaded.name)
+        state = self.states.get(loaded.name)
         if state is None:
-            state = self._state[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
+            state = self.states[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
         return state
 
 

@@ -107,7 +107,7 @@ def test_untrimmable_cache_is_reused_only_from_the_end_of_a_prompt(engine, tiny_
     # output) cannot come back to the prompt: the state kept at its prompt's end can.
     prompt = runs[0].stats.prompt_tokens
     assert runs[0].stats.cached_tokens == 0 and runs[1].stats.cached_tokens == prompt - 1
-    entries = engine.call(lambda: engine._state["rot"].cache.entries).result()
+    entries = engine.call(lambda: engine.scheduler.states["rot"].cache.entries).result()
     assert all(e[: prompt - 1] == entries[0][: prompt - 1] for e in entries)
     assert sorted(len(e) for e in entries) == [prompt - 1, prompt + 5]  # each kept once
 

@@ -119,7 +119,7 @@ def _check_cache_entries(engine, name):
     """Every cached sequence is consistent and holds exactly its tokens' keys and values."""
 
     def check():
-        state = engine._state[name]
+        state = engine.scheduler.states[name]
         bad = []
         for seq in list(state.cache._entries.values()):
             if not seq.consistent():
@@ -339,9 +339,9 @@ def test_a_failing_merge_ends_the_joiner_in_one_line_and_the_worker_idles(engine
     res = first.result(timeout=30)  # the running row never noticed
     assert res.token_ids == alone.token_ids and res.stats.batch_rows == 1
     # Nothing left behind: the worker thread sleeps (a spinning one burns ~100 ticks/s).
-    before = _cpu_ticks(engine._thread)
+    before = _cpu_ticks(engine.scheduler.thread)
     time.sleep(1.0)
-    assert _cpu_ticks(engine._thread) - before <= 10
+    assert _cpu_ticks(engine.scheduler.thread) - before <= 10
     assert engine.submit(req("refuses", max_tokens=3)).result(timeout=30).finish_reason == "length"
 
 
@@ -351,9 +351,9 @@ def test_a_failing_step_ends_its_rows_and_the_worker_idles(engine, scripted):
     jobs = [engine.submit(req("fails", max_tokens=30)) for _ in range(3)]
     fins = [j.wait(timeout=30) for j in jobs]
     assert all(f.finish_reason == "error" and "\n" not in f.error for f in fins)
-    before = _cpu_ticks(engine._thread)
+    before = _cpu_ticks(engine.scheduler.thread)
     time.sleep(1.0)
-    assert _cpu_ticks(engine._thread) - before <= 10
+    assert _cpu_ticks(engine.scheduler.thread) - before <= 10
 
 
 def test_a_model_whose_cache_cannot_batch_runs_its_jobs_alone_in_order(engine, tiny_tokenizer):

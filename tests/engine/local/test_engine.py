@@ -255,7 +255,8 @@ def test_evicted_and_unloaded_models_free_their_memory(tmp_path):
             eng.submit(req(d, max_tokens=8)).result(timeout=60)
         loaded = eng.run_on_worker(
             lambda: [
-                (m.nbytes, eng._state[m.name].cache.nbytes) for m in eng.registry._models.values()
+                (m.nbytes, eng.scheduler.states[m.name].cache.nbytes)
+                for m in eng.registry._models.values()
             ]
         )
         assert len(loaded) == 2
@@ -292,14 +293,14 @@ def test_a_dead_worker_fails_every_job_and_closes_the_engine(scripted, engine, m
     blocker = engine.submit(req("slow", max_tokens=30, batch=False))
     next(e for e in blocker.events(detach=True) if isinstance(e, Started))
     queued = [engine.submit(req("slow", max_tokens=5, batch=False)) for _ in range(2)]
-    real = engine._renumber
+    real = engine.scheduler._renumber
 
     def boom():
         if threading.current_thread().name == "mlx-worker":
             raise SystemExit("simulated worker crash")
         return real()
 
-    monkeypatch.setattr(engine, "_renumber", boom)
+    monkeypatch.setattr(engine.scheduler, "_renumber", boom)
     assert blocker.wait(timeout=30).finish_reason == "length"
     fins = [j.wait(timeout=10) for j in queued]
     assert all(f.finish_reason == "error" and "worker died" in f.error for f in fins)
