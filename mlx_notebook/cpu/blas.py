@@ -303,11 +303,3 @@ def thread_setters() -> list:
     if lib is not None and hasattr(lib, "mlxnb_set_threads"):
         out.append(lib.mlxnb_set_threads)
     return out
-
-
-def blas_threads() -> int | None:
-    """OpenBLAS's thread count now, or None when OpenBLAS is not loaded."""
-    blas = _state.get("_blas")
-    if blas is None or not hasattr(blas, "openblas_get_num_threads"):
-        return None
-    return int(blas.openblas_get_num_threads())

@@ -45,6 +45,9 @@ class Backend(Protocol):
     def logit_margin(self, request: Request, generated: list[int]) -> float | None:
         """Top-2 logit gap after the prompt and ``generated``, or None if unavailable."""
 
+    def sampling_defaults(self, model: str) -> dict:
+        """The sampling fields ``model`` sets for requests that leave them unset ({}: none)."""
+
     def close(self) -> None:
         """Cancel everything and stop."""
 

@@ -119,7 +119,7 @@ class Stats:
             cache (a sliding window past its length, recurrent state) could not
             be trimmed and was restored from a snapshot instead.
         sampling: The sampling values in force and which came from the model's
-            ``generation_config.json`` (`models.generation.in_force`).
+            ``generation_config.json`` (`defaults.in_force`).
     """
 
     prompt_tokens: int = 0

@@ -91,7 +91,7 @@ class EngineInfo:
 
 
 def _defaults_text(defaults: dict) -> str:
-    from ..models.generation import FALLBACK, describe
+    from .defaults import FALLBACK, describe
 
     if not defaults:
         return "greedy (no generation_config.json sampling)"

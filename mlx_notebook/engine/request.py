@@ -32,7 +32,7 @@ class Request:
         repetition_penalty: Multiplicative penalty (> 0); 1 disables it.
             These five sampling fields default to None: the model's own value from
             its ``generation_config.json``, else greedy with no filter or penalty
-            (`models.generation`). An explicit value always wins.
+            (`defaults`). An explicit value always wins.
         seed: Seed for MLX's random generator, in [0, 2**64); the same seed gives
             the same text.
         stop: Stop strings. Generation ends before the first one; it is not emitted.
@@ -134,7 +134,7 @@ class Request:
 
     def with_defaults(self, defaults: dict) -> Request:
         """A copy with the unset sampling fields taken from ``defaults``, then fallbacks."""
-        from ..models.generation import in_force
+        from .defaults import in_force
 
         values = in_force(self, defaults)
         values.pop("from_model")
@@ -212,7 +212,7 @@ class Request:
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
         if self.branch_from is not None:
-            from .tokens.branching import BranchPoint
+            from .branch import BranchPoint
 
             if not isinstance(self.branch_from, BranchPoint):
                 raise bad("branch_from", "must be a BranchPoint (see branch_request)")

@@ -51,11 +51,6 @@ class Rule:
         """Confidence of the interval at each look (plain 95% for a fixed count)."""
         return 0.95 if self.fixed is not None else LOOK_LEVEL
 
-    @property
-    def most_pairs(self) -> int:
-        """Pairs that may run at most."""
-        return self.fixed if self.fixed is not None else self.max_pairs
-
     def describe(self) -> str:
         """The plan in words, for a view's progress line."""
         if self.fixed is not None:

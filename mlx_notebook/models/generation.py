@@ -17,7 +17,7 @@ from pathlib import Path
 FILE = "generation_config.json"
 # What a field means when neither the request nor the model sets it.
 FALLBACK = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": None}
-_SAMPLED = ("temperature", "top_p", "top_k", "min_p")
+SAMPLED = ("temperature", "top_p", "top_k", "min_p")
 
 
 def _valid(name: str, v) -> bool:
@@ -82,39 +82,3 @@ def defaults_for(spec: str) -> dict:
             return {}
         return read_defaults(Path(found).parent) if isinstance(found, str) else {}
     return {}
-
-
-def in_force(request, defaults: dict) -> dict:
-    """Each sampling field's value for ``request`` on a model with ``defaults``.
-
-    Returns:
-        ``{field: value}`` for every field in `FALLBACK`, and ``"from_model"``:
-        the fields whose value came from the model.
-    """
-    values, from_model = {}, []
-    for name, fallback in FALLBACK.items():
-        v = getattr(request, name)
-        if v is None and name in defaults:
-            v = defaults[name]
-            from_model.append(name)
-        values[name] = fallback if v is None else v
-    values["from_model"] = from_model
-    return values
-
-
-def describe(values: dict) -> str:
-    """``greedy`` or ``temperature 0.6 · top_p 0.95 · top_k 20``, and what the model set."""
-    bits, shown = [], ["temperature"]
-    if values["temperature"] < 1e-5:  # `request.MIN_TEMPERATURE`: filters do not matter
-        bits.append("greedy")
-    else:
-        bits.append(f"temperature {values['temperature']:g}")
-        for name in _SAMPLED[1:]:
-            if values[name] != FALLBACK[name]:
-                bits.append(f"{name} {values[name]:g}")
-                shown.append(name)
-    if values["repetition_penalty"] not in (None, 1):
-        bits.append(f"repetition_penalty {values['repetition_penalty']:g}")
-        shown.append("repetition_penalty")
-    by_model = set(values.get("from_model", ())) & set(shown)
-    return " · ".join(bits) + (" (model defaults)" if by_model else "")

@@ -89,11 +89,3 @@ def _file_fingerprint(path: str, _size: int, _mtime: int) -> str | None:
         return fingerprint(Tokenizer.from_file(path).get_vocab(with_added_tokens=True))
     except Exception:
         return None
-
-
-def read_vocab(path: str | Path) -> dict[str, int]:
-    """The vocabulary in a ``tokenizer.json`` (for tests and tools)."""
-    data = json.loads(Path(path).read_text())
-    vocab = dict(data["model"]["vocab"])
-    vocab.update({t["content"]: t["id"] for t in data.get("added_tokens", [])})
-    return vocab

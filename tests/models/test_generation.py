@@ -6,7 +6,8 @@ import shutil
 import pytest
 
 from mlx_notebook.engine import Request
-from mlx_notebook.models.generation import describe, in_force, read_defaults
+from mlx_notebook.engine.defaults import describe, in_force
+from mlx_notebook.models.generation import read_defaults
 from mlx_notebook.notebook.views.render import stats_line
 
 SAMPLES = {"do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9}

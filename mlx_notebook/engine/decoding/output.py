@@ -76,7 +76,7 @@ def prepare(job: Job, main) -> Setup:
         ContextOverflow: The prompt alone does not fit.
         ValueError: ``top_k`` exceeds the vocabulary.
     """
-    from ...models.generation import in_force
+    from ..defaults import in_force
 
     sampling = in_force(job.request, getattr(main, "defaults", {}))
     req = job.request.with_defaults(getattr(main, "defaults", {}))

@@ -265,6 +265,15 @@ class Engine:
         for state in list(self.scheduler.states.values()):
             state.cache.resize(default_budget() if n is None else n)
 
+    def sampling_defaults(self, model: str) -> dict:
+        """The sampling ``model``'s authors set (`generation.defaults_for`), without loading it."""
+        lm = self.registry.peek(model)
+        if lm is not None:
+            return dict(lm.defaults)
+        from ...models.generation import defaults_for
+
+        return defaults_for(model)
+
     def logit_margin(self, request: Request, generated: list[int], timeout: float = 60) -> float:
         """Top-2 logit gap of ``request.model`` after the prompt and ``generated`` tokens."""
         return self.fork_point(request, generated, [], timeout)[0]

@@ -114,6 +114,10 @@ class RemoteEngine:
 
         return Unloaded(note="models on a server are loaded and freed by the server")
 
+    def sampling_defaults(self, model: str) -> dict:
+        """None known here: a server applies its model's own defaults itself."""
+        return {}
+
     def logit_margin(self, request: Request, generated: list[int]) -> None:
         """Not available: servers do not expose logits for a given prefix."""
         return None

@@ -308,11 +308,12 @@ class MLXNotebook(Magics):
 
     def settings_text(self) -> str:
         """The defaults a cell gets now (``%config MLXNotebook.NAME = ...`` changes them)."""
+        from ...engine.defaults import describe, in_force
         from ...engine.request import Request
-        from ...models.generation import defaults_for, describe, in_force
 
+        route = self.route(self.default_model)
         req = Request("", temperature=self.temperature)
-        sampling = describe(in_force(req, defaults_for(self.default_model)))
+        sampling = describe(in_force(req, route.backend.sampling_defaults(route.model)))
         return (
             "Defaults now (%config MLXNotebook.NAME = VALUE changes them):\n"
             f"  model {self.default_model}  ·  max_tokens {self.max_tokens}\n"

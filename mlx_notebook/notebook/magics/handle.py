@@ -125,7 +125,7 @@ class GenerationHandle:
         Returns:
             The branch's handle; ``side_by_side()`` shows both continuations.
         """
-        from ...engine.tokens.branching import branch_request
+        from ...engine.branch import branch_request
 
         if self.backend is None:
             raise RuntimeError("branch: this handle has no engine (it was not made by a cell)")

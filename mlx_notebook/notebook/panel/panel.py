@@ -153,14 +153,16 @@ class Panel(PanelControls, widgets.VBox):
         if change["new"] or self._by_hand:
             return
         # The sliders start at the values in force, so unticking changes nothing.
-        from ...models.generation import defaults_for, in_force
+        from ...engine.defaults import in_force
 
-        values = in_force(Request(""), defaults_for(self.route().model))
+        route = self.route()
+        values = in_force(Request(""), route.backend.sampling_defaults(route.model))
         with self.hold_trait_notifications():
             self.temperature, self.top_p = values["temperature"], values["top_p"]
 
     def _show_sampling(self) -> None:
-        self.sampling_hint.value = sampling_text(self.route().model)
+        route = self.route()
+        self.sampling_hint.value = sampling_text(route.backend.sampling_defaults(route.model))
 
     def _show_estimate(self) -> None:
         self.estimate.value = estimate_text(self)

@@ -29,12 +29,12 @@ def history_html(rows: list[dict], shown: int = SHOWN_ROWS) -> str:
     return f'{STYLE}<div class="mlxnb">{html}</div>'
 
 
-def sampling_text(model: str) -> str:
-    """The model's own sampling, as `generation.describe` says it (``greedy`` if none)."""
+def sampling_text(defaults: dict) -> str:
+    """A model's own sampling (its ``defaults``), as `defaults.describe` says it."""
+    from ...engine.defaults import describe, in_force
     from ...engine.request import Request
-    from ...models.generation import defaults_for, describe, in_force
 
-    return escape(describe(in_force(Request(""), defaults_for(model))))
+    return escape(describe(in_force(Request(""), defaults)))
 
 
 def _duration(s: float) -> str:

@@ -261,7 +261,7 @@ def stats_line(f: Finished) -> str:
     if s.cached_tokens:
         bits.append(f"{s.cached_tokens} cached prompt tokens")
     if s.sampling:
-        from ...models.generation import describe
+        from ...engine.defaults import describe
 
         bits.append(describe(s.sampling))
     word = "stopped" if f.finish_reason == "cancelled" else f.finish_reason  # as the header

@@ -3,7 +3,7 @@
 import pytest
 
 from mlx_notebook.engine import Request
-from mlx_notebook.engine.tokens.branching import BranchPoint, branch_request
+from mlx_notebook.engine.branch import BranchPoint, branch_request
 from tests.engine.local.test_scoring import close, reference
 
 PROMPT = "Once upon a time"
