@@ -1,4 +1,4 @@
-.PHONY: setup test test-loaded test-sanitized demo lint bench
+.PHONY: setup test test-loaded test-sanitized demo smoke lint bench
 
 setup:
 	scripts/setup.sh test
@@ -30,3 +30,7 @@ lint:
 
 bench:
 	.venv/bin/python benchmarks/bench_engine.py
+
+# The built wheel alone in a bare virtualenv: what a stranger's `pip install` gets.
+smoke:
+	scripts/smoke_wheel.sh

@@ -276,9 +276,9 @@ def _dtype(prop: dict, root: dict):
     """The pandas dtype for one JSON Schema property (None: plain objects)."""
     prop = _resolve(prop, root)
     if isinstance(prop.get("enum"), list) and all(isinstance(v, str) for v in prop["enum"]):
-        import pandas as pd
+        from .frames import pandas
 
-        return pd.CategoricalDtype(prop["enum"])
+        return pandas().CategoricalDtype(prop["enum"])
     return {"integer": "Int64", "number": "Float64", "boolean": "boolean", "string": "string"}.get(
         prop.get("type")
     )
@@ -293,7 +293,9 @@ def typed_columns(schema: Schema, values: list, valid: list[bool], sep: str | No
     gives one ``value`` column (a choice is a categorical). Rows that are not
     valid hold missing values.
     """
-    import pandas as pd
+    from .frames import pandas
+
+    pd = pandas()
 
     dumped = [_plain(v) if ok else None for v, ok in zip(values, valid)]
     if schema.kind == "choice":

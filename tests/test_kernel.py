@@ -176,9 +176,11 @@ def _queueing_two_cells(k, tiny_dir):
     assert 'class="stats"' not in k.value(h3, "value") or "0 tokens" in k.value(h3, "value")
 
 
-def test_wait_then_kernel_interrupt(kernel, tiny_dir):
+def test_wait_then_kernel_interrupt_stops_run_all(kernel, tiny_dir):
+    # Run All: the --wait cell and the next one are queued together, as JupyterLab does.
     k = kernel
     msg_id, before = start(k, "-m endless -n 100000 --raw --wait -o waited")
+    after = k.execute('print("after")', wait=False)
     (html,), (button,) = view_of(k, before)
     k.wait_for(
         "streaming while the cell blocks", lambda: "generating" in (k.value(html, "value") or "")
@@ -186,11 +188,12 @@ def test_wait_then_kernel_interrupt(kernel, tiny_dir):
     time.sleep(0.5)
     k.interrupt()
     reply = k.reply(msg_id, 20)
-    assert reply["status"] == "ok"  # no traceback
-    assert "Traceback" not in k.texts(msg_id) and "KeyboardInterrupt" not in k.texts(msg_id)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert k.reply(after, 20)["status"] == "aborted"  # Run All stopped there
+    assert "after" not in k.texts(after)
     k.wait_for("stopped after interrupt", lambda: "stopped" in (k.value(html, "value") or ""))
     _, out = k.output("print(waited.finish_reason, len(waited.text) > 0)", 10)
-    assert "cancelled True" in out
+    assert "cancelled True" in out  # stopped, its text kept
     # the engine is usable at once
     mid = k.execute(f"%%generate -m {tiny_dir} -n 5 --raw --wait -o after\nHi", wait=False)
     assert k.reply(mid, 30)["status"] == "ok"
@@ -385,3 +388,70 @@ def test_chat_ui_by_comm_messages_keeps_the_kernel_free(kernel):
     saved = [d for d in kernel.display_ids(msg_id) if "saved transcript" in str(
         kernel.displays.get(d, {}).get("text/html", ""))]  # fmt: skip
     assert saved  # the transcript a saved notebook shows
+
+
+SPY = """
+import importlib.machinery, sys, threading
+first_mlx = {}
+release = threading.Event()
+
+class HoldMLX:  # records who imports mlx.core first, and holds that import until released
+    def find_spec(self, name, path=None, target=None):
+        if name != "mlx.core" or first_mlx:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader
+
+        class Held:  # waits in create_module: the global import lock is not held there
+            def create_module(self, spec):
+                first_mlx["thread"] = threading.current_thread().name
+                first_mlx["released"] = release.wait(20)
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                return real.exec_module(module)
+
+        spec.loader = Held()
+        return spec
+
+sys.meta_path.insert(0, HoldMLX())
+
+def after(result):  # the %%generate cell has returned to the kernel
+    if result.info.raw_cell.startswith("%%generate"):
+        release.set()
+
+get_ipython().events.register("post_run_cell", after)
+"""
+
+
+def test_the_first_cell_of_a_fresh_kernel_returns_before_mlx_is_imported(tiny_dir):
+    k = Harness()
+    try:
+        assert k.execute(SPY)["status"] == "ok"
+        assert k.execute("%load_ext mlx_notebook")["status"] == "ok"
+        before = set(k.state)
+        msg_id = k.execute(f"%%generate -m {tiny_dir} -n 3 --raw -o first\nHello", wait=False)
+        assert k.reply(msg_id, 60)["status"] == "ok"
+        (html,), _ = view_of(k, before)
+        k.wait_for("done", lambda: "done" in (k.value(html, "value") or ""), timeout=120)
+        _, out = k.output("print(first_mlx, first.finish_reason)")
+        # The worker imported MLX, and the cell had returned while that import was held:
+        # had the cell waited for MLX it would have held itself (20 s, then released=False).
+        assert "'thread': 'mlx-worker'" in out and "'released': True" in out, out
+        assert "length" in out
+        seen = [s.get("value", "") for _, c, s in k.updates if c == html]
+        seen.insert(0, k.state.get(html, {}).get("value", ""))
+        assert any("loading the engine…" in v for v in seen + first_values(k, html)), seen[:3]
+    finally:
+        k.close()
+
+
+def first_values(k, cid):
+    """The widget's value as it was opened (before any update)."""
+    with k._lock:
+        msgs = [m for ms in k.outputs.values() for m in ms if m["msg_type"] == "comm_open"]
+    return [
+        m["content"]["data"].get("state", {}).get("value", "")
+        for m in msgs
+        if m["content"]["comm_id"] == cid
+    ]

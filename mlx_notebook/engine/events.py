@@ -26,12 +26,15 @@ class Started:
     """The worker picked the job up."""
 
 
+ENGINE = "the engine"  # `Loading.model` while the worker imports MLX (first use)
+
+
 @dataclass(frozen=True)
 class Loading:
     """The worker is loading a model the job needs (seconds on first use).
 
     Attributes:
-        model: The spec being loaded.
+        model: The spec being loaded; `ENGINE` while the worker imports MLX itself.
     """
 
     model: str

@@ -76,7 +76,9 @@ class TokenTable(list):
 
     def to_frame(self):
         """A pandas DataFrame: one row per token; ``top`` as ``text (prob)`` strings."""
-        import pandas as pd
+        from ..frames import pandas
+
+        pd = pandas()
 
         rows = [
             {

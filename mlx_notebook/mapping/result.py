@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.events import Stats
-from ..measure.frame import to_frame
+from ..frames import to_frame
 
 
 @dataclass

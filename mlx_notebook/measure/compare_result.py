@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..engine.job import Result
-from .frame import to_frame
+from ..frames import to_frame
 from .sequential import Decision, Rule, judge
 from .stats import Ratio, ratio
 

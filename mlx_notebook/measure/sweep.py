@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from ..engine.job import Result
 from ..engine.request import Request
+from ..frames import to_frame
 from .compare_result import METRICS, OK, speed
-from .frame import to_frame
 from .runs import PacedRuns, measured_request, timed_spec
 from .stats import Ratio, geomean, ratio, spread
 

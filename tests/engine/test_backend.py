@@ -76,6 +76,7 @@ def test_notebook_layer_never_imports_the_worker_mlx_or_mlx_lm():
 def test_importing_the_package_and_the_magics_loads_no_mlx():
     code = (
         "import sys, json, mlx_notebook, mlx_notebook.notebook.magics.generate; "
+        "import mlx_notebook.engine.local.engine; "
         "import mlx_notebook.measure; "
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('mlx', 'mlx_lm'))))"

@@ -259,11 +259,15 @@ class Engine:
 
     def set_prompt_cache_bytes(self, n: int | None) -> None:
         """Change every model's prompt-cache budget (None: the default)."""
-        from ..cache.prompt_cache import default_budget
-
         self.scheduler.prompt_cache_bytes = n
-        for state in list(self.scheduler.states.values()):
-            state.cache.resize(default_budget() if n is None else n)
+
+        def resize() -> None:  # the caches are the worker's
+            from ..cache.prompt_cache import default_budget
+
+            for state in list(self.scheduler.states.values()):
+                state.cache.resize(default_budget() if n is None else n)
+
+        self.run_on_worker(resize)
 
     def sampling_defaults(self, model: str) -> dict:
         """The sampling ``model``'s authors set (`generation.defaults_for`), without loading it."""

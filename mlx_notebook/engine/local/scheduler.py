@@ -20,13 +20,11 @@ from typing import Any
 
 from ...models.registry import LoadedModel, Registry
 from ...models.spec import ModelNotFound
-from ..cache.prompt_cache import ModelState
 from ..decoding.device import governor
 from ..errors import EngineClosed, describe
-from ..events import Finished, Loading, Notice, Queued, Started
+from ..events import ENGINE, Finished, Loading, Notice, Queued, Started
 from ..job import Job
 from ..request import Request
-from .batch import Batch
 from .checks import Checked, require_same_vocab
 from .diagnostics import describe_device
 
@@ -49,9 +47,12 @@ class Scheduler:
     def __init__(self, registry: Registry, max_batch: int, prompt_cache_bytes: int | None):
         self.registry = registry
         self.prompt_cache_bytes = prompt_cache_bytes
-        self.states: dict[str, ModelState] = {}  # model name -> its caches and suffix index
+        self.states: dict = {}  # model name -> its ModelState (caches and suffix index)
         self.device = "unknown"
-        self.batch = Batch(1, self._state_for)  # sized by max_batch below
+        # The real batch needs MLX, which the worker imports: none before (the first cell
+        # returns at once, its view saying the engine is loading).
+        self.batch = NoBatch(1)  # sized by max_batch below
+        self._ready = False  # the worker has imported MLX
         self._cond = threading.Condition()
         self._queue: deque[Job] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
@@ -108,6 +109,8 @@ class Scheduler:
                 ahead = len(self._queue) + (self._running is not None)
                 self._queue.append(job)
                 job.emit(Queued(ahead, self._busy_with()))  # no listeners yet
+                if not self._ready:
+                    job.emit(Loading(ENGINE))
                 jobs.append(job)
             self._cond.notify_all()
         return jobs
@@ -130,7 +133,7 @@ class Scheduler:
         """Every queued, admitted and running job."""
         with self._cond:
             running = [self._running] if self._running else []
-            return list(self._queue) + running + self._admitting + self.batch.jobs
+            return list(self._queue) + running + self._admitting + list(self.batch.jobs)
 
     def counts(self) -> tuple[Job | None, int]:
         """The job running alone (or None) and how many wait in the queue."""
@@ -269,7 +272,12 @@ class Scheduler:
             import mlx.core as mx
             from mlx_lm.generate import generation_stream
 
+            from .batch import Batch
+
             self.device = describe_device(mx)
+            with self._cond:
+                self.batch = Batch(self.batch.max_rows, self._state_for)
+                self._ready = True
             while True:
                 with self._cond:
                     while not (self._queue or self._calls or self._closed or self.batch):
@@ -358,8 +366,8 @@ class Scheduler:
             # Say which option named the model that failed.
             raise type(exc)(f"draft (--draft): {str(exc).removeprefix('model: ')}") from None
 
-    def _state_for(self, loaded: LoadedModel) -> ModelState:
-        from ..cache.prompt_cache import PromptCache
+    def _state_for(self, loaded: LoadedModel):
+        from ..cache.prompt_cache import ModelState, PromptCache
 
         if self.registry.peek(loaded.name) is not loaded:
             return ModelState()  # unloaded while the job ran: keep nothing for it
@@ -367,6 +375,29 @@ class Scheduler:
         if state is None:
             state = self.states[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
         return state
+
+
+class NoBatch:
+    """The batch before the worker has imported MLX: empty, read like `Batch`."""
+
+    main = None
+    model_name = None
+    rows: tuple = ()
+    jobs: tuple = ()
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+
+    @property
+    def room(self) -> int:
+        """Rows that can be admitted."""
+        return self.max_rows
+
+    def __bool__(self) -> bool:
+        return False
+
+    def fail_all(self, reason: str, error: str | None = None, exc=None) -> None:
+        """Nothing to end: no row was ever admitted."""
 
 
 def _emit_all(moves: list[tuple[Job, Queued]]) -> None:

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import threading
-import time
 from collections import deque
 
-from ..errors import describe
-from ..events import Finished, Notice, Queued, Started, Stats, Token
+from ..errors import EngineClosed, describe
+from ..events import Finished, Notice, Queued, Started
 from ..job import Job
 from ..request import Request
-from .logprobs import records_of
 from .openai_body import body
+from .stream import ServerError, Stream, one_line
+
+log = logging.getLogger("mlx_notebook")
 
 UNSUPPORTED = {
     "lookup": "--lookup (prompt lookup) needs a local model: it drafts from token ids, "
@@ -32,10 +34,6 @@ UNSUPPORTED = {
     "suffix": "--suffix (suffix drafting) needs a local model: it drafts from token ids, "
     "which a server does not expose; use --draft MODEL for server-side speculation",
 }
-
-
-class ServerError(RuntimeError):
-    """The server refused or broke a request (the message is one line)."""
 
 
 class RemoteEngine:
@@ -64,6 +62,7 @@ class RemoteEngine:
         self._task: asyncio.Task | None = None
         self._closed = False
         self._ids = itertools.count(1)
+        self._death: str | None = None
         self._loop = asyncio.new_event_loop()
         self._wake: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -91,13 +90,19 @@ class RemoteEngine:
         """Validate and queue ``request``; return its job."""
         self.check(request)
         with self._lock:
-            if self._closed:
-                raise RuntimeError("remote engine is closed")
+            if self._closed and self._death is None:
+                raise EngineClosed(self._closed_reason())
             job = Job(request, next(self._ids), on_cancel=self._drop_queued)
+            if self._death is not None:  # its thread died: every job says why, never "cancelled"
+                job.emit(Finished("", "error", error=f"the server client stopped: {self._death}"))
+                return job
             ahead = len(self._queue) + (self._running is not None)
             self._queue.append(job)
             job.emit(Queued(ahead, self._busy_with()))
-        self._loop.call_soon_threadsafe(self._wake.set)
+        try:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        except RuntimeError:  # the loop just ended: its thread ended the queued jobs
+            pass
         return job
 
     def cancel_all(self) -> int:
@@ -137,17 +142,17 @@ class RemoteEngine:
             queued=queued,
             models=tuple(ModelInfo(m) for m in models),
             notes=(f"server: {self.base_url} ({note})",),
-            closed="closed" if self._closed else None,
+            closed=self._closed_reason() if self._closed else None,
         )
 
     def server_models(self) -> tuple[list[str], str]:
         """Model ids from ``GET /v1/models``, and a note on reachability."""
-        import httpx
-
         try:
+            import httpx
+
             r = httpx.get(f"{self.base_url}/models", headers=self._headers(), timeout=3.0)
         except Exception as exc:  # the status line says why; nothing else depends on it
-            return [], f"unreachable: {_one_line(exc)}"
+            return [], f"unreachable: {one_line(exc)}"
         try:
             r.raise_for_status()
             return [m.get("id", "?") for m in r.json().get("data", [])], "reachable"
@@ -166,8 +171,13 @@ class RemoteEngine:
 
     @property
     def closed(self) -> bool:
-        """Whether `close` was called."""
+        """Whether `close` was called or the client's thread died."""
         return self._closed
+
+    def _closed_reason(self) -> str:
+        if self._death:
+            return f"remote engine is closed: its thread died ({self._death})"
+        return "remote engine is closed"
 
     # -- the loop ---------------------------------------------------------------
     def _headers(self) -> dict:
@@ -205,13 +215,24 @@ class RemoteEngine:
         asyncio.set_event_loop(self._loop)
         self._wake = asyncio.Event()
         self._ready.set()
+        death: BaseException | None = None
         try:
             self._loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - every job still ends, saying why
+            death = exc
+            log.exception("mlx_notebook: the server client's thread died")
         finally:
             with self._lock:
+                self._closed = True
+                self._death = None if death is None else _why(death)
                 pending, self._queue = list(self._queue), deque()
-            for j in pending:
-                j.emit(Finished("", "cancelled"))
+                running, self._running = self._running, None
+            for j in pending + ([running] if running is not None else []):
+                if death is None:  # closed: the jobs were cancelled by `close`
+                    j.emit(Finished("", "cancelled"))
+                else:
+                    msg = f"the server client stopped: {self._death}"
+                    j.emit(Finished(j.text, "error", error=msg, exception=death))
             self._loop.close()
 
     async def _serve(self) -> None:
@@ -243,7 +264,7 @@ class RemoteEngine:
 
     async def _run(self, client, job: Job) -> None:
         job.emit(Started())
-        stream = _Stream(job)
+        stream = Stream(job)
         try:
             if job.cancelled:
                 raise asyncio.CancelledError
@@ -272,79 +293,6 @@ class RemoteEngine:
             job.emit(stream.finished("error", _describe_http(exc, self.base_url)))
 
 
-class _Stream:
-    """Folds a server's SSE lines into `Token` events and the terminal `Finished`."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.pieces: list[str] = []
-        self.n = 0
-        self.reason: str | None = None
-        self.recorded = 0  # tokens whose logprobs the server sent
-        self.usage: dict = {}
-        self.t0 = time.perf_counter()
-        self.t_first = self.t_last = None
-
-    def feed(self, line: str) -> bool:
-        """One line of the event stream; True at the end of the stream."""
-        line = line.strip()
-        if not line or line.startswith(":"):
-            return False  # blank separator or keep-alive comment
-        if not line.startswith("data:"):
-            return False  # other SSE fields (event:, id:) carry nothing we use
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return True
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise ServerError(f"malformed event from the server: {data[:80]!r}") from None
-        if not isinstance(chunk, dict):
-            raise ServerError(f"malformed event from the server: {data[:80]!r}")
-        if chunk.get("error"):
-            raise ServerError(f"the server reported: {_one_line(chunk['error'])}")
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        k = self.job.request.logprobs
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            text = delta.get("content") if "delta" in choice else choice.get("text")
-            recs = records_of(choice, self.n, k) if k is not None else []
-            self.recorded += len(recs)
-            if text or recs:
-                now = time.perf_counter()
-                self.t_first = self.t_first or now
-                self.t_last = now
-                self.pieces.append(text or "")
-                # One event per token the server described: the chunk's text rides
-                # on the first, so the text is exactly what was streamed.
-                for j in range(max(1, len(recs))):
-                    info = recs[j] if recs else None
-                    piece = (text or "") if j == 0 else ""
-                    self.job.emit(Token(piece, -1, False, self.n, info=info))
-                    self.n += 1
-            if choice.get("finish_reason"):
-                self.reason = choice["finish_reason"]
-        return False
-
-    def finished(self, reason: str | None = None, error: str | None = None) -> Finished:
-        """The terminal event for what arrived so far."""
-        s = Stats()
-        s.prompt_tokens = int(self.usage.get("prompt_tokens") or 0)
-        s.generation_tokens = int(self.usage.get("completion_tokens") or self.n)
-        if self.t_first is not None:
-            s.ttft_s = self.t_first - self.t0
-            s.total_s = self.t_last - self.t0
-            if s.ttft_s > 0:
-                s.prompt_tps = s.prompt_tokens / s.ttft_s
-            if s.generation_tokens > 1 and self.t_last > self.t_first:
-                s.generation_tps = (s.generation_tokens - 1) / (self.t_last - self.t_first)
-        s.drafts_known = self.job.request.mode == "normal"  # servers do not report them
-        if reason is None:
-            reason = "length" if self.reason == "length" else "stop"
-        return Finished("".join(self.pieces), reason, None, error, s)
-
-
 NO_LOGPROBS = (
     "logprobs: the server sent none (mlx_lm.server sends them only without streaming); "
     "a local model records them"
@@ -362,12 +310,11 @@ def _check_schema(job: Job, fin: Finished) -> None:
         job.emit(Notice(f"the server ignored the schema (response_format): {problem}"))
 
 
-def _one_line(x) -> str:
-    if isinstance(x, dict):
-        x = x.get("message") or json.dumps(x)
-    text = str(x).strip()
-    first = text.splitlines()[0] if text else ""
-    return first[:300]
+def _why(exc: BaseException) -> str:
+    """One line on why the client's thread stopped, with the fix for a missing module."""
+    if isinstance(exc, ImportError) and exc.name:
+        return f"{describe(exc)} (install it: pip install {exc.name})"
+    return describe(exc)
 
 
 def _http_error(status: int, raw: bytes) -> str:
@@ -376,7 +323,7 @@ def _http_error(status: int, raw: bytes) -> str:
         msg = data.get("error", data) if isinstance(data, dict) else data
     except ValueError:
         msg = raw.decode(errors="replace")
-    return f"the server answered HTTP {status}: {_one_line(msg) or 'no message'}"
+    return f"the server answered HTTP {status}: {one_line(msg) or 'no message'}"
 
 
 def _describe_http(exc: BaseException, url: str) -> str:
@@ -385,7 +332,7 @@ def _describe_http(exc: BaseException, url: str) -> str:
     if isinstance(exc, ServerError):
         return f"ServerError: {exc}"
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"ServerError: the server closed the connection mid-stream ({_one_line(exc)})"
+        return f"ServerError: the server closed the connection mid-stream ({one_line(exc)})"
     if isinstance(exc, httpx.ConnectError):
         return f"ServerError: could not connect to {url} (is the server running?)"
     if isinstance(exc, httpx.TimeoutException):

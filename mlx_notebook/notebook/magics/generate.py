@@ -256,9 +256,10 @@ class MLXNotebook(Magics):
         if wait:
             try:
                 job.result()
-            except KeyboardInterrupt:
-                pass  # job.result() cancelled it and waited: the view shows "stopped"
             finally:
+                # On ■ job.result() cancelled the job and waited: the view shows
+                # "stopped" with its text, and the KeyboardInterrupt goes on, so Run
+                # All stops as it does for any interrupted cell.
                 view.wait_rendered(5.0)  # the final document is sent before the cell ends
 
     # -- %mlx ---------------------------------------------------------------

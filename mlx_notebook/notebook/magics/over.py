@@ -198,9 +198,7 @@ def show_map(
 def wait_map(run: MapRun, view: LiveView) -> None:
     """Block until every row ended (Ctrl-C stops them) and the final view was sent."""
     try:
-        run.wait()
-    except KeyboardInterrupt:
-        pass  # the rows were cancelled and waited for: the view shows "stopped"
+        run.wait()  # on ■ the rows are cancelled and waited for, then it re-raises
     finally:
         view.wait_rendered(5.0)  # the result is complete and the document sent
 

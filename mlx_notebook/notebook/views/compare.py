@@ -172,8 +172,9 @@ def compare_cell(magics, args, request: Request) -> None:
         try:
             run.wait()
         except KeyboardInterrupt:
-            run.stop()
+            run.stop()  # the pairs so far are kept; the interrupt goes on (Run All stops)
             run.wait()
+            raise
 
 
 class CompareRun:

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...engine.events import (
+    ENGINE,
     Event,
     Finished,
     Loading,
@@ -34,6 +35,10 @@ from .style import STYLE
 __all__ = ["FORMATS", "STYLE", "ViewState", "escape", "stats_line"]
 
 _DONE_WORDS = {"cancelled": "stopped", "error": "error", "length": "done", "stop": "done"}
+
+
+MIN_RATE_S = 0.5  # the shortest interval a live tok/s figure is measured over...
+MIN_RATE_TOKENS = 8  # ...or the fewest tokens
 
 
 @dataclass
@@ -96,6 +101,8 @@ class ViewState:
             self.queued = ev
         elif isinstance(ev, Started):
             self.started, self.queued = True, None
+            if self.loading == ENGINE:  # the worker is up: it picked the job
+                self.loading = None
         elif isinstance(ev, Loading):
             self.loading = ev.model
         elif isinstance(ev, Notice):
@@ -126,6 +133,8 @@ class ViewState:
             return "done (max tokens)" if f.finish_reason == "length" else word
         if self.stopping:
             return "stopping…"
+        if self.loading == ENGINE and not self.started:
+            return "loading the engine…"  # the worker imports MLX (first use, seconds)
         if self.queued is not None and not self.started:
             q = self.queued
             behind = f", waiting for {q.waiting_for}" if q.waiting_for else ""
@@ -142,8 +151,11 @@ class ViewState:
             return ""
         bits = f" · {self.tokens} token{'s' * (self.tokens != 1)}"
         elapsed = self.clock() - self.first_token_at
-        if self.tokens > 1 and elapsed > 0:
-            bits += f" · {(self.tokens - 1) / elapsed:.1f} tok/s"
+        # A rate over two tokens a few microseconds apart means nothing ("20643 tok/s"):
+        # only over at least MIN_RATE_S seconds or MIN_RATE_TOKENS intervals.
+        steps = self.tokens - 1
+        if elapsed > 0 and steps > 0 and (elapsed >= MIN_RATE_S or steps >= MIN_RATE_TOKENS):
+            bits += f" · {steps / elapsed:.1f} tok/s"
         return bits
 
     def header(self) -> str:

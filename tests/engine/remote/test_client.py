@@ -328,3 +328,25 @@ def test_a_servers_streamed_logprobs_become_records_in_both_api_shapes():
         assert html.count('class="tk b') == 5 + 3 and "&lt;b&gt;" in html
         assert html.count("<b>") == 3  # the cards' own heads: the model's "<b>" is escaped
         assert "entropy" not in html  # a server sends none: not shown as nan
+
+
+def test_without_httpx_a_job_fails_naming_it_and_is_never_cancelled(monkeypatch):
+    # A bare install without httpx: the client's thread cannot start its HTTP client.
+    import sys
+
+    from mlx_notebook.engine import GenerationError
+    from mlx_notebook.engine.remote.client import RemoteEngine
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # `import httpx` raises ImportError
+    eng = RemoteEngine("http://127.0.0.1:9/v1")
+    try:
+        for _ in range(2):  # whether the thread died before or after the submit
+            job = eng.submit(Request("hi", max_tokens=4))
+            fin = job.wait(timeout=10)
+            assert fin.finish_reason == "error", fin
+            assert "httpx" in fin.error and "pip install httpx" in fin.error
+            with pytest.raises(GenerationError, match="httpx"):
+                job.result()
+        assert eng.closed and "httpx" in eng.info().closed
+    finally:
+        eng.close()

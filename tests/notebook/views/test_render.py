@@ -104,3 +104,34 @@ def test_the_header_counts_tokens_and_speed_while_streaming():
     s.apply(Finished("x" * 11, "cancelled"))
     assert s.header() == "m · normal · stopped"  # final figures live in the stats line
     assert s.plain().splitlines()[-1].endswith(" · stopped")  # the stats say it the same way
+
+
+def test_no_speed_before_half_a_second_or_eight_tokens():
+    from mlx_notebook.engine.events import Token
+
+    now = [0.0]
+    s = ViewState(model="m", clock=lambda: now[0])
+    s.apply(Token("a", 0, False, 0))
+    now[0] += 0.0001
+    s.apply(Token("b", 1, False, 1))  # two tokens 0.1 ms apart: "10000 tok/s" means nothing
+    assert s.header() == "m · normal · generating · 2 tokens"
+    now[0] += 0.5
+    assert s.header().endswith(" · 2 tokens · 2.0 tok/s")  # half a second: a rate
+    fast = ViewState(model="m", clock=lambda: now[0])
+    for i in range(9):  # eight intervals in 8 ms: enough tokens to be a rate
+        fast.apply(Token("x", i, False, i))
+        now[0] += 0.001
+    assert fast.header().endswith(" · 9 tokens · 888.9 tok/s")  # 8 intervals in 9 ms
+
+
+def test_while_the_worker_imports_mlx_the_view_says_the_engine_is_loading():
+    from mlx_notebook.engine.events import ENGINE, Loading, Queued, Started
+
+    s = ViewState(model="default")
+    s.apply(Queued(0))
+    s.apply(Loading(ENGINE))
+    assert s.state_label() == "loading the engine…"
+    s.apply(Started())
+    assert s.state_label() == "starting"
+    s.apply(Loading("default"))
+    assert s.state_label() == "loading default…"
