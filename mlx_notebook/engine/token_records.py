@@ -9,6 +9,7 @@ mlx-lm's ``generate_step`` reports them.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -22,7 +23,8 @@ class TokenRecord:
     Attributes:
         index: Position among the scored (or generated) tokens, from 0.
         token_id: The token id.
-        text: The token's text (a byte-fallback piece may show as ``�``).
+        text: The token's text (a byte-fallback piece may show as ``�``); "" for a
+            special token (end of turn, ``<|im_end|>``...), which is not text.
         logprob: Natural log-probability of the token.
         rank: 1 for the most likely token, 2 for the runner-up...
         entropy: Entropy of the distribution at this position, in nats.
@@ -34,6 +36,7 @@ class TokenRecord:
             model's own distribution there).
         raw_logprob: Under the raw model distribution, before logits processors
             and a schema's mask (generated tokens; None where no pass ran).
+        special: The token is a special token (its text is ""; views show a marker).
     """
 
     index: int
@@ -45,11 +48,44 @@ class TokenRecord:
     top: tuple[tuple[str, int, float], ...] = ()
     source: str = "text"
     raw_logprob: float | None = None
+    special: bool = False
 
     @property
     def prob(self) -> float:
         """The token's probability."""
         return math.exp(self.logprob)
+
+
+_specials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def special_ids(tokenizer) -> frozenset[int]:
+    """The ids of ``tokenizer``'s special tokens (end of turn, BOS...), end-of-text included.
+
+    A thinking model's reasoning markers (``<think>``) are left out: they are text the
+    reasoning splitter reads. Computed once per tokenizer.
+    """
+    try:
+        return _specials[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+    ids |= set(getattr(tokenizer, "eos_token_ids", None) or ())
+    markers = {getattr(tokenizer, "think_start", None), getattr(tokenizer, "think_end", None)}
+    markers.discard(None)
+    if markers:
+        ids = {i for i in ids if tokenizer.decode([i]) not in markers}
+    found = frozenset(int(i) for i in ids)
+    try:
+        _specials[tokenizer] = found
+    except TypeError:  # not weakly referable: computed again next time
+        pass
+    return found
+
+
+def texts_of(tokenizer, specials: frozenset[int], ids) -> list[str]:
+    """Each token's text; "" for a special token, which views never show as text."""
+    return ["" if t in specials else tokenizer.decode([t]) for t in ids]
 
 
 class TokenTable(list):
@@ -89,11 +125,12 @@ class TokenTable(list):
                 "rank": r.rank,
                 "entropy": r.entropy,
                 "source": r.source,
+                "special": r.special,
                 "top": [f"{t!r} ({math.exp(lp):.3f})" for t, _, lp in r.top],
             }
             for r in self
         ]
-        columns = ["token", "id", "logprob", "prob", "rank", "entropy", "source", "top"]
+        columns = ["token", "id", "logprob", "prob", "rank", "entropy", "source", "special", "top"]
         return pd.DataFrame(rows, columns=columns)
 
 

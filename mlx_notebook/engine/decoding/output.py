@@ -17,6 +17,7 @@ from mlx_lm.sample_utils import make_logits_processors
 
 from ..events import Finished, Notice, Stats, Token
 from ..job import Job
+from ..token_records import special_ids
 from .decode import KeyedSampler
 from .prompt import check_top_k, encode_prompt, fit_context, lowered
 from .reasoning import ReasoningSplitter
@@ -162,6 +163,7 @@ class Output:
         self.generated: list[int] = []
         self._detok = tokenizer.detokenizer  # a fresh copy per access
         self._eos = set(tokenizer.eos_token_ids)
+        self._special = special_ids(tokenizer)  # not text: no view or result shows them
         self._stops = StopMatcher(job.request.stop)
         self._pieces: list[str] = []
         self._matched: str | None = None
@@ -184,6 +186,9 @@ class Output:
             self.reason = "stop"
             self.job.emit(Token("", tid, from_draft, i, info=info))
             return True
+        if tid in self._special:  # e.g. a drawn <|im_start|>: a token, never text
+            self.job.emit(Token("", tid, from_draft, i, info=info))
+            return i + 1 >= self.max_tokens
         self._detok.add_token(tid)
         if i + 1 == self.max_tokens:
             self._detok.finalize()

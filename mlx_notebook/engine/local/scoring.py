@@ -16,7 +16,7 @@ import mlx.core as mx
 from ..cache.sequence import CachedSequence
 from ..decoding.prompt import encode_prompt, encode_text
 from ..request import Request
-from ..token_records import TokenRecord, TokenTable, position_stats
+from ..token_records import TokenRecord, TokenTable, position_stats, special_ids, texts_of
 
 CHUNK = 256  # tokens per forward pass: bounds the [chunk, vocab] logits in memory
 
@@ -91,10 +91,14 @@ def score_tokens(model, tokenizer, context: list[int], scored: list[int], top_k:
         for col, part in zip(cols, position_stats(logits, targets, top_k, lse)):
             col.extend(part)
     table = TokenTable()
+    specials = special_ids(tokenizer)
     for i, tid in enumerate(scored):
         logprob, rank, entropy, top_ids, top_lps = (c[i] for c in cols)
-        top = tuple((tokenizer.decode([t]), t, lp) for t, lp in zip(top_ids, top_lps))
+        texts = texts_of(tokenizer, specials, [tid, *top_ids])
+        top = tuple(zip(texts[1:], top_ids, top_lps))
         table.append(
-            TokenRecord(i, tid, tokenizer.decode([tid]), logprob, rank, entropy, top, "text")
+            TokenRecord(
+                i, tid, texts[0], logprob, rank, entropy, top, "text", special=tid in specials
+            )
         )
     return table

@@ -18,7 +18,7 @@ from collections import deque
 import mlx.core as mx
 
 from ..decoding import sampling
-from ..token_records import TokenRecord, position_stats
+from ..token_records import TokenRecord, position_stats, special_ids, texts_of
 
 
 class Recorder:
@@ -38,6 +38,7 @@ class Recorder:
         self._stash: deque = deque()
         self.ready: deque = deque()
         self.index = 0
+        self.specials = special_ids(tokenizer)
 
     def stash(self, logits: mx.array, raw: mx.array | None = None, forced: bool = False) -> None:
         """Logits ``[1, V]`` a token will be drawn from.
@@ -101,8 +102,9 @@ class Recorder:
         return self._make(token, 0.0, 1, 0.0, top, [0.0] * len(top), "grammar", None)
 
     def _make(self, token, lp, rank, ent, ids, lps, source, raw_lp) -> TokenRecord:
-        dec = self.tokenizer.decode
-        top = tuple((dec([t]), t, v) for t, v in zip(ids, lps))
-        rec = TokenRecord(self.index, token, dec([token]), lp, rank, ent, top, source, raw_lp)
+        texts = texts_of(self.tokenizer, self.specials, [token, *ids])
+        top = tuple(zip(texts[1:], ids, lps))
+        special = token in self.specials
+        rec = TokenRecord(self.index, token, texts[0], lp, rank, ent, top, source, raw_lp, special)
         self.index += 1
         return rec

@@ -54,6 +54,8 @@ CSS = (
     ".mlxnb .card td{padding:0 6px 0 0;white-space:pre;text-align:left;border:none;"
     "font-family:var(--jp-code-font-family,monospace)}"
     ".mlxnb .card .me td{font-weight:700}"
+    # A special token (end of turn) has no text: a small mark stands for it.
+    ".mlxnb .tk.sp::before{content:'\\23CE';opacity:.6;font-size:.85em}"
     ".mlxnb .legend-row{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;"
     "margin:4px 0}"
     ".mlxnb .legend-row .tk{padding:1px 6px;margin-right:4px;"
@@ -67,8 +69,13 @@ def band(prob: float) -> int:
     return next(i for i, lo in enumerate(BANDS) if prob >= lo)
 
 
+SPECIAL = "special token"  # what a card calls a token that is not text (end of turn...)
+
+
 def _visible(text: str) -> str:
-    """A token's text for the card: whitespace shown, not collapsed."""
+    """A token's text for the card: whitespace shown, not collapsed; a special token named."""
+    if text == "":  # records give special tokens no text (`TokenRecord.special`)
+        return f"({SPECIAL})"
     return repr(text)[1:-1] if text.strip() == "" or "\n" in text else text
 
 
@@ -127,6 +134,8 @@ def inspect_tokens(records, cards: bool = True, first_class: str = "") -> str:
             classes += f" s-{r.source}"
         if i == 0 and first_class:
             classes += f" {first_class}"
+        if getattr(r, "special", False):  # a marker drawn by the stylesheet, never its text
+            classes += " sp"
         card = _card(r) if cards else ""
         out.append(f'<span class="{classes}">{escape(r.text)}{card}</span>')
     return "".join(out)

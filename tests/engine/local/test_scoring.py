@@ -82,7 +82,7 @@ def test_the_table_summarizes_and_becomes_a_frame(engine, tiny_dir):
     assert table.mean_logprob == pytest.approx(mean)
     assert table.perplexity == pytest.approx(math.exp(-mean))
     df = table.to_frame()
-    columns = ["token", "id", "logprob", "prob", "rank", "entropy", "source", "top"]
+    columns = ["token", "id", "logprob", "prob", "rank", "entropy", "source", "special", "top"]
     assert list(df.columns) == columns
     assert len(df) == len(table) and (df["source"] == "text").all()
     assert all(len(t) == 3 for t in df["top"])

@@ -78,3 +78,39 @@ def test_an_inspecting_view_tints_while_streaming_and_cards_at_the_end():
     s.apply(Finished("Hi <b>", "length", stats=Stats()))
     done = s.html()
     assert done.count('class="card"') == 2 and "&lt;b&gt;" in done
+
+
+def test_no_special_token_shows_as_text_in_any_view(engine, scripted, tiny_tokenizer):
+    # A scripted reply that ends on the end-of-turn token, with its probabilities
+    # recorded (the end-of-turn token also stands among each token's alternatives).
+    from mlx_notebook.engine import Request
+    from mlx_notebook.engine.token_records import special_ids
+    from mlx_notebook.notebook.magics.handle import GenerationHandle
+    from mlx_notebook.notebook.views.render import ViewState
+
+    end = tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    words = tiny_tokenizer.encode(" the cat sat", add_special_tokens=False)
+    scripted("ends", outputs=[*words, end])
+    specials = [tiny_tokenizer.decode([t]) for t in special_ids(tiny_tokenizer)]
+    assert "<|im_end|>" in specials
+
+    def views(job):
+        state = ViewState(model="ends", inspect=True)
+        for ev in job.events():
+            state.apply(ev)
+        return [state.html(), state.plain()]
+
+    parent = engine.submit(Request("Hello", model="ends", chat=False, logprobs=5, max_tokens=9))
+    res = parent.result()
+    assert res.finish_reason == "stop" and res.tokens[-1].special and res.tokens[-1].text == ""
+    assert any(t == "" for r in res.tokens for t, tid, _ in r.top if tid == end)
+    shown = views(parent)
+    shown.append(inspect_html(res.tokens, "inspected"))
+    h = GenerationHandle(parent, "ends", engine)
+    branch = h.branch(1, logprobs=5)
+    fork = branch.side_by_side()
+    shown += [fork._repr_html_(), repr(fork)]
+    for text in shown:
+        for s in specials:
+            assert s not in text, (s, text[:200])
+    assert "tk b" in shown[2] and " sp" in shown[2]  # the end-of-turn mark is drawn
