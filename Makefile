@@ -1,4 +1,4 @@
-.PHONY: setup test test-loaded test-sanitized demo smoke lint bench
+.PHONY: setup test test-loaded test-sanitized demo smoke lint docs bench
 
 setup:
 	scripts/setup.sh test
@@ -27,6 +27,12 @@ demo:
 lint:
 	.venv/bin/ruff check mlx_notebook tests benchmarks scripts
 	.venv/bin/ruff format --check mlx_notebook tests benchmarks scripts
+
+# The documentation site (docs/, mkdocs.yml) into site/. --strict: any warning fails
+# the build (a broken link or anchor, a docstring the API pages cannot read).
+docs:
+	scripts/setup.sh docs
+	.venv/bin/mkdocs build --strict
 
 bench:
 	.venv/bin/python benchmarks/bench_engine.py

