@@ -15,6 +15,9 @@ MIN_TEMPERATURE = 1e-4
 """Temperatures below this are treated as 0 (greedy): 1/T would overflow float32."""
 
 
+DEFAULT_MAX_TOKENS = 256  # every entry point's default (cells, Panel, chat window)
+
+
 @dataclass
 class Request:
     """One generation request.
@@ -73,7 +76,7 @@ class Request:
     model: str = "default"
     system: str | None = None
     chat: bool = True
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

@@ -26,6 +26,7 @@ from traitlets import Bool, Float, Int, Unicode, observe
 
 from ...chat.conversation import REQUEST_FIELDS, Chat, ChatBusy, ChatTurn
 from ...engine.events import Finished
+from ...engine.request import DEFAULT_MAX_TOKENS
 from ..views.document import Snapshot
 from ..views.render import ViewState
 from ..views.transcript import bubble_html, transcript_html
@@ -91,7 +92,7 @@ class ChatUI(anywidget.AnyWidget):
     top_p = Float(None, allow_none=True, help="Nucleus threshold; None: the model's own.").tag(
         sync=True
     )
-    max_tokens = Int(512, min=1, help="Most tokens per reply.").tag(sync=True)
+    max_tokens = Int(DEFAULT_MAX_TOKENS, min=1, help="Most tokens per reply.").tag(sync=True)
 
     def __init__(
         self,
@@ -129,7 +130,7 @@ class ChatUI(anywidget.AnyWidget):
             system=system,
             temperature=d.get("temperature"),
             top_p=d.get("top_p"),
-            max_tokens=d.get("max_tokens", 512),
+            max_tokens=d.get("max_tokens", DEFAULT_MAX_TOKENS),
         )
         chat.defaults["max_tokens"] = self.max_tokens
         self.title = f"{name} · {chat.model}"

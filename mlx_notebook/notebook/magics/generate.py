@@ -8,7 +8,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Float, Int, Unicode, observe
 
 from ...engine.backend import Backend, Route, backend_for, existing_backends
-from ...engine.request import Request
+from ...engine.request import DEFAULT_MAX_TOKENS, Request
 from ...template import TemplateError, cell_body, fill, unknown_notice, visible
 from ..views.document import resend_final
 from ..views.render import FORMATS, ViewState
@@ -36,7 +36,9 @@ class MLXNotebook(Magics):
     default_model = Unicode("default", help="Model spec used when -m is not given.").tag(
         config=True
     )
-    max_tokens = Int(256, help="Default maximum number of generated tokens.").tag(config=True)
+    max_tokens = Int(DEFAULT_MAX_TOKENS, help="Default maximum number of generated tokens.").tag(
+        config=True
+    )
     temperature = Float(
         None,
         allow_none=True,

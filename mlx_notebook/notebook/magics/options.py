@@ -198,8 +198,15 @@ HELP = """mlx_notebook magics
 
 %%chat [-c NAME] [-s SYSTEM] [options]   the cell is the next message of a conversation
 %chat list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | load NAME FILE
-      | show [NAME]
+      | show [NAME] | ui [NAME]     (ui: the conversation in a chat window)
 %mlx status | stop | models | unload [MODEL] | panel | help
+
+From Python (import mlx_notebook as mn):
+  mn.generate(prompt, **fields)     block for a Result (any option above as a field)
+  mn.map(rows, "template {col}")    many prompts, batched; .to_frame()
+  mn.score(text, prompt=None)       each token's log-probability, shown as the inspector
+  mn.compare(prompt, lookup=True)   speculative vs normal decoding; mn.sweep(prompt) over k
+  mn.Chat(system=...)  mn.ChatUI()  mn.Panel()  mn.last()  mn.Schema.of(...)
 
 Models on a server: -m http://HOST:PORT/v1[#MODEL], or for every cell
   %config MLXNotebook.server_url = "http://HOST:PORT/v1"  (key: MLX_NOTEBOOK_API_KEY)

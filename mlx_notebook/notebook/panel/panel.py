@@ -15,7 +15,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode, observe
 
 from ...engine.backend import Backend, Route, backend_for
 from ...engine.job import Job, Result
-from ...engine.request import Request
+from ...engine.request import DEFAULT_MAX_TOKENS, Request
 from ...measure.compare import CompareResult, Comparison
 from ...measure.sweep import SweepResult
 from ..magics.options import unescape
@@ -53,7 +53,7 @@ class Panel(PanelControls, widgets.VBox):
     )
     temperature = Float(0.0, help="Sampling temperature; 0 is greedy.")
     top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].")
-    max_tokens = Int(128, help="Most tokens to generate.")
+    max_tokens = Int(DEFAULT_MAX_TOKENS, help="Most tokens to generate.")
     seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).")
     stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).")
     chat = Bool(True, help="Apply the chat template.")

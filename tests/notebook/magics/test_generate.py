@@ -336,3 +336,28 @@ def test_repetition_penalty_option(magics):
     assert (req.repetition_penalty, req.temperature) == (1.0, 0.0)
     with pytest.raises(UsageError, match="^--repetition-penalty: must be > 0"):
         magics.build_request(parse(magics.generate, "--repetition-penalty 0"), "Hello")
+
+
+def test_help_lists_every_command_and_function(ip):
+    from IPython.utils.capture import capture_output
+
+    for run in (
+        lambda: ip.run_cell("%%generate --help\n"),
+        lambda: ip.run_line_magic("mlx", "help"),
+        lambda: ip.run_cell("%%chat --help\n"),
+    ):
+        with capture_output() as out:
+            run()
+        text = out.stdout
+        assert "| ui [NAME]" in text and "mn.score(" in text, text[-800:]
+        for name in ("mn.generate(", "mn.map(", "mn.compare(", "mn.sweep(", "mn.ChatUI()"):
+            assert name in text
+    # one default for max tokens everywhere
+    from mlx_notebook.engine.request import DEFAULT_MAX_TOKENS, Request
+    from mlx_notebook.notebook.chat_ui.widget import ChatUI
+    from mlx_notebook.notebook.panel.panel import Panel
+
+    assert Request("x").max_tokens == DEFAULT_MAX_TOKENS
+    assert MLXNotebook.max_tokens.default_value == DEFAULT_MAX_TOKENS
+    assert ChatUI.max_tokens.default_value == DEFAULT_MAX_TOKENS
+    assert Panel.max_tokens.default_value == DEFAULT_MAX_TOKENS
