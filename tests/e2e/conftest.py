@@ -47,12 +47,20 @@ def chromium():
     return CHROMIUM
 
 
+DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
 @pytest.fixture
 def artifacts(tmp_path):
-    """Screenshot folder; copied to $MLX_NOTEBOOK_ARTIFACTS after the test."""
+    """Screenshot folder. After the test its views' screenshots go to the documentation
+    (docs/screenshots: they stay current), and everything, failures included, to
+    $MLX_NOTEBOOK_ARTIFACTS when set."""
     shots = tmp_path / "screenshots"
     shots.mkdir()
     yield shots
+    for f in shots.iterdir():
+        if not f.name.startswith("failure-"):
+            shutil.copy2(f, DOCS_SHOTS / f.name)
     dest = os.environ.get("MLX_NOTEBOOK_ARTIFACTS")
     if dest:
         Path(dest).mkdir(parents=True, exist_ok=True)

@@ -236,3 +236,69 @@ def test_chat_ui_thinking_then_stop_thinking(lab, artifacts, theme):
     assert not think.is_visible()
     ratios = contrasts(page, ".mlxnb-chatui details.think summary, .mlxnb-chatui .role")
     assert ratios and min(ratios) >= 4.5, ratios
+
+
+SCROLL = [
+    (  # 1: a conversation of three long exchanges, made from code, then its window
+        "import mlx_notebook\n"
+        "from pathlib import Path\n"
+        "from mlx_lm.utils import load_tokenizer\n"
+        "from mlx_notebook.testing import looping_model\n"
+        "tok = load_tokenizer(Path(TINY))\n"
+        "river = looping_model(tok, ' The river runs on and on.', delay_s=0.002)\n"
+        "mlx_notebook.Engine.default().register_model('river', river, tok)\n"
+        "chat = mlx_notebook.Chat(model='river', max_tokens=600)\n"
+        "for q in ('One?', 'Two?', 'Three?'):\n"
+        "    chat.ask(q)\n"
+        "len(chat.messages)"
+    ),
+    "ui = mlx_notebook.ChatUI(chat)\nui",  # 2: the window opens on the newest message
+    "ui.max_tokens = 600",  # 3: a long reply next
+    "chat.ask('Five?');",  # 4: a reply sent from code while the user reads above
+]
+
+AT_BOTTOM = "l => l.scrollHeight - l.scrollTop - l.clientHeight < 4"
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_chat_ui_follows_the_newest_message(lab, artifacts, theme):
+    page, slug, out = themed(lab, SCROLL, theme)
+    run_done(page, 0)
+    run_done(page, 1, 120)
+    assert "6" in out(1).inner_text()  # three exchanges
+    run_cell(page, 2)
+    widget = out(2).locator(".mlxnb-chatui")
+    log = widget.locator(".cu-log")
+    step("the chat window", lambda: widget.is_visible(), 60)
+    dims = "l => [l.scrollHeight, l.clientHeight, getComputedStyle(l).maxHeight, innerHeight]"
+    step(
+        "its log overflows",
+        lambda: log.evaluate("l => l.scrollHeight > l.clientHeight + 50"),
+        describe=lambda: log.evaluate(dims),
+    )
+    step("opened at the newest message", lambda: log.evaluate(AT_BOTTOM), 10)
+    widget.screenshot(path=str(artifacts / f"chat-ui-scrolled-{slug}.png"))
+
+    # Sent from the window: the message and its reply stay in view while it streams.
+    run_done(page, 3)
+    box = widget.get_by_label("Message", exact=True)
+    box.click()
+    box.type("Four?")
+    box.press("Enter")
+    live = widget.locator(".turn.live")
+    step("streaming", lambda: re.search(r"(\d+) tokens", live.inner_text() or "", re.I), 60)
+    for _ in range(5):  # several refreshes, each still at the bottom
+        assert log.evaluate(AT_BOTTOM)
+        page.wait_for_timeout(150)
+    step("done", lambda: done(widget, 8), 120)
+    assert log.evaluate(AT_BOTTOM)
+
+    # Scrolled up to read: a reply streaming meanwhile leaves the reader where they are.
+    log.evaluate("l => { l.scrollTop = 0; }")
+    page.wait_for_timeout(100)
+    run_cell(page, 4)
+    step("it streams", lambda: live.count() == 1, 60)
+    page.wait_for_timeout(500)
+    assert log.evaluate("l => l.scrollTop") < 5
+    step("it ends", lambda: done(widget, 10), 120)
+    assert log.evaluate("l => l.scrollTop") < 5

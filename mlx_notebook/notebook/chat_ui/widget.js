@@ -65,11 +65,20 @@ function render({ model, el }) {
     settings,
   );
 
+  // The log follows the newest message (on open, on send, while a reply streams)
+  // unless the user has scrolled up to read: then it stays where they are until they
+  // come back near the bottom. Sizes change after a redraw and when the window is laid
+  // out (opened in a cell not yet on screen): a ResizeObserver keeps a pinned log at
+  // the bottom through both.
   const nearBottom = () => log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+  let pinned = true;
+  const toBottom = () => { if (pinned) log.scrollTop = log.scrollHeight; };
+  log.addEventListener("scroll", () => { pinned = nearBottom(); }, { passive: true });
+  const resized = typeof ResizeObserver === "function" ? new ResizeObserver(toBottom) : null;
+  if (resized) for (const part of [log, settled, live]) resized.observe(part);
   const follow = (draw) => {
-    const stick = nearBottom();
     draw();
-    if (stick) log.scrollTop = log.scrollHeight;
+    toBottom();
   };
   // A redraw (a reply's figures, another cell changing the chat) keeps an edit in
   // progress: the box opens again on the same message, with the text typed so far,
@@ -113,6 +122,8 @@ function render({ model, el }) {
     model.send({ type: "send", text });
     input.value = "";
     input.focus();
+    pinned = true; // the user's own message: show it and the reply as it comes
+    toBottom();
   };
   const enterSends = (go) => (e) => {
     e.stopPropagation(); // the notebook's own key handling never sees these keys
@@ -188,8 +199,11 @@ function render({ model, el }) {
   for (const name of SETTINGS.map((s) => s[0])) handlers.push([`change:${name}`, drawSettings]);
   for (const [ev, fn] of handlers) model.on(ev, fn);
   drawTitle(); drawSettled(); drawLive(); drawBusy(); drawStatus(); drawSettings();
-  log.scrollTop = log.scrollHeight;
-  return () => { for (const [ev, fn] of handlers) model.off(ev, fn); };
+  toBottom();
+  return () => {
+    for (const [ev, fn] of handlers) model.off(ev, fn);
+    if (resized) resized.disconnect();
+  };
 }
 
 export default { render };
