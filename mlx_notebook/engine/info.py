@@ -75,7 +75,7 @@ class EngineInfo:
             if m.fast_path:
                 bits.append("fast path: " + ", ".join(m.fast_path))
             if self.kind == "local":
-                bits.append("sampling by default: " + _defaults_text(m.defaults))
+                bits.append("sampling by default: " + sampling_text(m.defaults))
             lines.append("  " + "  ".join(bits))
         lines += [
             f"backend: {self.kind}; worker: {'alive' if self.worker_alive else 'stopped'}; "
@@ -90,7 +90,8 @@ class EngineInfo:
         return "\n".join(lines)
 
 
-def _defaults_text(defaults: dict) -> str:
+def sampling_text(defaults: dict) -> str:
+    """A model's own sampling (its ``generation_config.json`` values), in words."""
     from .defaults import FALLBACK, describe
 
     if not defaults:

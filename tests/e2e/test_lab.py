@@ -80,6 +80,7 @@ THEMES = [
     "%%chat -m {tiny} -n 12 --wait\nHello there, who are you?",  # 7
     "%%chat -n 10 --wait\nAnd what do you do?",  # 8
     "%chat show",  # 9: the transcript, a bubble per message
+    "%mlx status",  # 10: words wrap whole, the internals folded
 ]
 
 
@@ -168,13 +169,18 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     run_done(page, 8)
     chat = run_done(page, 9).locator(".jp-OutputArea-output")
     step("transcript", lambda: chat.locator(".mlxnb-chat .turn").count() == 4, 30)
+    status = run_done(page, 10).locator(".jp-OutputArea-output")
+    step("status", lambda: status.locator(".mlxnb-status details").count() == 1, 30)
+    status.locator(".mlxnb-status summary").click()  # the internals, unfolded
     # The live panel hides its saved snapshot; the snapshot is there for the file.
     assert panel.locator(".mlxnb-snapshot").count() == 1
     assert not panel.locator(".mlxnb-snapshot").is_visible()
     slug = theme.split()[-1].lower()
     # Words wrap whole (only a word longer than its column may break): the Compare's
     # narrow text columns and runs table, the map table, the chat bubbles.
-    for sel in (".mlxnb-compare .txt", ".mlxnb table.grid th", ".mlxnb-chat .md"):
+    for sel in (
+        ".mlxnb-compare .txt", ".mlxnb table.grid th", ".mlxnb-chat .md", ".mlxnb-status",
+    ):
         assert page.locator(sel).count(), sel
         assert broken_words(page, sel) == [], (sel, broken_words(page, sel)[:5])
     checks = {
@@ -187,6 +193,7 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
         "map progress and rows": ".mlxnb .prog, .mlxnb table.grid td",
         "chat roles and text": ".mlxnb-chat .role, .mlxnb-chat .md p",
         "panel history": ".mlxnb-panel table.grid td",
+        "status": ".mlxnb-status div, .mlxnb-status li, .mlxnb-status td",
     }
     for what, sel in checks.items():
         ratios = contrasts(page, sel)
@@ -198,6 +205,7 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     page.screenshot(path=str(artifacts / f"theme-{slug}-chart.png"), full_page=False)
     rows.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"theme-{slug}-map.png"), full_page=False)
+    status.screenshot(path=str(artifacts / f"status-{slug}.png"))
     # A viewport taller than the panel: Lab's notebook scrolls inside the page.
     page.set_viewport_size({"width": 1400, "height": 2600})
     panel.locator(".mlxnb-panel").screenshot(path=str(artifacts / f"theme-{slug}-panel.png"))

@@ -284,7 +284,13 @@ class MLXNotebook(Magics):
             n = sum(b.cancel_all() for b in existing_backends())
             print(f"cancelled {n} job(s)")
         elif cmd == "status":
-            print(self.status())
+            from IPython.display import display
+
+            from ..views.status import status_html
+
+            infos = [b.info() for b in self._backends()]
+            text = "\n\n".join(i.format() for i in infos)
+            display({"text/html": status_html(infos), "text/plain": text}, raw=True)
         elif cmd == "models":
             lines = [
                 f"{m.name}  {m.dtype or ''}  {m.memory_mb if m.memory_mb is not None else ''}"
@@ -326,7 +332,7 @@ class MLXNotebook(Magics):
         )
 
     def status(self) -> str:
-        """``%mlx status``: every backend in use (the default one made if needed)."""
+        """``%mlx status`` as text: every backend in use (the default one made if needed)."""
         return "\n\n".join(b.info().format() for b in self._backends())
 
 
