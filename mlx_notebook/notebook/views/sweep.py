@@ -12,6 +12,9 @@ from .view import LiveView
 class SweepRenderer:
     """A line per k (runs done, median speed, speedup and interval), then the chart.
 
+    The chart draws each k's speedup and interval, the figures the best k is
+    chosen by, and rings the k the verdict names.
+
     Args:
         sweep: The sweep being run.
     """
@@ -63,7 +66,13 @@ class SweepRenderer:
             if row["tps"] is None:
                 lines.append(f"k={row['k']}: waiting")
                 continue
-            ci = f" (95% CI {row['low']:.2f}–{row['high']:.2f}×)" if row["low"] is not None else ""
+            if row["speedup"] is None:  # no normal run beside it has finished well yet
+                lines.append(f"k={row['k']}: {row['runs']} runs, median {row['tps']:.1f} {unit}")
+                continue
+            ci = ""
+            if row["low"] is not None:
+                noise = "" if row["clears"] else ", within noise"
+                ci = f" (95% CI {row['low']:.2f}–{row['high']:.2f}×{noise})"
             lines.append(
                 f"k={row['k']}: {row['runs']} runs, median {row['tps']:.1f} {unit}, "
                 f"{row['speedup']:.2f}× normal{ci}, acceptance {row['acceptance']:.0%}{note}"
