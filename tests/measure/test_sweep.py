@@ -227,3 +227,12 @@ def test_clearly_worse_is_below_another_k_interval_and_never_the_best():
     sr = table({1: [1.5, 1.6, 1.55], 2: [0.5, 0.52, 0.51], 3: [3.0, 0.8, 3.1]})
     assert sr.best_k == 1
     assert sr.clearly_worse() == [2]  # k=3's wide interval overlaps both
+
+
+def test_the_sweep_view_counts_runs_in_agreement():
+    plain, _ = rendered(table({1: [1.5], 2: [1.4, 1.5]}))
+    assert "normal decoding: 5 runs," in plain
+    assert "k=1: 1 run, median 15.0" in plain and "k=2: 2 runs, median" in plain
+    assert "1 runs" not in plain
+    one, _ = rendered(SweepResult([(None, res(10)), (1, res(15)), (None, None)], [1]))
+    assert "normal decoding: 1 run," in one and "k=1: 1 run," in one
