@@ -75,8 +75,9 @@ class Panel(PanelControls, widgets.VBox):
         self._fixed = engine
         self.refresh_hz = refresh_hz
         self.history: list[dict] = []
-        self._action = ("", 0)
-        self._by_hand = False  # the current action's kind and number, for the history
+        self._action = ("", 0)  # the current action's kind and number, for the history
+        self._count: dict[str, int] = {}  # actions of each kind so far: "sweep 1" is the first
+        self._by_hand = False
         self.last_result = None
         self._active: list[Job] = []
         self._view: LiveView | None = None
@@ -213,7 +214,8 @@ class Panel(PanelControls, widgets.VBox):
             self._show_error(exc)
             return None
         self.status.value = ""  # the run's own view says what it is doing
-        self._action = (kind, self._action[1] + 1)
+        self._count[kind] = self._count.get(kind, 0) + 1
+        self._action = (kind, self._count[kind])
         self._finished.clear()
         self.running = True
         return req
@@ -222,7 +224,11 @@ class Panel(PanelControls, widgets.VBox):
         self.status.value = f'<div class="mlxnb"><div class="err">{escape(str(exc))}</div></div>'
 
     def _fail(self, exc: BaseException) -> None:
-        # A submit that failed after _begin: cancel what did start, stay usable.
+        # A submit that failed after _begin: cancel what did start, stay usable. It
+        # recorded no run, so the next action of its kind takes its number.
+        kind, n = self._action
+        self._count[kind] = n - 1
+        self._action = ("", 0)  # its view's late on_done finds it is no longer current
         for j in list(self._active):
             j.cancel()
         self._active = []
@@ -277,7 +283,11 @@ class Panel(PanelControls, widgets.VBox):
         if req is None:
             return
 
+        action = self._action  # a start that fails ends it, and its late on_done is ignored
+
         def done(res: CompareResult) -> None:
+            if self._action is not action:
+                return
             self.last_result = res
             for _, role, r in res.runs:
                 self._record(req, r, "normal" if role == "normal" else req.mode)
@@ -295,7 +305,11 @@ class Panel(PanelControls, widgets.VBox):
             return
         ks = range(self.sweep_from, self.sweep_to + 1)
 
+        action = self._action  # a start that fails ends it, and its late on_done is ignored
+
         def done(res: SweepResult) -> None:
+            if self._action is not action:
+                return
             self.last_result = res
             for k, r in res.runs:
                 if r is not None:
@@ -329,8 +343,10 @@ class Panel(PanelControls, widgets.VBox):
         return self.last_result
 
     def clear_history(self) -> None:
-        """Forget the run history."""
+        """Forget the run history; the next action of each kind is number 1 again."""
         self.history.clear()
+        kind, n = self._action
+        self._count = {kind: n} if self.running else {}  # a running action keeps its number
         self._show_history()
         self._save_snapshot()
 

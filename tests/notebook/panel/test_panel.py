@@ -273,3 +273,29 @@ def test_a_run_that_ends_before_its_view_is_shown_is_in_the_snapshot(panel, monk
     view = panel._view.renderer.html()
     assert panel.last_result.text[:8] in panel._view.renderer.plain()
     assert view and view in saved[-1]  # the last run's view, not nothing
+
+
+def test_actions_are_numbered_per_kind_so_the_first_sweep_is_sweep_1(panel, monkeypatch):
+    panel.max_tokens, panel.sweep_from, panel.sweep_to, panel.repeats = 6, 1, 1, 1
+    panel.generate_button.click()
+    panel.wait(60)
+    submit = panel.engine.submit
+
+    def refuse(_req):
+        raise RuntimeError("engine is closed")
+
+    monkeypatch.setattr(panel.engine, "submit", refuse)
+    panel.sweep_button.click()  # fails after it began: no run, no number used
+    assert "closed" in panel.status.value and panel.history[-1]["action"] == "generate 1"
+    monkeypatch.setattr(panel.engine, "submit", submit)
+    panel.sweep_button.click()
+    panel.wait(60)
+    panel.sweep_button.click()
+    panel.wait(60)
+    actions = [r["action"] for r in panel.history]
+    assert actions == ["generate 1"] + ["sweep 1"] * 3 + ["sweep 2"] * 3
+    assert "<td>sweep 1</td>" in panel.history_html.value
+    panel.clear_history()
+    panel.sweep_button.click()
+    panel.wait(60)
+    assert {r["action"] for r in panel.history} == {"sweep 1"}
