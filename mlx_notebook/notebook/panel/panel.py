@@ -1,7 +1,8 @@
 """The control panel: generation settings, Generate / Stop / Compare / Sweep k, history.
 
 Compare and Sweep run through `mlx_notebook.measure`, the same code as
-``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``. Displayed, the
+``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``, with the
+sampling the panel shows (`Panel.measured_request`). Displayed, the
 panel is followed by a static snapshot of its last state (`document.Snapshot`),
 which is what a saved notebook shows once the kernel is gone.
 """
@@ -9,6 +10,7 @@ which is what a saved notebook shows once the kernel is gone.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import ipywidgets as widgets
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
@@ -204,11 +206,28 @@ class Panel(PanelControls, widgets.VBox):
         req.validate()
         return req
 
+    def measured_request(self) -> Request:
+        """The `request` Compare and Sweep run: the sampling shown, made explicit.
+
+        Measured runs take an unset temperature as greedy (`measure.runs.timed_spec`),
+        not as the model's own sampling; with "the model's own sampling" ticked,
+        the temperature it has is set, so they sample as the panel says (every
+        run with the panel's seed). The other fields stay unset: the model's.
+        """
+        req = self.request()
+        if req.temperature is not None:
+            return req
+        from ...engine.defaults import in_force
+
+        route = self.route()
+        values = in_force(req, route.backend.sampling_defaults(route.model))
+        return replace(req, temperature=values["temperature"])
+
     def _begin(self, kind: str):
         if self.running:
             return None
         try:
-            req = self.request()
+            req = self.request() if kind == "generate" else self.measured_request()
             self.engine.check(req)  # draft vocabulary and context too, before running
         except Exception as exc:
             self._show_error(exc)

@@ -299,3 +299,38 @@ def test_actions_are_numbered_per_kind_so_the_first_sweep_is_sweep_1(panel, monk
     panel.sweep_button.click()
     panel.wait(60)
     assert {r["action"] for r in panel.history} == {"sweep 1"}
+
+
+def test_compare_and_sweep_measure_the_sampling_the_panel_shows(
+    engine, tiny_dir, tmp_path, monkeypatch
+):
+    import json
+    import shutil
+
+    sampled = tmp_path / "sampled"
+    shutil.copytree(tiny_dir, sampled)
+    config = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
+    (sampled / "generation_config.json").write_text(json.dumps(config))
+    panel = mlx_notebook.Panel(
+        engine=engine, prompt=COPY, model=str(sampled), draft_source="lookup",
+        lookup_ngram=2, max_tokens=8, chat=False, max_pairs=2, seed=5,
+    )  # fmt: skip
+    assert panel.model_sampling and "temperature 0.2 · top_p 0.9" in panel.sampling_hint.value
+    sent = []
+    submit = engine.submit
+    monkeypatch.setattr(engine, "submit", lambda r: sent.append(r) or submit(r))
+    panel.compare_button.click()
+    res = panel.wait(60)
+    assert len(sent) == len(panel.history) + 2  # the pairs, and the untimed warm-up pair
+    assert {(r.temperature, r.top_p, r.seed) for r in sent} == {(0.2, None, 5)}  # top_p: model's
+    assert not res.greedy
+    assert {
+        (r.stats.sampling["temperature"], r.stats.sampling["top_p"]) for _, _, r in res.runs
+    } == {(0.2, 0.9)}
+    sent.clear()
+    panel.sweep_from, panel.sweep_to, panel.repeats = 1, 1, 1
+    panel.sweep_button.click()
+    panel.wait(60)
+    assert sent and {(r.temperature, r.seed) for r in sent} == {(0.2, 5)}
+    panel.temperature = 0.5  # set by hand: measured as set
+    assert panel.measured_request().temperature == 0.5 and not panel.model_sampling
