@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ..engine.job import Result
 from ..frames import to_frame
 from .sequential import Decision, Rule, judge
-from .stats import Ratio, ratio
+from .stats import Ratio, counted, ratio
 
 OK = ("stop", "length")
 METRICS = ("e2e", "decode")
@@ -238,7 +238,7 @@ class CompareResult:
         elif self.drafts_known and not self.accepted:
             head = "no draft token was accepted, so speculative decoding saved nothing here"
             if self.verdict == "slower":
-                head += f"; it was slower ({metric}, {n} pairs)"
+                head += f"; it was slower ({metric}, {counted(n, 'pair')})"
         else:
             head = self._head(r, metric, n)
         parts = [head]
@@ -250,7 +250,7 @@ class CompareResult:
             parts.append("acceptance not reported by the server")
         same = self.identical
         if same:
-            parts.append(f"identical text in all {len(self._ids())} runs")
+            parts.append(f"identical text in all {counted(len(self._ids()), 'run')}")
         elif same is False:
             label, at = self.divergence
             margin = "" if self.margin is None else f", top-2 logit margin there {self.margin:.3g}"
@@ -267,7 +267,7 @@ class CompareResult:
 
     def _head(self, r: Ratio, metric: str, n: int) -> str:
         ci = f"CI {r.low:.2f}–{r.high:.2f}×, " if r.low is not None else ""
-        figure = f"{r.median:.2f}× {metric} ({ci}{n} pair{'s' if n != 1 else ''})"
+        figure = f"{r.median:.2f}× {metric} ({ci}{counted(n, 'pair')})"
         v, band = self.verdict, self.rule.band
         if v in ("faster", "slower"):
             head = f"{v}: {figure}"
@@ -277,7 +277,7 @@ class CompareResult:
             spent = (
                 f"{self.decision.elapsed_s:.0f} s"
                 if self.decision.limit == "time"
-                else f"{n} pairs"
+                else counted(n, "pair")
             )
             head = (
                 f"undecided after {spent}: the machine was too noisy (run-to-run spread "

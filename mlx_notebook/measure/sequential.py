@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .stats import Ratio, ratio
+from .stats import Ratio, counted, ratio
 
 LOOK_LEVEL = 0.99  # the interval at each look; about 95% over all of them
 
@@ -54,7 +54,7 @@ class Rule:
     def describe(self) -> str:
         """The plan in words, for a view's progress line."""
         if self.fixed is not None:
-            return f"{self.fixed} pairs"
+            return counted(self.fixed, "pair")
         return f"until clear, at most {self.max_pairs} pairs or {self.budget_s:g} s"
 
 

@@ -132,6 +132,11 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def counted(n: int, noun: str) -> str:
+    """``"1 run"``, ``"2 runs"``, ``"0 runs"``: a count with its noun agreeing."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def geomean(values: Sequence[float]) -> float:
     """Geometric mean of positive values."""
     return math.exp(statistics.fmean(math.log(v) for v in values))

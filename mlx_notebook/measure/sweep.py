@@ -3,9 +3,11 @@
 The k values run in rounds, in a shuffled order in every round, with a normal
 run after every two speculative ones. Each speculative run is compared with the
 normal runs on either side of it, so slow drift of the machine cancels out.
-"Best k" is named only when its interval lies above normal decoding. From the
-second round on, a k whose interval lies wholly below the best k's is clearly
-worse and is dropped, so the rounds get shorter.
+"Best k" is the k with the highest median speedup among those whose interval
+lies above normal decoding (above 1): the figure the view shows beside each k,
+and the one its chart draws. From the second round on, a k whose interval lies
+wholly below another k's is clearly worse and is dropped, so the rounds get
+shorter.
 """
 
 from __future__ import annotations
@@ -106,15 +108,22 @@ class SweepResult:
 
     @property
     def rows(self) -> list[dict]:
-        """One dict per k: speed, speedup with its interval, acceptance by position."""
+        """One dict per k: speed, speedup with its interval, acceptance by position.
+
+        ``clears`` says whether the k's interval lies above normal decoding (its
+        ``low`` above 1) with drafts accepted, or not reported (a server's): the
+        k values `best_k` chooses among.
+        """
         out = []
         for k in self.ks:
             runs = self._spec(k)
             sp = self.speedup(k)
             prop = sum(r.stats.draft_tokens_proposed for r in runs)
             acc = sum(r.stats.draft_tokens_accepted for r in runs)
+            known = all(r.stats.drafts_known for r in runs)
             speeds = [speed(r, self.metric) for r in runs]
             med, lo, hi = spread(speeds) if speeds else (None, None, None)
+            clears = sp is not None and sp.low is not None and sp.low > 1 and (acc or not known)
             out.append(
                 {
                     "k": k,
@@ -125,6 +134,7 @@ class SweepResult:
                     "speedup": None if sp is None else sp.median,
                     "low": None if sp is None else sp.low,
                     "high": None if sp is None else sp.high,
+                    "clears": bool(clears),
                     "acceptance": acc / prop if prop else 0.0,
                     "accepted": acc,
                     "by_position": _by_position(runs, k),
@@ -133,17 +143,17 @@ class SweepResult:
         return out
 
     def clearly_worse(self) -> list[int]:
-        """The k values whose interval lies wholly below the best-so-far k's interval.
+        """The k values whose interval lies wholly below another k's interval.
 
-        The best so far is the k with the highest median speedup among those with
-        an interval; a k is clearly worse when its upper end is under the best's
-        lower end.
+        A k is clearly worse when its upper end is under the highest lower end
+        among the k values; the k `best_k` names is never dropped.
         """
-        rated = [r for r in self.rows if r["low"] is not None]
+        rows = self.rows
+        rated = [r for r in rows if r["low"] is not None]
         if len(rated) < 2:
             return []
-        best = max(rated, key=lambda r: r["speedup"])
-        return [r["k"] for r in rated if r is not best and r["high"] < best["low"]]
+        floor, best = max(r["low"] for r in rated), _best(rows)
+        return [r["k"] for r in rated if r["high"] < floor and r["k"] != best]
 
     def estimate_s(self, planned: int | None = None) -> float | None:
         """Seconds the runs not yet finished will take, from the mean of those so far.
@@ -158,21 +168,36 @@ class SweepResult:
 
     @property
     def best_k(self) -> int | None:
-        """The k with the highest speedup among those whose interval lies above 1, or None."""
-        good = [r for r in self.rows if r["accepted"] and r["low"] is not None and r["low"] > 1]
-        return max(good, key=lambda r: r["speedup"])["k"] if good else None
+        """The k with the highest median speedup among those whose interval clears 1, or None.
+
+        The median speedup is the figure shown beside each k; a k whose interval
+        reaches down to 1 is not beyond noise, however high its median.
+        """
+        return _best(self.rows)
 
     def verdict_line(self) -> str:
-        """One line naming the best k, or saying that none beat normal decoding."""
-        best = self.best_k
+        """One line naming the best k, or saying that none is beyond noise."""
+        rows = self.rows
+        best = _best(rows)
         metric = "end to end" if self.metric == "e2e" else "decode tok/s"
         if best is None:
-            return "no k beat normal decoding here (no interval lay above 1)" + self._dropped()
-        r = next(r for r in self.rows if r["k"] == best)
+            return (
+                "best k: none beyond noise (no k beat normal decoding here: "
+                "no interval lay above 1)" + self._dropped()
+            )
+        r = next(r for r in rows if r["k"] == best)
+        higher = [
+            o for o in rows if o["speedup"] is not None and o["speedup"] > r["speedup"]
+        ]  # medians above the best's whose intervals reach down to normal decoding
+        noisy = "; higher medians within noise: " + ", ".join(
+            f"k = {o['k']} at {o['speedup']:.2f}×" for o in higher
+        )
         return (
             f"best k = {best}: {r['speedup']:.2f}× {metric} "
             f"(95% CI {r['low']:.2f}–{r['high']:.2f}×, acceptance {r['acceptance']:.0%})"
-        ) + self._dropped()
+            + (noisy if higher else "")
+            + self._dropped()
+        )
 
     def _dropped(self) -> str:
         if not self.dropped:
@@ -203,6 +228,12 @@ class SweepResult:
     def to_frame(self, per: str = "k"):
         """A pandas DataFrame: one row per k (``per="k"``) or per run (``per="run"``)."""
         return to_frame(self.rows if per == "k" else self.run_rows())
+
+
+def _best(rows: list[dict]) -> int | None:
+    """The k of the row with the highest median speedup among those that clear 1."""
+    good = [r for r in rows if r["clears"]]
+    return max(good, key=lambda r: r["speedup"])["k"] if good else None
 
 
 def _by_position(runs: list[Result], k: int) -> list[float]:

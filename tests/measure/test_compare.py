@@ -260,3 +260,17 @@ def test_compare_magic_with_suffix(ipshell, tiny_dir):
     )
     res = ip.user_ns["cmp"].wait()
     assert res.identical and res.k == 16
+
+
+def test_counts_agree_with_their_nouns():
+    from mlx_notebook.measure.compare import Rule
+    from mlx_notebook.measure.stats import counted
+
+    assert (counted(1, "run"), counted(2, "run"), counted(0, "pair")) == (
+        "1 run",
+        "2 runs",
+        "0 pairs",
+    )
+    assert Rule(fixed=1).describe() == "1 pair" and Rule(fixed=3).describe() == "3 pairs"
+    one = result([(10, 20)])
+    assert "(1 pair)" in one.verdict_line() and "identical text in all 2 runs" in one.verdict_line()

@@ -131,3 +131,108 @@ def test_sweep_view_shows_progress_with_an_estimate(engine, tiny_dir):
     assert "estimating" in view.plain()  # nothing has run yet
     sw.start().wait(30)
     assert "best k" in view.plain() and "dropped" not in view.plain()
+
+
+def table(ratios: dict, base=None) -> SweepResult:
+    """A finished sweep whose k runs at ``ratio`` times the normal runs on either side.
+
+    Args:
+        ratios: k -> its runs' speedups, in run order.
+        base: k -> the speed of the normal runs around that k's runs (default 10).
+    """
+    base = base or {}
+    runs = []
+    for k, values in ratios.items():
+        b = base.get(k, 10.0)
+        for v in values:
+            runs += [(None, res(b)), (k, res(v * b))]
+        runs.append((None, res(b)))
+    return SweepResult(runs, sorted(ratios))
+
+
+def rendered(sr: SweepResult):
+    """The Sweep view of a finished ``sr``: its lines and its HTML."""
+    from types import SimpleNamespace
+
+    from mlx_notebook.notebook.views.sweep import SweepRenderer
+
+    done = SimpleNamespace(result=lambda: sr, runs=SimpleNamespace(done=True))
+    view = SweepRenderer(done)
+    return view.plain(), view.html()
+
+
+def ring(svg: str) -> list[tuple[str, str]]:
+    """``(cx, cy)`` of each best-k ring in a chart."""
+    import re
+
+    return re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="9"', svg)
+
+
+def dot(svg: str, k: int) -> tuple[str, str]:
+    """``(cx, cy)`` of k's median dot in a chart."""
+    import re
+
+    (xy,) = re.findall(rf'<circle cx="([\d.]+)" cy="([\d.]+)" r="4"[^>]*><title>k={k}:', svg)
+    return xy
+
+
+def test_best_k_is_the_highest_median_among_the_k_that_clear_normal_decoding():
+    # k=1 has the highest median, but one slow run puts its interval down to 1.
+    sr = table({1: [3.0, 0.8, 3.1], 2: [2.0, 2.1, 1.9], 3: [1.5, 1.6, 1.5]})
+    rows = {r["k"]: r for r in sr.rows}
+    assert rows[1]["speedup"] == pytest.approx(3.0) and rows[1]["low"] < 1 and not rows[1]["clears"]
+    assert rows[2]["clears"] and rows[3]["clears"]
+    assert sr.best_k == 2
+    line = sr.verdict_line()
+    assert line.startswith("best k = 2: 2.00×") and "higher medians within noise: k = 1" in line
+    plain, html = rendered(sr)
+    assert "k=1: 3 runs, median 30.0 tok/s end to end, 3.00× normal" in plain
+    assert "within noise" in plain.splitlines()[2] and "within noise" not in plain.splitlines()[3]
+    assert ring(html) == [dot(html, 2)]  # the chart circles k=2's point, and only it
+    assert "best k = 2</text>" in html and html.count("best k = ") == 2  # verdict and chart
+    assert sr.clearly_worse() == [3]  # wholly below k=2's interval; k=1's reaches over both
+
+
+def test_no_k_clears_normal_decoding_none_beyond_noise():
+    sr = table({1: [1.2, 0.8, 1.1], 2: [0.9, 1.3, 0.7]})
+    assert all(r["low"] < 1 for r in sr.rows)
+    assert sr.best_k is None
+    line = sr.verdict_line()
+    assert "none beyond noise" in line and "best k =" not in line
+    plain, html = rendered(sr)
+    assert plain.startswith("best k: none beyond noise")
+    assert ring(html) == [] and "best k =" not in html  # the chart circles nothing
+    assert 'r="4"' in html  # yet it draws both k
+
+
+def test_the_reported_sweep_names_k7_and_its_chart_circles_k7():
+    # Issue 50: k=8 2.07x (62.1 tok/s) was named, k=7 ran 2.24x, and k=3 ran 73.4 tok/s
+    # next to normal runs that were fast then (40 tok/s), so its speedup was lower.
+    base = {3: 40.0, 7: 30.0, 8: 30.0}
+    sr = table({3: [1.83, 1.835, 1.85], 7: [2.2, 2.24, 2.3], 8: [2.05, 2.07, 2.1]}, base)
+    rows = {r["k"]: r for r in sr.rows}
+    assert round(rows[3]["tps"], 1) == 73.4 and round(rows[8]["tps"], 1) == 62.1
+    assert all(r["clears"] for r in sr.rows)
+    assert sr.best_k == 7
+    assert sr.verdict_line().startswith("best k = 7: 2.24× end to end")
+    assert "within noise" not in sr.verdict_line()
+    _, html = rendered(sr)
+    assert ring(html) == [dot(html, 7)]
+    assert "best k = 7</text>" in html and "best k = 8" not in html and "best k = 3" not in html
+    # the chart draws speedups: the ringed point is the highest one
+    assert float(dot(html, 7)[1]) < min(float(dot(html, k)[1]) for k in (3, 8))
+
+
+def test_clearly_worse_is_below_another_k_interval_and_never_the_best():
+    sr = table({1: [1.5, 1.6, 1.55], 2: [0.5, 0.52, 0.51], 3: [3.0, 0.8, 3.1]})
+    assert sr.best_k == 1
+    assert sr.clearly_worse() == [2]  # k=3's wide interval overlaps both
+
+
+def test_the_sweep_view_counts_runs_in_agreement():
+    plain, _ = rendered(table({1: [1.5], 2: [1.4, 1.5]}))
+    assert "normal decoding: 5 runs," in plain
+    assert "k=1: 1 run, median 15.0" in plain and "k=2: 2 runs, median" in plain
+    assert "1 runs" not in plain
+    one, _ = rendered(SweepResult([(None, res(10)), (1, res(15)), (None, None)], [1]))
+    assert "normal decoding: 1 run," in one and "k=1: 1 run," in one

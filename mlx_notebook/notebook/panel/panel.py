@@ -1,7 +1,8 @@
 """The control panel: generation settings, Generate / Stop / Compare / Sweep k, history.
 
 Compare and Sweep run through `mlx_notebook.measure`, the same code as
-``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``. Displayed, the
+``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``, with the
+sampling the panel shows (`Panel.measured_request`). Displayed, the
 panel is followed by a static snapshot of its last state (`document.Snapshot`),
 which is what a saved notebook shows once the kernel is gone.
 """
@@ -9,6 +10,7 @@ which is what a saved notebook shows once the kernel is gone.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import ipywidgets as widgets
 from traitlets import Bool, Enum, Float, Int, Unicode, observe
@@ -75,8 +77,9 @@ class Panel(PanelControls, widgets.VBox):
         self._fixed = engine
         self.refresh_hz = refresh_hz
         self.history: list[dict] = []
-        self._action = ("", 0)
-        self._by_hand = False  # the current action's kind and number, for the history
+        self._action = ("", 0)  # the current action's kind and number, for the history
+        self._count: dict[str, int] = {}  # actions of each kind so far: "sweep 1" is the first
+        self._by_hand = False
         self.last_result = None
         self._active: list[Job] = []
         self._view: LiveView | None = None
@@ -203,17 +206,35 @@ class Panel(PanelControls, widgets.VBox):
         req.validate()
         return req
 
+    def measured_request(self) -> Request:
+        """The `request` Compare and Sweep run: the sampling shown, made explicit.
+
+        Measured runs take an unset temperature as greedy (`measure.runs.timed_spec`),
+        not as the model's own sampling; with "the model's own sampling" ticked,
+        the temperature it has is set, so they sample as the panel says (every
+        run with the panel's seed). The other fields stay unset: the model's.
+        """
+        req = self.request()
+        if req.temperature is not None:
+            return req
+        from ...engine.defaults import in_force
+
+        route = self.route()
+        values = in_force(req, route.backend.sampling_defaults(route.model))
+        return replace(req, temperature=values["temperature"])
+
     def _begin(self, kind: str):
         if self.running:
             return None
         try:
-            req = self.request()
+            req = self.request() if kind == "generate" else self.measured_request()
             self.engine.check(req)  # draft vocabulary and context too, before running
         except Exception as exc:
             self._show_error(exc)
             return None
         self.status.value = ""  # the run's own view says what it is doing
-        self._action = (kind, self._action[1] + 1)
+        self._count[kind] = self._count.get(kind, 0) + 1
+        self._action = (kind, self._count[kind])
         self._finished.clear()
         self.running = True
         return req
@@ -222,7 +243,11 @@ class Panel(PanelControls, widgets.VBox):
         self.status.value = f'<div class="mlxnb"><div class="err">{escape(str(exc))}</div></div>'
 
     def _fail(self, exc: BaseException) -> None:
-        # A submit that failed after _begin: cancel what did start, stay usable.
+        # A submit that failed after _begin: cancel what did start, stay usable. It
+        # recorded no run, so the next action of its kind takes its number.
+        kind, n = self._action
+        self._count[kind] = n - 1
+        self._action = ("", 0)  # its view's late on_done finds it is no longer current
         for j in list(self._active):
             j.cancel()
         self._active = []
@@ -277,7 +302,11 @@ class Panel(PanelControls, widgets.VBox):
         if req is None:
             return
 
+        action = self._action  # a start that fails ends it, and its late on_done is ignored
+
         def done(res: CompareResult) -> None:
+            if self._action is not action:
+                return
             self.last_result = res
             for _, role, r in res.runs:
                 self._record(req, r, "normal" if role == "normal" else req.mode)
@@ -295,7 +324,11 @@ class Panel(PanelControls, widgets.VBox):
             return
         ks = range(self.sweep_from, self.sweep_to + 1)
 
+        action = self._action  # a start that fails ends it, and its late on_done is ignored
+
         def done(res: SweepResult) -> None:
+            if self._action is not action:
+                return
             self.last_result = res
             for k, r in res.runs:
                 if r is not None:
@@ -329,8 +362,10 @@ class Panel(PanelControls, widgets.VBox):
         return self.last_result
 
     def clear_history(self) -> None:
-        """Forget the run history."""
+        """Forget the run history; the next action of each kind is number 1 again."""
         self.history.clear()
+        kind, n = self._action
+        self._count = {kind: n} if self.running else {}  # a running action keeps its number
         self._show_history()
         self._save_snapshot()
 

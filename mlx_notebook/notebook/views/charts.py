@@ -72,32 +72,45 @@ def sweep_chart(
     width: int = 560,
     height: int = 260,
 ) -> str:
-    """Speed against k: medians with min-max bars, normal decoding as a line, best k marked.
+    """Speedup against k, the figure the best k is chosen by; normal decoding is the 1× line.
+
+    Each k is its median speedup over the normal runs beside it, with its 95%
+    interval as a bar (cut at the top of the plot when it runs past it): a
+    filled dot when the interval clears the 1× line, a hollow one when it does
+    not. Only ``best_k`` is ringed and labelled.
 
     Args:
-        rows: Per k: ``{"k", "tps", "tps_min", "tps_max"}`` (``tps`` None: no run yet).
-        baseline: Normal runs' speeds; the median is the line, its spread a band.
-        best_k: The k to mark, if any.
-        unit: Axis label of the speeds.
+        rows: Per k: ``{"k", "speedup", "low", "high"}`` (``speedup`` None: no
+            ratio yet; ``low`` None: no interval yet).
+        baseline: Normal runs' speeds: their spread is a band around the 1× line,
+            and their median is in its label.
+        best_k: The k to mark (`SweepResult.best_k`), if any.
+        unit: Unit of the normal runs' speeds.
         width: SVG width in pixels.
         height: SVG height in pixels.
     """
-    pts = [r for r in rows if r.get("tps") is not None]
+    pts = [r for r in rows if r.get("speedup") is not None]
     if not pts and not baseline:
         return ""
-    pad_l, pad_r, pad_t, pad_b = 52, 16, 18, 40
+    pad_l, pad_r, pad_t, pad_b = 52, 16, 24, 40
     w, h = width - pad_l - pad_r, height - pad_t - pad_b
     ks = [r["k"] for r in rows]
     kmin, kmax = min(ks), max(ks)
-    top = max([r["tps_max"] for r in pts] + list(baseline) + [1e-9])
-    ticks = nice_ticks(top * 1.05)
+    top = max([r["speedup"] for r in pts] + [1.0])
+    # Intervals from two or three runs can be very wide: the axis follows them up to
+    # twice the highest median, and a longer bar is cut at the top.
+    ends = [min(r["high"], 2 * top) for r in pts if r.get("high") is not None]
+    if baseline:
+        med = sorted(baseline)[len(baseline) // 2]
+        ends.append(max(baseline) / med)
+    ticks = nice_ticks(max([top, *ends]) * 1.05)
     ymax = ticks[-1]
 
     def x(k):
         return pad_l + (w * (k - kmin) / (kmax - kmin) if kmax > kmin else w / 2)
 
     def y(v):
-        return pad_t + h * (1 - v / ymax)
+        return pad_t + h * (1 - min(max(v, 0.0), ymax) / ymax)
 
     out = [
         f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" '
@@ -109,7 +122,7 @@ def sweep_chart(
         out.append(
             f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
             'stroke="currentColor" stroke-opacity="0.12"/>'
-            f'<text x="{pad_l - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{_fmt(t)}</text>'
+            f'<text x="{pad_l - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{_fmt(t)}×</text>'
         )
     for k in ks:
         out.append(f'<text x="{x(k):.1f}" y="{pad_t + h + 16}" text-anchor="middle">{k}</text>')
@@ -117,41 +130,52 @@ def sweep_chart(
         f'<text x="{pad_l + w / 2:.1f}" y="{height - 6}" text-anchor="middle">'
         "draft tokens k</text>"
         f'<text x="14" y="{pad_t + h / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {pad_t + h / 2:.1f})">{escape(unit)}</text>'
+        f'transform="rotate(-90 14 {pad_t + h / 2:.1f})">speedup (95% interval)</text>'
     )
     if baseline:
-        lo, hi = min(baseline), max(baseline)
-        med = sorted(baseline)[len(baseline) // 2]
+        lo, hi = min(baseline) / med, max(baseline) / med
         out.append(
             f'<rect x="{pad_l}" y="{y(hi):.1f}" width="{w}" height="{max(y(lo) - y(hi), 1):.1f}" '
             'fill="currentColor" fill-opacity="0.08"/>'
-            f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(med):.1f}" y2="{y(med):.1f}" '
-            'stroke="currentColor" stroke-dasharray="5 4"/>'
-            f'<text x="{pad_l + w - 4}" y="{y(med) - 5:.1f}" text-anchor="end">'
-            f"normal decoding {_fmt(med)}</text>"
+            f'<text x="{pad_l + w - 4}" y="{y(1) + 14:.1f}" text-anchor="end">'
+            f"normal decoding = 1× ({_fmt(med)} {escape(unit)})</text>"
         )
-    path = " ".join(f"{x(r['k']):.1f},{y(r['tps']):.1f}" for r in pts)
+    out.append(
+        f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(1):.1f}" y2="{y(1):.1f}" '
+        'stroke="currentColor" stroke-dasharray="5 4"/>'
+    )
+    path = " ".join(f"{x(r['k']):.1f},{y(r['speedup']):.1f}" for r in pts)
     if len(pts) > 1:
         out.append(
-            f'<polyline points="{path}" fill="none" style="stroke:{BRAND}" stroke-width="2"/>'
+            f'<polyline points="{path}" fill="none" style="stroke:{BRAND}" stroke-width="2" '
+            'stroke-opacity="0.5"/>'
         )
     for r in pts:
-        cx = x(r["k"])
+        cx, cy = x(r["k"]), y(r["speedup"])
+        above = cy  # where the label of the best k goes
+        title = f"k={r['k']}: {r['speedup']:.2f}×"
+        if r.get("low") is not None:
+            above = y(r["high"])
+            title += f" (95% CI {r['low']:.2f}–{r['high']:.2f}×)"
+            out.append(
+                f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{above:.1f}" '
+                f'y2="{y(r["low"]):.1f}" style="stroke:{BRAND}" stroke-width="1.5"/>'
+            )
+        fill = BRAND if r.get("clears") else "none"
         out.append(
-            f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(r["tps_max"]):.1f}" '
-            f'y2="{y(r["tps_min"]):.1f}" style="stroke:{BRAND}" stroke-width="1.5"/>'
-            f'<circle cx="{cx:.1f}" cy="{y(r["tps"]):.1f}" r="4" style="fill:{BRAND}"/>'
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" style="fill:{fill};stroke:{BRAND}" '
+            f'stroke-width="1.5"><title>{escape(title)}</title></circle>'
         )
         if r["k"] == best_k:
             out.append(
-                f'<circle cx="{cx:.1f}" cy="{y(r["tps"]):.1f}" r="9" fill="none" '
+                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="9" fill="none" '
                 f'style="stroke:{GOOD}" stroke-width="2.5"/>'
                 # Anchored inward at the plot's edges, so the label is never cut off.
-                f'<text x="{cx:.1f}" y="{y(r["tps_max"]) - 8:.1f}" '
+                f'<text x="{cx:.1f}" y="{above - 8:.1f}" '
                 f'text-anchor="{_anchor(cx, pad_l, pad_l + w)}" '
                 f'font-weight="bold">best k = {r["k"]}</text>'
             )
-    return _svg(width, height, out, f"{unit} against draft tokens k")
+    return _svg(width, height, out, "speedup over normal decoding against draft tokens k")
 
 
 def position_chart(values: list[float], width: int = 300, height: int = 130) -> str:

@@ -21,6 +21,7 @@ from ...engine.events import (
     Started,
     Token,
 )
+from ...measure.stats import counted
 from .markup import (
     FORMATS,
     ProgressiveMarkdown,
@@ -267,11 +268,13 @@ def stats_line(f: Finished) -> str:
         bits += [f"TTFT {s.ttft_s:.2f} s", f"prompt {s.prompt_tps:.0f} tok/s"]
     if s.generation_tokens > 1:
         bits.append(f"decode {s.generation_tps:.1f} tok/s")
-    bits.append(f"{s.generation_tokens} token{'' if s.generation_tokens == 1 else 's'}")
+    bits.append(counted(s.generation_tokens, "token"))
     if s.acceptance_rate is not None:
-        bits.append(f"accepted {s.acceptance_rate:.0%} of {s.draft_tokens_proposed} drafts")
+        bits.append(
+            f"accepted {s.acceptance_rate:.0%} of {counted(s.draft_tokens_proposed, 'draft')}"
+        )
     if s.cached_tokens:
-        bits.append(f"{s.cached_tokens} cached prompt tokens")
+        bits.append(counted(s.cached_tokens, "cached prompt token"))
     if s.sampling:
         from ...engine.defaults import describe
 

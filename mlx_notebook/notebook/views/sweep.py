@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...engine.request import Request
+from ...measure.stats import counted
 from ...measure.sweep import Sweep, SweepResult
 from .charts import position_chart, sweep_chart
 from .render import STYLE, ViewState, escape
@@ -11,6 +12,9 @@ from .view import LiveView
 
 class SweepRenderer:
     """A line per k (runs done, median speed, speedup and interval), then the chart.
+
+    The chart draws each k's speedup and interval, the figures the best k is
+    chosen by, and rings the k the verdict names.
 
     Args:
         sweep: The sweep being run.
@@ -44,7 +48,7 @@ class SweepRenderer:
         done = sum(1 for _, r in res.runs if r is not None)
         total = max(self.sweep.planned(), done)
         if self.stopping:
-            return f"stopped after {done} of {total} runs; what ran is kept"
+            return f"stopped after {done} of {counted(total, 'run')}; what ran is kept"
         left = res.estimate_s(total)
         eta = "estimating the time it takes…" if left is None else f"about {_duration(left)} left"
         return f"sweeping k: run {min(done + 1, total)} of {total} · {eta}"
@@ -54,7 +58,7 @@ class SweepRenderer:
         base = res.baseline
         lines = [
             res.verdict_line() if self.sweep.runs.done else self._progress(res),
-            f"normal decoding: {len(base)} runs"
+            f"normal decoding: {counted(len(base), 'run')}"
             + (f", median {sorted(base)[len(base) // 2]:.1f} {unit}" if base else ""),
         ]
         for row in res.rows:
@@ -63,9 +67,16 @@ class SweepRenderer:
             if row["tps"] is None:
                 lines.append(f"k={row['k']}: waiting")
                 continue
-            ci = f" (95% CI {row['low']:.2f}–{row['high']:.2f}×)" if row["low"] is not None else ""
+            if row["speedup"] is None:  # no normal run beside it has finished well yet
+                runs = counted(row["runs"], "run")
+                lines.append(f"k={row['k']}: {runs}, median {row['tps']:.1f} {unit}")
+                continue
+            ci = ""
+            if row["low"] is not None:
+                noise = "" if row["clears"] else ", within noise"
+                ci = f" (95% CI {row['low']:.2f}–{row['high']:.2f}×{noise})"
             lines.append(
-                f"k={row['k']}: {row['runs']} runs, median {row['tps']:.1f} {unit}, "
+                f"k={row['k']}: {counted(row['runs'], 'run')}, median {row['tps']:.1f} {unit}, "
                 f"{row['speedup']:.2f}× normal{ci}, acceptance {row['acceptance']:.0%}{note}"
             )
         return lines

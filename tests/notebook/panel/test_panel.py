@@ -273,3 +273,64 @@ def test_a_run_that_ends_before_its_view_is_shown_is_in_the_snapshot(panel, monk
     view = panel._view.renderer.html()
     assert panel.last_result.text[:8] in panel._view.renderer.plain()
     assert view and view in saved[-1]  # the last run's view, not nothing
+
+
+def test_actions_are_numbered_per_kind_so_the_first_sweep_is_sweep_1(panel, monkeypatch):
+    panel.max_tokens, panel.sweep_from, panel.sweep_to, panel.repeats = 6, 1, 1, 1
+    panel.generate_button.click()
+    panel.wait(60)
+    submit = panel.engine.submit
+
+    def refuse(_req):
+        raise RuntimeError("engine is closed")
+
+    monkeypatch.setattr(panel.engine, "submit", refuse)
+    panel.sweep_button.click()  # fails after it began: no run, no number used
+    assert "closed" in panel.status.value and panel.history[-1]["action"] == "generate 1"
+    monkeypatch.setattr(panel.engine, "submit", submit)
+    panel.sweep_button.click()
+    panel.wait(60)
+    panel.sweep_button.click()
+    panel.wait(60)
+    actions = [r["action"] for r in panel.history]
+    assert actions == ["generate 1"] + ["sweep 1"] * 3 + ["sweep 2"] * 3
+    assert "<td>sweep 1</td>" in panel.history_html.value
+    panel.clear_history()
+    panel.sweep_button.click()
+    panel.wait(60)
+    assert {r["action"] for r in panel.history} == {"sweep 1"}
+
+
+def test_compare_and_sweep_measure_the_sampling_the_panel_shows(
+    engine, tiny_dir, tmp_path, monkeypatch
+):
+    import json
+    import shutil
+
+    sampled = tmp_path / "sampled"
+    shutil.copytree(tiny_dir, sampled)
+    config = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
+    (sampled / "generation_config.json").write_text(json.dumps(config))
+    panel = mlx_notebook.Panel(
+        engine=engine, prompt=COPY, model=str(sampled), draft_source="lookup",
+        lookup_ngram=2, max_tokens=8, chat=False, max_pairs=2, seed=5,
+    )  # fmt: skip
+    assert panel.model_sampling and "temperature 0.2 · top_p 0.9" in panel.sampling_hint.value
+    sent = []
+    submit = engine.submit
+    monkeypatch.setattr(engine, "submit", lambda r: sent.append(r) or submit(r))
+    panel.compare_button.click()
+    res = panel.wait(60)
+    assert len(sent) == len(panel.history) + 2  # the pairs, and the untimed warm-up pair
+    assert {(r.temperature, r.top_p, r.seed) for r in sent} == {(0.2, None, 5)}  # top_p: model's
+    assert not res.greedy
+    assert {
+        (r.stats.sampling["temperature"], r.stats.sampling["top_p"]) for _, _, r in res.runs
+    } == {(0.2, 0.9)}
+    sent.clear()
+    panel.sweep_from, panel.sweep_to, panel.repeats = 1, 1, 1
+    panel.sweep_button.click()
+    panel.wait(60)
+    assert sent and {(r.temperature, r.seed) for r in sent} == {(0.2, 5)}
+    panel.temperature = 0.5  # set by hand: measured as set
+    assert panel.measured_request().temperature == 0.5 and not panel.model_sampling

@@ -31,18 +31,24 @@ def test_ticks_are_round():
     assert nice_ticks(130)[-1] >= 130
 
 
-def test_sweep_chart_medians_spread_baseline_and_best():
+def test_sweep_chart_speedups_intervals_baseline_and_best():
     rows = [
-        {"k": 1, "tps": 10.0, "tps_min": 9.0, "tps_max": 11.0},
-        {"k": 2, "tps": 14.0, "tps_min": 13.0, "tps_max": 15.0},
-        {"k": 3, "tps": None, "tps_min": None, "tps_max": None},
+        {"k": 1, "speedup": 1.2, "low": 0.8, "high": 1.6, "clears": False},
+        {"k": 2, "speedup": 1.6, "low": 1.3, "high": 1.9, "clears": True},
+        {"k": 3, "speedup": None, "low": None, "high": None, "clears": False},
+        {"k": 4, "speedup": 1.4, "low": 1.1, "high": 40.0, "clears": True},  # two runs: wide
     ]
-    svg = sweep_chart(rows, baseline=[8.0, 9.0, 8.5], best_k=2)
+    svg = sweep_chart(rows, baseline=[8.0, 9.0, 8.5], best_k=2, unit="tok/s")
     assert svg.startswith("<svg") and 'fill="currentColor"' in svg
-    assert svg.count("<circle") == 3  # two medians and the best-k ring
-    assert "best k = 2" in svg and "normal decoding 8.5" in svg
+    assert svg.count("<circle") == 4  # three medians and the best-k ring
+    assert svg.count('r="9"') == 1 and "best k = 2" in svg and "best k = 1" not in svg
+    assert "normal decoding = 1× (8.5 tok/s)" in svg
+    assert "k=1: 1.20× (95% CI 0.80–1.60×)" in svg  # each point's figures on hover
+    assert svg.count("fill:none;") == 1  # k=1's interval reaches below 1: a hollow dot
+    assert ">4×</text>" in svg and ">40×</text>" not in svg  # a wide interval is cut
     assert "#000" not in svg and "black" not in svg  # text follows the theme
     assert sweep_chart([], []) == ""
+    assert 'r="9"' not in sweep_chart(rows, [8.0], best_k=None)
 
 
 def test_position_chart():

@@ -135,3 +135,10 @@ def test_while_the_worker_imports_mlx_the_view_says_the_engine_is_loading():
     assert s.state_label() == "starting"
     s.apply(Loading("default"))
     assert s.state_label() == "loading default…"
+
+
+def test_stats_line_counts_agree_with_their_nouns():
+    s = Stats(generation_tokens=1, cached_tokens=1, draft_tokens_proposed=1)
+    s.draft_tokens_accepted = 1
+    line = stats_line(Finished("x", "length", stats=s))
+    assert "1 token ·" in line and "of 1 draft ·" in line and "1 cached prompt token ·" in line
