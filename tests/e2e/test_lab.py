@@ -179,7 +179,10 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     # Words wrap whole (only a word longer than its column may break): the Compare's
     # narrow text columns and runs table, the map table, the chat bubbles.
     for sel in (
-        ".mlxnb-compare .txt", ".mlxnb table.grid th", ".mlxnb-chat .md", ".mlxnb-status",
+        ".mlxnb-compare .txt",
+        ".mlxnb table.grid th",
+        ".mlxnb-chat .md",
+        ".mlxnb-status",
     ):
         assert page.locator(sel).count(), sel
         assert broken_words(page, sel) == [], (sel, broken_words(page, sel)[:5])
@@ -466,6 +469,19 @@ def test_token_inspector(lab, artifacts, theme):
     box = out(1).bounding_box()  # with room below for the card, which overflows it
     clip = {**box, "height": box["height"] + 150}
     page.screenshot(path=str(artifacts / f"inspector-{slug}.png"), clip=clip)
+    # A token at the bottom of the notebook's scroll area: its card opens upward, whole.
+    page.mouse.move(0, 0)
+    last = view.locator(".tk").last
+    below, margin = last.evaluate(GEOMETRY)  # the token's bottom; what lies under the area
+    page.set_viewport_size({"width": 1400, "height": int(below + 12 + margin)})
+    step("at the bottom", lambda: last.evaluate(TO_BOTTOM), 10)
+    last.hover()
+    step("its card", lambda: last.locator(".card").is_visible(), 10)
+    top, bottom, low, high = last.locator(".card").evaluate(RECT)
+    assert low <= top and bottom <= high, (top, bottom, low, high)
+    assert bottom <= last.evaluate("e => e.getBoundingClientRect().top") + 3  # above it
+    page.screenshot(path=str(artifacts / f"inspector-upward-{slug}.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})
     run_done(page, 2, 60)
     shown = out(2).locator(".insp").inner_text()
     assert "img src=x onerror=" in shown and "<script>" in shown  # shown as text
@@ -501,6 +517,23 @@ def test_token_inspector(lab, artifacts, theme):
     assert out(5).locator(".fork").count() == 2  # each side's first token, marked
     out(5).screenshot(path=str(artifacts / f"branch-{slug}.png"))
 
+
+# Scroll the notebook so the token sits just above the bottom of its scroll area.
+TO_BOTTOM = """e => {
+  const outer = e.closest(".jp-WindowedPanel-outer");
+  const gap = outer.getBoundingClientRect().bottom - e.getBoundingClientRect().bottom;
+  outer.scrollTop -= gap - 12;
+  const now = outer.getBoundingClientRect().bottom - e.getBoundingClientRect().bottom;
+  return now >= 0 && now < 40;
+}"""
+GEOMETRY = """e => [e.getBoundingClientRect().bottom,
+  innerHeight - e.closest(".jp-WindowedPanel-outer").getBoundingClientRect().bottom]"""
+# A card's top and bottom, and the notebook scroll area's, on screen.
+RECT = """e => {
+  const r = e.getBoundingClientRect();
+  const o = e.closest(".jp-WindowedPanel-outer").getBoundingClientRect();
+  return [r.top, r.bottom, o.top, o.bottom];
+}"""
 
 THINKING = [
     DREAMER,  # 1: a scripted reasoning model that thinks " flow flow..." until told to stop

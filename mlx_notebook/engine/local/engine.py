@@ -157,9 +157,10 @@ class Engine:
         Raises:
             ValueError: Nothing to score, or ``top_k`` out of 0..20.
         """
-        from .scoring import score_tokens, split_tokens
 
         def work():
+            from .scoring import score_tokens, split_tokens  # MLX: imported on the worker
+
             lm = self.registry.get(model)
             ctx, scored = split_tokens(lm.tokenizer, text, prompt, chat, system)
             return score_tokens(lm.model, lm.tokenizer, ctx, scored, top_k)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -269,11 +270,7 @@ class Scheduler:
     def _loop(self) -> None:
         death: BaseException | None = None
         try:
-            import mlx.core as mx
-            from mlx_lm.generate import generation_stream
-
-            from .batch import Batch
-
+            mx, generation_stream, Batch = _import_mlx()
             self.device = describe_device(mx)
             with self._cond:
                 self.batch = Batch(self.batch.max_rows, self._state_for)
@@ -375,6 +372,28 @@ class Scheduler:
         if state is None:
             state = self.states[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
         return state
+
+
+def _import_mlx():
+    """MLX, mlx-lm's generation stream and the batch: the worker's first imports.
+
+    The kernel's thread may import parts of mlx-lm at the same moment (a user's cell);
+    Python then refuses one of the two imports as a deadlock (``_DeadlockError``) rather
+    than wait in a cycle. The other import completes, so the worker tries again.
+    """
+    for attempt in range(100):
+        try:
+            import mlx.core as mx
+            from mlx_lm.generate import generation_stream
+
+            from .batch import Batch
+
+            return mx, generation_stream, Batch
+        except RuntimeError as exc:
+            if "deadlock detected" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class NoBatch:

@@ -6,7 +6,8 @@ strengths: the less likely a token was, the stronger its tint. A single hue
 reads the same to colour-blind eyes, and the tints are translucent over the
 theme's background, under the theme's own text colour, in light and dark
 themes alike. Accepted draft tokens are underlined, one line style per source
-(a branch's chosen token: a double line).
+(a branch's chosen token: a double line). A card opens below its token, or above
+it near the bottom of the window (where the browser supports anchor positioning).
 Every piece of model text is escaped: hostile output stays inert.
 """
 
@@ -49,6 +50,14 @@ CSS = (
     "border:1px solid var(--jp-border-color1,#999);border-radius:3px;"
     "box-shadow:0 2px 6px rgba(0,0,0,.3)}"
     ".mlxnb .tk:hover>.card{display:block!important}"
+    # Where the browser can place it against its token (CSS anchor positioning), the
+    # card opens below the token, or above it when the window has no room below
+    # (flip-block): near the bottom of the window it was cut off.
+    "@supports (anchor-name:--a) and (position-try-fallbacks:flip-block){"
+    ".mlxnb .tk{anchor-scope:--mlxnb-tk;anchor-name:--mlxnb-tk}"
+    ".mlxnb .tk>.card{position:fixed;position-anchor:--mlxnb-tk;top:anchor(bottom);"
+    "left:anchor(left);margin:2px 0;position-try-fallbacks:flip-block,flip-inline,"
+    "flip-block flip-inline}}"
     ".mlxnb .card table{border-collapse:collapse}"
     ".mlxnb .card table tr:nth-child(n),.mlxnb .card table td{background:transparent}"
     ".mlxnb .card td{padding:0 6px 0 0;white-space:pre;text-align:left;border:none;"
