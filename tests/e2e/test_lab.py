@@ -165,6 +165,12 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     run_done(page, 5)
     rows = run_cell(page, 6).locator(".jp-OutputArea-output")
     step("map table", lambda: rows.locator("table.grid td").count() >= 12, 60)
+    # The rows' text reads as text, on the table's own striping (no code box in a cell).
+    looks = rows.locator("td.text").first.evaluate(
+        "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).fontFamily]"
+    )
+    assert looks[0] in ("rgba(0, 0, 0, 0)", "transparent") and "mono" not in looks[1], looks
+    assert rows.locator("table.grid pre").count() == 0
     run_done(page, 7)
     run_done(page, 8)
     chat = run_done(page, 9).locator(".jp-OutputArea-output")

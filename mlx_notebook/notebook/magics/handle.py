@@ -144,7 +144,14 @@ class GenerationHandle:
         self._final()
         parent._final()
         mine, theirs = self.pieces(), parent.pieces()
-        shared = "".join(t for t, _ in theirs[:i])
+        # The detokenizer holds a word back until it is complete, so the text a token
+        # released may belong to earlier tokens: the records' per-token texts are the
+        # shared prefix exactly (the branch feeds those tokens, never their text).
+        records = [r for _, r in theirs[:i]]
+        if records and all(r is not None for r in records):
+            shared = "".join(r.text for r in records)
+        else:
+            shared = "".join(t for t, _ in theirs[:i])
         state = {"stop": "done", "length": "done"}
         return Fork(
             f"{self.model}: branched at token {i}",

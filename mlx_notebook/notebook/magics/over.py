@@ -159,7 +159,7 @@ class MapRenderer:
             prompt = p if isinstance(p, str) else str(p)
             body.append(
                 f"<tr><td>{i}</td><td>{escape(prompt[:80])}</td>"
-                f'<td><pre class="txt">{escape(s.text)}</pre></td><td>{escape(end)}</td></tr>'
+                f'<td class="text">{escape(s.text)}</td><td>{escape(end)}</td></tr>'
             )
         return f'<table class="grid">{head}{"".join(body)}</table>'
 

@@ -79,6 +79,8 @@ color:{_UI};cursor:pointer}}
 .mlxnb .col{{flex:1 1 0;min-width:0}}
 .mlxnb table.grid{{border-collapse:collapse;font-size:12px;table-layout:fixed;width:100%}}
 .mlxnb table.grid td{{overflow-wrap:break-word;vertical-align:top}}
+.mlxnb table.grid td.text{{white-space:pre-wrap;background:transparent;
+font-family:var(--jp-content-font-family,system-ui,sans-serif)}}
 .mlxnb table.grid.auto{{table-layout:auto;width:auto}}
 .mlxnb table.grid.auto td,.mlxnb table.grid.auto th{{white-space:nowrap}}
 .mlxnb table.grid.fields{{table-layout:auto}}
