@@ -1,4 +1,4 @@
-"""Compare and Sweep figures for the README, on the bundled default model.
+"""Compare and Sweep figures for docs/performance.md, on the bundled default model.
 
 Usage: python benchmarks/bench_compare.py [--calls N] [--repeats R] [--sweep-repeats R]
 

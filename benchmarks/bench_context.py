@@ -7,7 +7,7 @@ Usage:
 products. After a long prompt every step also reads the whole KV cache: at 2,000
 tokens of the default model that is 92 MB of float32 keys and values a step (its
 float32 weights are 538 MB, its 4-bit ones about 80). Each process here prefills the
-README's first N tokens (not timed) and then decodes ``--tokens`` greedy tokens, for
+first N tokens of ``docs/performance-log.md`` (not timed) and then decodes ``--tokens`` greedy tokens, for
 each context in turn; rounds run the configurations in a rotated order, and ratios
 are taken round by round (paired), then their median.
 
@@ -87,7 +87,7 @@ def main() -> None:
     import mlx_notebook  # noqa: F401 - OpenBLAS first
     from mlx_notebook.models.default import default_gguf
 
-    text, py = str(ROOT / "README.md"), sys.executable
+    text, py = str(ROOT / "docs" / "performance-log.md"), sys.executable
     tail = [str(args.tokens)]
     ctxs = [str(c) for c in args.contexts]
     configs = {

@@ -9,7 +9,7 @@ from mlx_notebook.engine import Request
 pytestmark = pytest.mark.slow
 
 # US Declaration of Independence (1776), second paragraph. Public domain.
-# README records figures on harder public-domain prose too (Darwin 1859: 24.6).
+# docs/performance.md records figures on harder public-domain prose too (Darwin 1859: 24.6).
 PARAGRAPH = (
     "We hold these truths to be self-evident, that all men are created equal, that they are "
     "endowed by their Creator with certain unalienable Rights, that among these are Life, "

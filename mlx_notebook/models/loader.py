@@ -21,7 +21,7 @@ def default_variant() -> str:
     On Metal the quantized kernels are the fastest. On CPU, the GGUF's 4-bit weights
     when the fast path's quantized kernels are available (built on first use): they
     compute the same weights as the float32 copy, decode about 1.5x as fast in a
-    fifth of the memory (see README); else float32, since MLX's own CPU kernel for
+    fifth of the memory (see docs/performance.md); else float32, since MLX's own CPU kernel for
     4-bit is a scalar loop. ``MLX_NOTEBOOK_DEFAULT_VARIANT`` (``q4``/``q`` or
     ``f32``) overrides the choice. Worker thread only (it may build the extension).
     """

@@ -115,7 +115,7 @@ def test_stop_mid_prefill_on_the_default_model(engine):
     # The mechanism, counted: a Stop ends the chunk in flight at its next cancel point
     # (between layers) or waits for it, and no other chunk.
     assert max(after) <= 1, after
-    # The latency itself is in the README (median ~0.11 s); here only with 10x headroom.
+    # The latency itself is in docs/performance.md (median ~0.11 s); here only with 10x headroom.
     lat.sort()
     assert (lat[4] + lat[5]) / 2 <= 1.5, lat
 

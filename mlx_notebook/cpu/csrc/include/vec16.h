@@ -56,7 +56,7 @@ static inline int stretch16(int rows, int K, int step) {
 
 /* Lane m of tot to out[m * ldo] for m < MB: stored, or added where add is set. Scalar
  * stores: AVX-512's scatter and gather, which this used, are microcoded on Zen 4, where
- * they cost a 16-row product of float32 weights about a sixth of its time (README). */
+ * they cost a 16-row product of float32 weights about a sixth of its time (docs/performance-log.md). */
 static inline __attribute__((always_inline)) void store16(float *out, long ldo, int MB,
                                                           __m512 tot, int add) {
   float t[16];

@@ -67,7 +67,7 @@ enum { TILES_FROM = SMALL_M + 1 };
 #endif
 /* How far ahead a decode step's one-row products prefetch the weight rows, into L2: on a
  * Zen 4, 16 rows ahead into L1 was slower than no prefetch, and 32 ahead into L2 faster
- * than either (README, "One-row decode on the Zen 4"). */
+ * than either (docs/performance-log.md, "One-row decode on the Zen 4"). */
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 32
 #endif

@@ -137,7 +137,7 @@ static void few_rows(int m, int n, int k, float alpha, const float *a, int lda,
  * weights takes up to PASS_ROWS input rows, K in stretches that fit L1 for all of them
  * (stretch16, vec16.h), and runs each pair of weight rows against every block of the
  * pass while the pair is in L1: a pass per block of 8 had read the weights from memory
- * for the first block only, too fast for memory to keep up, then from L2 (README,
+ * for the first block only, too fast for memory to keep up, then from L2 (docs/performance-log.md,
  * "Batched steps and verify passes on the Zen 4"). More rows than PASS_ROWS make
  * stretches so short that the sums' reductions cost more than rereading the weights from
  * L2. From 2 rows: few_rows (AVX2, one weight row at a time) took 2.5x the tiles' time
@@ -263,7 +263,7 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
  * Each weight row is read whole before the next, so a unit reads one contiguous stretch
  * of memory, front to back, with two sums per row for the FMA latency. It had read four
  * rows side by side (four streams, the rows 8 ahead prefetched), which a Zen 4 core read
- * far slower than one stream (README, "One-row decode on the Zen 4"). */
+ * far slower than one stream (docs/performance-log.md, "One-row decode on the Zen 4"). */
 enum { GEMV_UNIT = 64, GEMV_HELPER_MIN = 1 << 18 /* multiply-adds */, GEMV_AHEAD = 256 /* bytes */ };
 typedef struct {
   int n, k;
