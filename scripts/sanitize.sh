@@ -35,8 +35,8 @@ sanitizer() {
     printf '#!/bin/sh\nexec g++ %s "$@"\n' "$*" >"$work/$name/cxx"
     chmod +x "$work/$name/cc" "$work/$name/cxx"
     export CC="$work/$name/cc" CXX="$work/$name/cxx" MLX_NOTEBOOK_CACHE="$work/$name/cache"
-    MLX_NOTEBOOK_FAST=0 "$py" -c "from mlx_notebook.cpu import build as _native; \
-built = _native.build_all(); assert None not in [p for _, p, _ in built], built"
+    MLX_NOTEBOOK_FAST=0 "$py" -c "from mlx_notebook.cpu.__main__ import build_all; \
+built = build_all(); assert None not in [p for _, p, _ in built], built"
     LD_PRELOAD="$preload" "$py" -c "import mlx_notebook, mlx_notebook.cpu.ext as e; e.load(); \
 s = mlx_notebook.cpu.blas.status()['gemv_reason'], e.status(); print('$name:', *s, sep=' | '); \
 assert mlx_notebook.cpu.blas.native_library() and e.loaded(), 'not loaded'"

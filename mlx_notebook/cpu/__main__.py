@@ -8,6 +8,7 @@ generation runs as in mlx-lm).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
@@ -15,11 +16,16 @@ def main(argv: list[str]) -> int:
     if argv[:1] != ["build"] or len(argv) > 1:
         print("usage: python -m mlx_notebook.cpu build", file=sys.stderr)
         return 2
-    from .build import build_all
-
     for what, path, how in build_all():
         print(f"{what}: {how}" + (f" ({path})" if path else ""))
     return 0
+
+
+def build_all() -> list[tuple[str, Path | None, str]]:
+    """Build the library and the extension; ``(what, path or None, how or why)`` each."""
+    from . import build, ext
+
+    return [("library", *build.build_library()), ("extension", *ext.build())]
 
 
 if __name__ == "__main__":

@@ -147,10 +147,3 @@ def build_library() -> tuple[Path | None, str]:
         return None
 
     return build_atomically(out, build)
-
-
-def build_all() -> list[tuple[str, Path | None, str]]:
-    """Build the library and the extension; ``(what, path or None, how or why)`` each."""
-    from . import ext
-
-    return [("library", *build_library()), ("extension", *ext.build())]

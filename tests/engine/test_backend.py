@@ -1,48 +1,16 @@
 """The Backend seam: the notebook layer reaches engines only through it, and importing
 the package stays light."""
 
-import ast
 import json
-import os
-import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[2] / "mlx_notebook"
-
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(PKG.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def top_level_imports(path: Path) -> set[str]:
-    """Modules imported when ``path`` is imported (function-level imports excluded)."""
-    tree = ast.parse(path.read_text())
-    me = module_name(path)
-    pkg = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
-    out = set()
-    for node in tree.body:  # module level only: lazy imports inside functions are allowed
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module
-            out.add(mod)
-            out |= {f"{mod}.{a.name}" for a in node.names}
-    return out
+from tests.test_architecture import modules
 
 
 def graph() -> dict[str, set[str]]:
-    return {module_name(p): top_level_imports(p) for p in PKG.rglob("*.py")}
+    """Each module's module-level imports (lazy imports inside functions are allowed)."""
+    return {me: {m for m, _, nested in found if not nested} for me, found in modules().items()}
 
 
 def reachable(g, start):
@@ -83,18 +51,3 @@ def test_importing_the_package_and_the_magics_loads_no_mlx():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
-
-
-def test_import_time_is_small():
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    times = []
-    for _ in range(3):
-        out = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", "import mlx_notebook"],
-            capture_output=True, text=True, env=env, check=True,
-        )  # fmt: skip
-        last = [ln for ln in out.stderr.splitlines() if ln.rstrip().endswith("| mlx_notebook")]
-        times.append(int(last[-1].split("|")[1]) / 1e6)
-    # Usually 0.04 s: 1 s is 25x that, so only a real regression (importing MLX or
-    # the widget libraries at import, which the import-graph test pins down) fails.
-    assert statistics.median(times) < 1.0, times

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -28,6 +27,7 @@ from ..job import Job
 from ..request import Request
 from .checks import Checked, require_same_vocab
 from .diagnostics import describe_device
+from .startup import NoBatch, import_mlx
 
 log = logging.getLogger("mlx_notebook")
 
@@ -270,7 +270,7 @@ class Scheduler:
     def _loop(self) -> None:
         death: BaseException | None = None
         try:
-            mx, generation_stream, Batch = _import_mlx()
+            mx, generation_stream, Batch = import_mlx()
             self.device = describe_device(mx)
             with self._cond:
                 self.batch = Batch(self.batch.max_rows, self._state_for)
@@ -372,51 +372,6 @@ class Scheduler:
         if state is None:
             state = self.states[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
         return state
-
-
-def _import_mlx():
-    """MLX, mlx-lm's generation stream and the batch: the worker's first imports.
-
-    The kernel's thread may import parts of mlx-lm at the same moment (a user's cell);
-    Python then refuses one of the two imports as a deadlock (``_DeadlockError``) rather
-    than wait in a cycle. The other import completes, so the worker tries again.
-    """
-    for attempt in range(100):
-        try:
-            import mlx.core as mx
-            from mlx_lm.generate import generation_stream
-
-            from .batch import Batch
-
-            return mx, generation_stream, Batch
-        except RuntimeError as exc:
-            if "deadlock detected" not in str(exc) or attempt == 99:
-                raise
-            time.sleep(0.05)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-class NoBatch:
-    """The batch before the worker has imported MLX: empty, read like `Batch`."""
-
-    main = None
-    model_name = None
-    rows: tuple = ()
-    jobs: tuple = ()
-
-    def __init__(self, max_rows: int) -> None:
-        self.max_rows = max_rows
-
-    @property
-    def room(self) -> int:
-        """Rows that can be admitted."""
-        return self.max_rows
-
-    def __bool__(self) -> bool:
-        return False
-
-    def fail_all(self, reason: str, error: str | None = None, exc=None) -> None:
-        """Nothing to end: no row was ever admitted."""
 
 
 def _emit_all(moves: list[tuple[Job, Queued]]) -> None:
