@@ -7,9 +7,9 @@ Usage:
 products. After a long prompt every step also reads the whole KV cache: at 2,000
 tokens of the default model that is 92 MB of float32 keys and values a step (its
 float32 weights are 538 MB, its 4-bit ones about 80). Each process here prefills the
-first N tokens of ``docs/performance-log.md`` (not timed) and then decodes ``--tokens`` greedy tokens, for
-each context in turn; rounds run the configurations in a rotated order, and ratios
-are taken round by round (paired), then their median.
+first N tokens of ``docs/performance-log.md`` (not timed) and then decodes ``--tokens``
+greedy tokens, for each context in turn; rounds run the configurations in a rotated
+order, and ratios are taken round by round (paired), then their median.
 
 llama.cpp runs through llama-cpp-python with 2 threads, as in `bench_cpu.py`, on the
 same f32 copy of the GGUF and on the Q4_1 file as shipped; it keeps its KV cache in

@@ -448,6 +448,8 @@ INSPECTOR = [
     "%%generate -t 0 -n 24 --inspect -o h\nWrite a short story about the sea.",  # 3
     "%generate --from h:6 -n 18 --logprobs 3 -o b --wait",  # 4: a branch, drawn again
     "b.side_by_side()",  # 5
+    "%%generate -t 0 -n 40 --inspect -o hi\nSay hello in five words.",  # 6: ends on <|im_end|>
+    "e = hi.branch(len(hi.tokens) - 1, logprobs=3)\ne.side_by_side()",  # 7: forks at the end
 ]
 
 
@@ -522,6 +524,16 @@ def test_token_inspector(lab, artifacts, theme):
     assert "original:" in text and "branch:" in text and " · p " in text
     assert out(5).locator(".fork").count() == 2  # each side's first token, marked
     out(5).screenshot(path=str(artifacts / f"branch-{slug}.png"))
+    # A reply that ends on the end-of-turn token: the live view, its inspection and a
+    # fork at that token show no special token as text (the inspector draws a mark).
+    run_cell(page, 6)
+    step("a reply that ends", lambda: "done" in state_word(out(6)), 120)
+    run_done(page, 7, 60)
+    step("its fork", lambda: out(7).locator(".mlxnb .forks > div").count() == 2, 30)
+    for i in (6, 7):
+        shown = out(i).inner_text()
+        assert "<|" not in shown and "|>" not in shown, shown[-300:]
+    assert out(6).locator(".tk.sp").count() >= 1  # the end of turn, as a mark
 
 
 # Scroll the notebook so the token sits just above the bottom of its scroll area.
