@@ -55,6 +55,18 @@ VARIABLES: tuple[Variable, ...] = (
         "``auto``: a quarter of the memory available.",
     ),
     Variable(
+        "MLX_NOTEBOOK_RESULT_CACHE",
+        "deterministic",
+        "Which results are stored and replayed: ``deterministic`` (greedy or seeded "
+        "requests), ``all`` (also unseeded sampling: its first sample) or ``off``.",
+    ),
+    Variable(
+        "MLX_NOTEBOOK_RESULT_CACHE_PATH",
+        ".mlx_notebook/cache.sqlite",
+        "The result cache's SQLite file; a relative path is taken from the working "
+        "directory (a notebook's folder).",
+    ),
+    Variable(
         "MLX_NOTEBOOK_FAST",
         "1",
         "``0`` turns the whole CPU fast path off: generation then runs as in mlx-lm.",

@@ -1,6 +1,9 @@
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The result cache replays repeated greedy requests, which most tests make on purpose to
+# compare runs: off for the suite (kernels it starts inherit it); its own tests turn it on.
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")
 
 import pytest  # noqa: E402
 

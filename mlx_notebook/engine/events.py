@@ -124,6 +124,9 @@ class Stats:
             be trimmed and was restored from a snapshot instead.
         sampling: The sampling values in force and which came from the model's
             ``generation_config.json`` (`defaults.in_force`).
+        replayed: When the result came from the result cache, no forward pass made it:
+            ``{"made": epoch seconds, "seconds": the original run's total_s}``; the
+            other figures are the original run's. None for a result generated now.
     """
 
     prompt_tokens: int = 0
@@ -146,6 +149,7 @@ class Stats:
     step_rows: int = 0
     replayed_tokens: int = 0
     sampling: dict = field(default_factory=dict)
+    replayed: dict | None = None
 
     @property
     def acceptance_rate(self) -> float | None:

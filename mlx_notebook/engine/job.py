@@ -228,6 +228,11 @@ class Job:
             return fin.text
         return "".join(e.text for e in list(self._log) if isinstance(e, Token))
 
+    def events_so_far(self) -> list[Event]:
+        """A copy of the event log as it stands (never waits)."""
+        with self._cond:
+            return list(self._log)
+
     def events(self, timeout: float | None = None, detach: bool = False) -> Iterator[Event]:
         """Iterate over all events from the first, ending with `Finished`.
 

@@ -69,7 +69,12 @@ class Request:
             and this many top alternatives (0..20); ``Result.tokens``. None
             (the default) computes nothing.
         branch_from: Continue another generation from one of its tokens
-            (`branching.BranchPoint`; built by `branching.branch_request`).
+            (`branch.BranchPoint`; built by `branch.branch_request`).
+        cache: The result cache for this request: None follows the engine's setting
+            (``MLX_NOTEBOOK_RESULT_CACHE``: greedy and seeded results are stored and
+            replayed); ``"off"`` neither reads nor stores; ``"refresh"`` generates
+            anew and stores the result; ``"all"`` also stores and replays unseeded
+            sampling (its first sample).
     """
 
     prompt: str | Sequence[dict[str, Any]]
@@ -96,6 +101,7 @@ class Request:
     schema: Any = None
     logprobs: int | None = None
     branch_from: Any = None
+    cache: str | None = None
 
     @property
     def constraint(self):
@@ -214,6 +220,8 @@ class Request:
             raise bad("think", "must be True, False or None")
         if not _is_num(self.prefill_target_s) or self.prefill_target_s <= 0:
             raise bad("prefill_target_s", "must be > 0")
+        if self.cache not in (None, "off", "refresh", "all"):
+            raise bad("cache", "must be None, 'off', 'refresh' or 'all'")
         if self.branch_from is not None:
             from .branch import BranchPoint
 

@@ -15,6 +15,7 @@ from ...models.registry import Registry
 from ..errors import EngineClosed
 from ..info import EngineInfo, Unloaded
 from ..job import Job, Result
+from ..replay.results import Replays
 from ..request import Request
 from .checks import Checked, check_request
 from .diagnostics import fork_point, model_infos, status_notes
@@ -41,6 +42,10 @@ class Engine:
             quarter of the memory available when the model loads.
         max_batch: Most jobs decoded together; 0 or 1 runs every job alone, in
             submission order.
+        results: The result cache (`replay.results.Replays`): greedy and seeded
+            results are stored and replayed. None: as ``MLX_NOTEBOOK_RESULT_CACHE``
+            and ``MLX_NOTEBOOK_RESULT_CACHE_PATH`` say; ``False``: off (a request's
+            own ``cache`` field can still ask for it).
     """
 
     _default: Engine | None = None
@@ -53,9 +58,15 @@ class Engine:
         start: bool = True,
         prompt_cache_bytes: int | None = None,
         max_batch: int = 8,
+        results: Replays | None | bool = None,
     ) -> None:
         self.registry = registry or Registry(max_loaded=max_loaded)
-        self.scheduler = Scheduler(self.registry, max_batch, prompt_cache_bytes)
+        if results is None:
+            results = Replays.from_config()
+        elif results is False:
+            results = Replays("off")
+        self.result_cache = results  # `%mlx cache`, `%config MLXNotebook.cache`
+        self.scheduler = Scheduler(self.registry, max_batch, prompt_cache_bytes, results)
         # Prompt caches hold their model: drop them when the registry lets it go.
         self.registry.on_evict = self.scheduler.forget
         _engines.add(self)

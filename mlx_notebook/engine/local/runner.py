@@ -30,6 +30,7 @@ def run_job(
     state_for: Callable[[object], ModelState],
     stream,
     safe_point: Callable[[], None] = lambda: None,
+    replays=None,
 ) -> Finished:
     """Generate for ``job`` and return its terminal event (not yet emitted).
 
@@ -41,6 +42,8 @@ def run_job(
         stream: The worker's MLX stream.
         safe_point: Called at every cancel point while the caches are consistent
             (the engine runs pending calls and other jobs' steps there).
+        replays: The result cache (`replay.results.Replays`): a stored result is
+            replayed without a forward pass. None: off.
     """
     req = job.request
     t0 = time.perf_counter()
@@ -58,6 +61,8 @@ def run_job(
     try:
         check()
         setup = prepare(job, main)
+        if replays is not None and (stored := replays.lookup(job, main, setup)) is not None:
+            return stored
         prompt = prompt_ids = setup.prompt
         out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
         stats = out.stats

@@ -24,6 +24,7 @@ from ..decoding.device import governor
 from ..errors import EngineClosed, describe
 from ..events import ENGINE, Finished, Loading, Notice, Queued, Started
 from ..job import Job
+from ..replay.results import Replays
 from ..request import Request
 from .checks import Checked, require_same_vocab
 from .diagnostics import describe_device
@@ -45,8 +46,15 @@ class Scheduler:
         prompt_cache_bytes: Byte budget of each model's prompt caches (None: default).
     """
 
-    def __init__(self, registry: Registry, max_batch: int, prompt_cache_bytes: int | None):
+    def __init__(
+        self,
+        registry: Registry,
+        max_batch: int,
+        prompt_cache_bytes: int | None,
+        replays: Replays | None = None,
+    ):
         self.registry = registry
+        self.replays = replays  # the result cache (None: off)
         self.prompt_cache_bytes = prompt_cache_bytes
         self.states: dict = {}  # model name -> its ModelState (caches and suffix index)
         self.device = "unknown"
@@ -229,6 +237,11 @@ class Scheduler:
             return False
         if self._alone.pop(job.id, None) is None:  # a job sent back to run alone has started
             job.emit(Started())
+            replays = self.replays
+            if replays is not None:  # its result is kept as it ends, on either path
+                job.add_listener(
+                    lambda ev: isinstance(ev, Finished) and replays.keep(job, ev), replay=False
+                )
         return True
 
     def _start_row(self, job: Job) -> None:
@@ -273,7 +286,7 @@ class Scheduler:
             mx, generation_stream, Batch = import_mlx()
             self.device = describe_device(mx)
             with self._cond:
-                self.batch = Batch(self.batch.max_rows, self._state_for)
+                self.batch = Batch(self.batch.max_rows, self._state_for, self.replays)
                 self._ready = True
             while True:
                 with self._cond:
@@ -344,7 +357,9 @@ class Scheduler:
                 draft = self._load(job, job.checked.draft_key, pin=main.name, draft=True)
                 require_same_vocab(main, draft)
             with wired_limit(main.model, [stream]):  # raises the limit on Metal only
-                final = run_job(job, main, draft, self._state_for, stream, self._between)
+                final = run_job(
+                    job, main, draft, self._state_for, stream, self._between, self.replays
+                )
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             final = Finished.failed(exc)
         job.emit(final)

@@ -59,6 +59,11 @@ class MLXNotebook(Magics):
         8,
         help="Most generations decoded together on a local model; 0 or 1 runs them one at a time.",
     ).tag(config=True)
+    cache = Unicode(
+        "deterministic",
+        help="The result cache: 'deterministic' stores and replays greedy and seeded "
+        "results, 'all' unseeded sampling too (its first sample), 'off' none.",
+    ).tag(config=True)
     prompt_cache_mb = Float(
         0.0,
         help="Byte budget of each local model's prompt caches, in MB; 0: a quarter of the "
@@ -71,6 +76,12 @@ class MLXNotebook(Magics):
         if hasattr(engine, "set_prompt_cache_bytes"):  # a local engine
             mb = change["new"]
             engine.set_prompt_cache_bytes(int(mb * 2**20) if mb > 0 else None)
+
+    @observe("cache")
+    def _cache_changed(self, change) -> None:
+        engine = self.route("default").backend
+        if hasattr(engine, "result_cache"):  # a local engine
+            engine.result_cache.set_mode(change["new"])
 
     @observe("max_batch")
     def _max_batch_changed(self, change) -> None:
@@ -172,6 +183,7 @@ class MLXNotebook(Magics):
             lookup_ngram=args.ngram,
             think=args.think,
             schema=schema,
+            cache=getattr(args, "cache", None),
             logprobs=args.logprobs
             if args.logprobs is not None
             else (5 if getattr(args, "inspect", False) else None),
@@ -270,9 +282,10 @@ class MLXNotebook(Magics):
         "command",
         nargs="?",
         default="status",
-        help="status | stop | models | unload | panel | help",
+        help="status | stop | models | unload | panel | cache | help",
     )
-    @argument("target", nargs="?", default=None, help="model for unload")
+    @argument("target", nargs="?", default=None, help="model for unload; clear for cache")
+    @argument("extra", nargs="?", default=None, help="model for cache clear")
     @line_magic
     def mlx(self, line: str):
         """Engine status and control; ``%mlx help`` lists the commands."""
@@ -302,6 +315,10 @@ class MLXNotebook(Magics):
             route = self.route(args.target or self.default_model)
             spec = route.model if args.target else None
             print(route.backend.unload(spec).message())
+        elif cmd == "cache":
+            from .cache import cache_command
+
+            print(cache_command(self.route(self.default_model).backend, args.target, args.extra))
         elif cmd == "panel":
             from ..panel.panel import Panel
 

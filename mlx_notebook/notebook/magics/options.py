@@ -103,6 +103,28 @@ _OPTIONS = [
     argument("--inspect", action="store_true", help="tint each token by its probability"),
     argument("--think", action="store_true", default=None, help="reasoning models: think first"),
     argument("--no-think", dest="think", action="store_false", help="reasoning models: answer"),
+    argument(
+        "--cache",
+        dest="cache",
+        action="store_const",
+        const="all",
+        default=None,
+        help="store and replay this cell's result, even unseeded sampling",
+    ),
+    argument(
+        "--no-cache",
+        dest="cache",
+        action="store_const",
+        const="off",
+        help="neither replay nor store this cell's result",
+    ),
+    argument(
+        "--refresh",
+        dest="cache",
+        action="store_const",
+        const="refresh",
+        help="generate anew and store the result (a replay no more)",
+    ),
 ]
 
 
@@ -186,6 +208,10 @@ HELP = """mlx_notebook magics
   --from NAME:I              branch handle NAME at its token I: the cell body is the new
                             token there (%generate --from NAME:I with no body: draw it
                             again); -o b then b.side_by_side() shows both
+  --cache | --no-cache | --refresh
+                            greedy and seeded results are stored and replayed (the view
+                            says "replayed"); --refresh generates anew, --no-cache skips
+                            the cache, --cache stores even unseeded sampling
   --think | --no-think      a reasoning model's thinking switch (default: its template's);
                             the reasoning shows folded above the answer, and in .reasoning
   --compare                 normal vs speculative decoding in interleaved pairs, run until
@@ -199,7 +225,7 @@ HELP = """mlx_notebook magics
 %%chat [-c NAME] [-s SYSTEM] [options]   the cell is the next message of a conversation
 %chat list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | load NAME FILE
       | show [NAME] | ui [NAME]     (ui: the conversation in a chat window)
-%mlx status | stop | models | unload [MODEL] | panel | help
+%mlx status | stop | models | unload [MODEL] | panel | cache [clear [MODEL]] | help
 
 From Python (import mlx_notebook as mn):
   mn.generate(prompt, **fields)     block for a Result (any option above as a field)

@@ -131,7 +131,8 @@ class ViewState:
         f = self.finished
         if f is not None:
             word = _DONE_WORDS[f.finish_reason]
-            return "done (max tokens)" if f.finish_reason == "length" else word
+            word = "done (max tokens)" if f.finish_reason == "length" else word
+            return f"{word} · {replayed_note(f.stats)}" if f.stats.replayed else word
         if self.stopping:
             return "stopping…"
         if self.loading == ENGINE and not self.started:
@@ -260,6 +261,15 @@ class ViewState:
         return "".join(out)
 
 
+def replayed_note(s) -> str:
+    """``replayed · made 2026-11-28 14:03 in 3.2 s (--refresh regenerates)``."""
+    r = s.replayed or {}
+    made = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.get("made", 0)))
+    took = r.get("seconds")
+    took = f" in {took:.1f} s" if isinstance(took, (int, float)) else ""
+    return f"replayed · made {made}{took} (--refresh regenerates)"
+
+
 def stats_line(f: Finished) -> str:
     """``TTFT 0.12 s · prompt 830 tok/s · 21.4 tok/s · 64 tokens · ...``."""
     s = f.stats
@@ -282,4 +292,6 @@ def stats_line(f: Finished) -> str:
     word = "stopped" if f.finish_reason == "cancelled" else f.finish_reason  # as the header
     reason = word + (f" ({f.matched_stop!r})" if f.matched_stop else "")
     bits.append(reason)
+    if s.replayed:  # the figures above are the original run's
+        bits.append(replayed_note(s))
     return " · ".join(bits)

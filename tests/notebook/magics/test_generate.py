@@ -361,3 +361,35 @@ def test_help_lists_every_command_and_function(ip):
     assert MLXNotebook.max_tokens.default_value == DEFAULT_MAX_TOKENS
     assert ChatUI.max_tokens.default_value == DEFAULT_MAX_TOKENS
     assert Panel.max_tokens.default_value == DEFAULT_MAX_TOKENS
+
+
+def test_cells_replay_and_the_flags_and_percent_mlx_cache(ip, tiny_dir, tmp_path):
+    from IPython.utils.capture import capture_output
+
+    from mlx_notebook.engine import Engine
+    from mlx_notebook.engine.replay.results import Replays
+
+    eng = Engine(results=Replays("deterministic", tmp_path / "cache.sqlite"))
+    mine = MLXNotebook(shell=ip, engine=eng)
+    ip.register_magics(mine)
+    try:
+        line = f"-m {tiny_dir} -t 0 -n 6 --raw --wait -o r"
+        replayed = []
+        for extra in ("", "", " --refresh", " --no-cache", ""):
+            gen(ip, line + extra)
+            replayed.append(ip.user_ns["r"].stats.replayed is not None)
+        assert replayed == [False, True, False, False, True]
+        with capture_output() as out:
+            ip.run_line_magic("mlx", "cache")
+        assert "1 entry," in out.stdout and "hits this session: 67% of 3 lookups" in out.stdout
+        with capture_output() as out:
+            ip.run_line_magic("mlx", "cache clear")
+        assert "cleared 1 entry" in out.stdout
+        mine.cache = "off"  # %config MLXNotebook.cache = "off"
+        gen(ip, line)
+        gen(ip, line)
+        assert ip.user_ns["r"].stats.replayed is None
+        assert eng.result_cache.store.stats()["entries"] == 0
+    finally:
+        ip.register_magics(next(c for c in ip.configurables if isinstance(c, MLXNotebook)))
+        eng.close()

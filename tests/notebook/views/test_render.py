@@ -142,3 +142,16 @@ def test_stats_line_counts_agree_with_their_nouns():
     s.draft_tokens_accepted = 1
     line = stats_line(Finished("x", "length", stats=s))
     assert "1 token ·" in line and "of 1 draft ·" in line and "1 cached prompt token ·" in line
+
+
+def test_a_replayed_result_says_so_with_when_and_how_long():
+    import time
+
+    from mlx_notebook.engine.events import Finished, Stats
+
+    made = time.mktime((2026, 11, 28, 14, 3, 0, 0, 0, -1))
+    s = ViewState(model="m")
+    s.apply(Finished("hi", "stop", stats=Stats(replayed={"made": made, "seconds": 3.21})))
+    note = "replayed · made 2026-11-28 14:03 in 3.2 s (--refresh regenerates)"
+    assert s.state_label() == f"done · {note}"
+    assert note in s.html() and s.plain().splitlines()[-1].endswith(note)

@@ -1,0 +1,1 @@
+"""Replaying results: finished generations stored under what determined them."""

@@ -1,0 +1,97 @@
+"""What determines a result: the model's files, the prompt's token ids, every sampling field.
+
+A result is replayed only under a key made of everything that determines its text and
+nothing else. In it: the model's identity (a hash of its config, tokenizer and weight
+files, `model_identity`), the precision actually loaded, the prompt's token ids after
+the template, the sampling values in force and the seed, the token budget, stop
+strings, the schema, the thinking switch, the recorded probabilities and this format's
+version. Not in it: speculation, batching and the CPU fast path, which do not change
+the text (tests prove it for every path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+FORMAT_VERSION = 1  # bump when what a replay holds changes
+# Files whose bytes make a model what it is (weights, config, tokenizer, templates).
+MODEL_FILES = (
+    "*.safetensors", "*.gguf", "*.npz", "config.json", "generation_config.json",
+    "tokenizer*.json", "tokenizer.model", "special_tokens_map.json", "*.jinja",
+    "chat_template*",
+)  # fmt: skip
+_digests: dict[tuple, str] = {}
+_lock = threading.Lock()
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, remembered per path, size and modification time."""
+    st = path.stat()
+    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _lock:
+        found = _digests.get(memo)
+    if found is not None:
+        return found
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    with _lock:
+        _digests[memo] = digest
+    return digest
+
+
+def model_identity(folder: str | os.PathLike | None) -> str | None:
+    """A hash of the model files in ``folder`` (None: no folder, nothing to key on)."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    root = Path(folder)
+    files = sorted({p for pattern in MODEL_FILES for p in root.glob(pattern) if p.is_file()})
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.name}\0{file_digest(p)}\0".encode())
+    return h.hexdigest()
+
+
+def deterministic(sampling: dict, seed: int | None) -> bool:
+    """Whether the text is determined: greedy decoding, or sampling with a seed."""
+    return sampling.get("temperature", 0.0) < 1e-5 or seed is not None
+
+
+def result_key(identity: str, precision: str, prompt: list[int], request, sampling: dict,
+               max_tokens: int) -> str:  # fmt: skip
+    """The key of a local result (a hex digest).
+
+    Args:
+        identity: `model_identity` of the loaded model.
+        precision: What was loaded (``"float32"``, ``"4/8-bit, float32"``...).
+        prompt: The prompt's token ids after the template (a branch's prefix included).
+        request: The `Request` (its stop strings, seed, schema, think and logprobs).
+        sampling: The sampling values in force (`defaults.in_force`).
+        max_tokens: The budget after fitting the context window.
+    """
+    schema = request.constraint
+    branch = request.branch_from
+    fields = {
+        "format": FORMAT_VERSION,
+        "model": identity,
+        "precision": precision,
+        "prompt": list(prompt),
+        "sampling": {k: v for k, v in sorted(sampling.items()) if k != "from_model"},
+        "seed": request.seed,
+        "max_tokens": max_tokens,
+        "stop": list(request.stop or []),
+        "schema": None if schema is None else [schema.kind, schema.grammar],
+        "think": request.think,
+        "logprobs": request.logprobs,
+        "branch": None if branch is None else [branch.token, branch.avoid],
+    }
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,153 @@
+"""The worker's side of the result cache: look a job up before its first pass; keep what it made.
+
+A job whose text is determined (greedy, or sampled with a seed; with the ``"all"``
+setting any job) is looked up once its prompt is encoded and its sampling known
+(`output.prepare`). A hit replays the stored run as the same events (its tokens, their
+records, its text and its stats, marked ``Stats.replayed``) without a forward pass; a
+miss runs as usual and is stored when it ends (``stop`` or ``length``). Settings:
+``MLX_NOTEBOOK_RESULT_CACHE`` (``deterministic``, ``all`` or ``off``) and
+``Request(cache=...)`` (``"off"``: neither read nor write; ``"refresh"``: regenerate and
+store; ``"all"``: this request even unseeded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+
+from ... import config
+from ..events import Finished, Stats, Token
+from ..job import Job
+from .key import deterministic, model_identity, result_key
+from .store import ResultStore
+
+log = logging.getLogger("mlx_notebook")
+
+MODES = ("deterministic", "all", "off")
+REQUEST_MODES = ("off", "refresh", "all")
+
+
+class Replays:
+    """Looks jobs up in a `ResultStore` and keeps their results (worker thread only).
+
+    Args:
+        mode: ``"deterministic"`` (greedy or seeded jobs), ``"all"`` or ``"off"``.
+        path: The store's file; relative paths are taken from the working directory
+            when the first result is stored (a notebook's folder).
+    """
+
+    def __init__(self, mode: str = "deterministic", path: str | os.PathLike | None = None):
+        if mode not in MODES:
+            raise ValueError(f"result cache: must be one of {', '.join(MODES)} (got {mode!r})")
+        self.mode = mode
+        self.path = Path(path if path is not None else config.get("MLX_NOTEBOOK_RESULT_CACHE_PATH"))
+        self._store: ResultStore | None = None
+        self._identity: dict[int, str | None] = {}  # id(loaded model) -> its files' hash
+
+    def set_mode(self, mode: str) -> None:
+        """Change what is stored and replayed from now on (`MODES`)."""
+        if mode not in MODES:
+            raise ValueError(f"result cache: must be one of {', '.join(MODES)} (got {mode!r})")
+        self.mode = mode
+
+    @classmethod
+    def from_config(cls) -> Replays:
+        """The settings of ``MLX_NOTEBOOK_RESULT_CACHE`` and ``..._PATH``."""
+        return cls(config.get("MLX_NOTEBOOK_RESULT_CACHE"))
+
+    @property
+    def store(self) -> ResultStore:
+        """The store, opened on first use."""
+        if self._store is None:
+            self._store = ResultStore(self.path.expanduser().absolute())
+        return self._store
+
+    def lookup(self, job: Job, main, setup) -> Finished | None:
+        """Replay ``job`` if its result is stored (its events emitted); else None.
+
+        Sets ``job.replay_key`` when the job's result should be stored as it ends.
+        """
+        request = job.request
+        mode = request.cache or self.mode
+        if mode == "off" or self.mode == "off" and request.cache is None:
+            return None
+        if mode != "all" and not deterministic(setup.sampling, request.seed):
+            return None
+        identity = self._model_identity(main)
+        if identity is None:  # a model built in code: nothing on disk to key on
+            return None
+        key = result_key(
+            identity, main.dtype, setup.prompt, request, setup.sampling, setup.max_tokens
+        )
+        job.replay_key = (key, main.name)
+        if request.cache == "refresh":
+            return None
+        payload = self.store.get(key)
+        return None if payload is None else replay(job, payload)
+
+    def keep(self, job: Job, fin: Finished) -> None:
+        """Store ``fin`` (and the job's token events) where `lookup` asked for it."""
+        found = getattr(job, "replay_key", None)
+        if found is None or fin.finish_reason not in ("stop", "length") or fin.stats.replayed:
+            return
+        key, model = found
+        self.store.put(key, model, fin.stats.total_s or 0.0, payload_of(job, fin))
+
+    def _model_identity(self, main) -> str | None:
+        found = self._identity.get(id(main), False)
+        if found is False:
+            try:
+                found = model_identity(getattr(main, "path", None))
+            except OSError as exc:  # unreadable files: this model is not cached
+                log.warning("mlx_notebook: result cache: cannot hash %s (%s)", main.name, exc)
+                found = None
+            self._identity[id(main)] = found
+        return found
+
+
+def payload_of(job: Job, fin: Finished) -> dict:
+    """What a replay needs: the token events as they streamed, and the terminal event."""
+    tokens = [
+        [ev.text, ev.token_id, ev.from_draft, ev.index, ev.reasoning, _record(ev.info)]
+        for ev in job.events_so_far()
+        if isinstance(ev, Token)
+    ]
+    return {
+        "made": time.time(),
+        "tokens": tokens,
+        "text": fin.text,
+        "finish_reason": fin.finish_reason,
+        "matched_stop": fin.matched_stop,
+        "reasoning": fin.reasoning,
+        "stats": dataclasses.asdict(fin.stats),
+    }
+
+
+def replay(job: Job, payload: dict) -> Finished:
+    """Emit the stored token events on ``job``; return its terminal event (not emitted)."""
+    for text, tid, from_draft, index, reasoning, rec in payload["tokens"]:
+        job.emit(Token(text, tid, from_draft, index, reasoning, _from_record(rec)))
+    fields = {f.name for f in dataclasses.fields(Stats)}
+    stats = Stats(**{k: v for k, v in payload["stats"].items() if k in fields})
+    stats.replayed = {"made": payload["made"], "seconds": payload["stats"].get("total_s")}
+    return Finished(
+        payload["text"], payload["finish_reason"], payload["matched_stop"], None, stats,
+        reasoning=payload["reasoning"],
+    )  # fmt: skip
+
+
+def _record(rec) -> dict | None:
+    return None if rec is None else dataclasses.asdict(rec)
+
+
+def _from_record(d: dict | None):
+    if d is None:
+        return None
+    from ..token_records import TokenRecord  # MLX: only when a replay has records
+
+    d = dict(d)
+    d["top"] = tuple(tuple(t) for t in d.get("top", ()))
+    return TokenRecord(**d)

@@ -1,0 +1,91 @@
+"""The result cache in the engine: stored results replay without a forward pass."""
+
+import pytest
+
+from mlx_notebook.engine import Engine, Request
+from mlx_notebook.engine.replay.results import Replays
+
+
+@pytest.fixture
+def cached(tmp_path):
+    """An engine whose result cache is on, in a fresh file."""
+    eng = Engine(results=Replays("deterministic", tmp_path / "cache.sqlite"))
+    yield eng
+    eng.close()
+
+
+def streamed(job):
+    """The job's token events as they streamed: text and id."""
+    return [(e.text, e.token_id) for e in job.events_so_far() if type(e).__name__ == "Token"]
+
+
+def req(tiny_dir, **kw):
+    fields = dict(model=tiny_dir, chat=False, max_tokens=12, temperature=0)
+    return Request("Once upon a time", **{**fields, **kw})
+
+
+def test_a_greedy_result_replays_the_same_events_without_a_pass(cached, tiny_dir):
+    first = cached.submit(req(tiny_dir, logprobs=3))
+    a = first.result()
+    assert a.stats.replayed is None and a.stats.decode_steps > 0
+    again = cached.submit(req(tiny_dir, logprobs=3))
+    b = again.result()
+    assert b.stats.replayed is not None and b.stats.replayed["seconds"] == a.stats.total_s
+    assert b.text == a.text and b.token_ids == a.token_ids and b.finish_reason == a.finish_reason
+    assert [r.logprob for r in b.tokens] == [r.logprob for r in a.tokens]
+    assert [r.top for r in b.tokens] == [r.top for r in a.tokens]
+    assert streamed(again) == streamed(first)
+    st = cached.scheduler.replays.store.stats()
+    assert st["entries"] == 1 and st["hits"] == 1
+
+
+def test_what_determines_the_text_misses_and_what_does_not_hits(cached, tiny_dir):
+    cached.submit(req(tiny_dir)).result()
+    store = cached.scheduler.replays.store
+    misses = [
+        dict(max_tokens=11), dict(stop=["zz"]), dict(temperature=0.7, seed=1),
+        dict(top_k=5, temperature=0.7, seed=1), dict(logprobs=2), dict(system="Be brief."),
+    ]  # fmt: skip
+    for change in misses:
+        before = store.hits
+        assert cached.submit(req(tiny_dir, **change)).result().stats.replayed is None, change
+        assert store.hits == before
+    for same in (dict(batch=False), dict(draft_kind="lookup", num_draft_tokens=3)):
+        assert cached.submit(req(tiny_dir, **same)).result().stats.replayed is not None, same
+
+
+def test_unseeded_sampling_is_not_stored_unless_asked(cached, tiny_dir):
+    r = req(tiny_dir, temperature=0.8)
+    cached.submit(r).result()
+    assert cached.submit(r).result().stats.replayed is None
+    all_ = req(tiny_dir, temperature=0.8, cache="all")
+    first = cached.submit(all_).result()
+    again = cached.submit(all_).result()
+    assert again.stats.replayed is not None and again.text == first.text
+
+
+def test_off_and_refresh(cached, tiny_dir):
+    cached.submit(req(tiny_dir)).result()
+    assert cached.submit(req(tiny_dir, cache="off")).result().stats.replayed is None
+    fresh = cached.submit(req(tiny_dir, cache="refresh")).result()
+    assert fresh.stats.replayed is None and fresh.stats.decode_steps > 0
+    assert cached.submit(req(tiny_dir)).result().stats.replayed is not None
+
+
+def test_a_stopped_or_failed_job_is_not_stored(cached, endless_dir):
+    job = cached.submit(Request("Go", model=endless_dir, chat=False, max_tokens=5000))
+    next(e for e in job.events(detach=True) if type(e).__name__ == "Token")
+    job.cancel()
+    assert job.result().finish_reason == "cancelled"
+    assert cached.scheduler.replays.store.stats()["entries"] == 0
+
+
+def test_rows_of_a_map_replay_one_by_one(cached, tiny_dir):
+    from mlx_notebook.mapping import map as map_rows
+
+    rows = ["a", "b", "c"]
+    map_rows(rows, "Say {item}", model=tiny_dir, backend=cached, max_tokens=6, temperature=0)
+    more = map_rows(rows + ["d", "e"], "Say {item}", model=tiny_dir, backend=cached,
+                    max_tokens=6, temperature=0)  # fmt: skip
+    replayed = [r.stats.replayed is not None for r in more]
+    assert replayed == [True, True, True, False, False]
