@@ -35,6 +35,7 @@ __all__ = [
     "last",
     "load_ipython_extension",
     "map",
+    "provenance",
     "score",
     "sweep",
     "unload_ipython_extension",
@@ -126,6 +127,16 @@ def map(data, template=None, **kw):  # noqa: A001 - mlx_notebook.map, as in the 
     from .mapping.mapper import map as _map
 
     return _map(data, template, **kw)
+
+
+def provenance(path):
+    """Every generation saved in a notebook: model hash, sampling, seed, timings (no MLX).
+
+    See `mlx_notebook.origin.provenance`.
+    """
+    from .origin import provenance as _provenance
+
+    return _provenance(path)
 
 
 def last():

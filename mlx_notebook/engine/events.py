@@ -124,6 +124,9 @@ class Stats:
             be trimmed and was restored from a snapshot instead.
         sampling: The sampling values in force and which came from the model's
             ``generation_config.json`` (`defaults.in_force`).
+        model: What ran it (a local model): its name, the hash of its files
+            (`replay.key.model_identity`), the precision loaded, the device and the
+            versions of mlx, mlx-lm and this package. Saved outputs carry it.
         replayed: When the result came from the result cache, no forward pass made it:
             ``{"made": epoch seconds, "seconds": the original run's total_s}``; the
             other figures are the original run's. None for a result generated now.
@@ -149,6 +152,7 @@ class Stats:
     step_rows: int = 0
     replayed_tokens: int = 0
     sampling: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
     replayed: dict | None = None
 
     @property

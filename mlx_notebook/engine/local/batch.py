@@ -41,6 +41,7 @@ from ..decoding.prefill import ChunkSizer
 from ..errors import describe, detach_frames
 from ..events import Finished, PrefillProgress
 from ..job import Job
+from ..replay.key import about_model
 from .batch_sampling import next_tokens
 from .row import Row
 
@@ -111,6 +112,7 @@ class Batch:
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
             out.stats.sampling = setup.sampling
+            out.stats.model = about_model(main)
             tables = rope_tables(main.model) if self.main is None else self._tables
         except Exception as exc:  # noqa: BLE001 - ends this job only
             fin = Finished.failed(exc)

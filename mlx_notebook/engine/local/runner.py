@@ -21,6 +21,7 @@ from ..decoding.speculative import DraftCounters, speculative_tokens
 from ..errors import Cancelled, describe, detach_frames
 from ..events import Finished, PrefillProgress
 from ..job import Job
+from ..replay.key import about_model
 
 
 def run_job(
@@ -67,6 +68,7 @@ def run_job(
         out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
         stats = out.stats
         stats.prompt_tokens, stats.sampling = len(prompt), setup.sampling
+        stats.model = about_model(main)
         if req.seed is not None:
             mx.random.seed(req.seed)
         main_state = state_for(main)

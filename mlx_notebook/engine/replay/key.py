@@ -95,3 +95,44 @@ def result_key(identity: str, precision: str, prompt: list[int], request, sampli
     }
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+_about: dict[int, dict] = {}
+
+
+def about_model(main) -> dict:
+    """What a loaded model is, for a result's provenance (computed once per model)."""
+    found = _about.get(id(main))
+    if found is not None and found.get("name") == main.name:
+        return found
+    try:
+        identity = model_identity(getattr(main, "path", None))
+    except OSError:
+        identity = None
+    found = {
+        "name": main.name,
+        "hash": identity,
+        "precision": getattr(main, "dtype", None),
+        "device": _device(),
+        "versions": _versions(),
+    }
+    _about[id(main)] = found
+    return found
+
+
+def _device() -> str:
+    import mlx.core as mx
+
+    return str(mx.default_device())
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("mlx", "mlx-lm", "mlx_notebook"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out

@@ -13,7 +13,6 @@ store; ``"all"``: this request even unseeded).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import time
 from pathlib import Path
@@ -21,10 +20,8 @@ from pathlib import Path
 from ... import config
 from ..events import Finished, Stats, Token
 from ..job import Job
-from .key import deterministic, model_identity, result_key
+from .key import about_model, deterministic, result_key
 from .store import ResultStore
-
-log = logging.getLogger("mlx_notebook")
 
 MODES = ("deterministic", "all", "off")
 REQUEST_MODES = ("off", "refresh", "all")
@@ -45,7 +42,6 @@ class Replays:
         self.mode = mode
         self.path = Path(path if path is not None else config.get("MLX_NOTEBOOK_RESULT_CACHE_PATH"))
         self._store: ResultStore | None = None
-        self._identity: dict[int, str | None] = {}  # id(loaded model) -> its files' hash
 
     def set_mode(self, mode: str) -> None:
         """Change what is stored and replayed from now on (`MODES`)."""
@@ -76,7 +72,7 @@ class Replays:
             return None
         if mode != "all" and not deterministic(setup.sampling, request.seed):
             return None
-        identity = self._model_identity(main)
+        identity = about_model(main)["hash"]
         if identity is None:  # a model built in code: nothing on disk to key on
             return None
         key = result_key(
@@ -95,17 +91,6 @@ class Replays:
             return
         key, model = found
         self.store.put(key, model, fin.stats.total_s or 0.0, payload_of(job, fin))
-
-    def _model_identity(self, main) -> str | None:
-        found = self._identity.get(id(main), False)
-        if found is False:
-            try:
-                found = model_identity(getattr(main, "path", None))
-            except OSError as exc:  # unreadable files: this model is not cached
-                log.warning("mlx_notebook: result cache: cannot hash %s (%s)", main.name, exc)
-                found = None
-            self._identity[id(main)] = found
-        return found
 
 
 def payload_of(job: Job, fin: Finished) -> dict:

@@ -57,18 +57,18 @@ class Document:
         }
         display(bundle, raw=True, display_id=self.display_id)
 
-    def finalize(self, html: str, plain: str) -> None:
-        """Replace the widget with its final text (any thread)."""
+    def finalize(self, html: str, plain: str, metadata: dict | None = None) -> None:
+        """Replace the widget with its final text (any thread); ``metadata`` is saved too."""
         self.final = {"text/html": html, "text/plain": plain}
-        _send(self.display_id, self.final)
+        _send(self.display_id, self.final, metadata)
 
 
-def _send(display_id: str, bundle: dict) -> None:
+def _send(display_id: str, bundle: dict, metadata: dict | None = None) -> None:
     from IPython.display import update_display
 
     with _lock:
-        _unconfirmed[display_id] = bundle
-    update_display(bundle, raw=True, display_id=display_id)
+        _unconfirmed[display_id] = (bundle, metadata)
+    update_display(bundle, raw=True, display_id=display_id, metadata=metadata)
 
 
 # Which of the pair shows, by whether the live widget (class ``mlxnb-live``) rendered,
@@ -123,5 +123,5 @@ def resend_final(*_args) -> None:
     with _lock:
         pending = list(_unconfirmed.items())
         _unconfirmed.clear()
-    for display_id, bundle in pending:
-        update_display(bundle, raw=True, display_id=display_id)
+    for display_id, (bundle, metadata) in pending:
+        update_display(bundle, raw=True, display_id=display_id, metadata=metadata)

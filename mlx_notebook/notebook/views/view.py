@@ -117,7 +117,9 @@ class LiveView:
             self.document = Document(self.widget)
             self.document.show(self.renderer.html(), self.renderer.plain())
             if self._final:  # the jobs ended before the view was shown
-                self.document.finalize(self.renderer.html(), self.renderer.plain())
+                self.document.finalize(
+                    self.renderer.html(), self.renderer.plain(), self._provenance()
+                )
         return self
 
     def attach(self, *jobs: Job, sealed: bool = True) -> LiveView:
@@ -230,7 +232,15 @@ class LiveView:
         with self._doc_lock:
             self._final = True
             if self.document is not None:
-                self.document.finalize(self.renderer.html(), self.renderer.plain())
+                self.document.finalize(
+                    self.renderer.html(), self.renderer.plain(), self._provenance()
+                )
+
+    def _provenance(self) -> dict:
+        """What made each job of this view (saved in the output's metadata)."""
+        from ...origin import KEY, record
+
+        return {KEY: {"generations": [r for j in self._jobs if (r := record(j)) is not None]}}
 
     def wait_rendered(self, timeout: float | None = None) -> bool:
         """Block until the final refresh has been sent."""

@@ -1,6 +1,7 @@
 """Generations saved with the notebook: nbclient run, saved file, nbconvert."""
 
 import html
+import json
 import re
 import subprocess
 import sys
@@ -91,3 +92,30 @@ def test_a_scored_text_is_saved_as_the_inspector(saved):
     tokens = page.count('class="tk b') - 5  # less the legend's five bands
     assert tokens > 5 and page.count('class="card" style="display:none"') == tokens
     assert out.data["text/plain"].startswith("<TokenTable: ")
+
+
+PROVENANCE = """
+import json, sys
+from mlx_notebook.origin import provenance
+rows = provenance(sys.argv[1])
+rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+print(json.dumps({"rows": rows, "mlx": sorted(m for m in sys.modules if m.startswith("mlx."))},
+                 default=str))
+"""
+
+
+def test_every_saved_generation_says_what_made_it_readable_without_mlx(saved, tiny_dir):
+    path, nb, _ = saved
+    meta = generation_outputs(nb.cells[1])[0].metadata["mlx_notebook"]["generations"]
+    assert len(meta) == 1 and meta[0]["model"] == tiny_dir
+    out = subprocess.run(
+        [sys.executable, "-c", PROVENANCE, str(path)], capture_output=True, text=True, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["mlx"] == []  # read with the standard library (and pandas) alone
+    rows = got["rows"]
+    finished = [r for r in rows if r["cell"] == 1][0]
+    assert len(finished["model_hash"]) == 64 and finished["precision"] == "float32"
+    assert finished["versions"]["mlx"] and finished["prompt_tokens"] > 0
+    assert finished["finish_reason"] in ("stop", "length") and finished["replayed"] is None
+    assert {r["cell"] for r in rows} >= {1, 2, 4}  # the stopped one and the Compare's runs too
