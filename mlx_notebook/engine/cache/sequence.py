@@ -16,6 +16,18 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 
 from .caches import Snapshot, always_trimmable, copy_cache
 
+_passes = [0]  # every forward pass of any model in this process (the worker's only)
+
+
+def count_pass(n: int = 1) -> None:
+    """Count ``n`` forward passes (the worker thread calls this; tests read the total)."""
+    _passes[0] += n
+
+
+def forward_passes() -> int:
+    """Forward passes run so far in this process (prefill chunks, steps, verify passes)."""
+    return _passes[0]
+
 
 class CachedSequence:
     """Keeps ``cache`` and ``tokens`` in step: the cache holds exactly ``tokens``.
@@ -63,6 +75,7 @@ class CachedSequence:
             self.replayed += pend - self._fresh
             self.pending, self._fresh = [], 0
         self.passes += 1
+        count_pass()
         if not isinstance(ids, mx.array):
             self.tokens.extend(ids)
         return logits[:, pend:] if pend else logits

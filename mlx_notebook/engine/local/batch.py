@@ -34,7 +34,7 @@ import mlx.core as mx
 
 from ..cache.caches import extract, finalize, merge, prepare_padding
 from ..cache.prompt_cache import ModelState
-from ..cache.sequence import CachedSequence
+from ..cache.sequence import CachedSequence, count_pass
 from ..decoding.device import governor, rope_tables
 from ..decoding.output import Output, prepare
 from ..decoding.prefill import ChunkSizer
@@ -210,6 +210,7 @@ class Batch:
         if max(pad):  # padding after each prompt: masked, then moved in front or dropped
             prepare_padding(caches, [len(t) for t in tokens], pad)
         governor().prefill_chunk()  # starts the meter's window
+        count_pass()
         self.main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
         if max(pad):
             finalize(caches)
@@ -249,12 +250,14 @@ class Batch:
             st.decode_steps += 1
             st.step_rows += len(rows)
         if len(rows) == 1:  # alone: its own cache, int offsets, nothing to pin
+            count_pass()
             logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
         else:
             positions = [len(r.seq.tokens) for r in rows]  # where each row's token goes
             for t in self._tables:  # the fast path's RoPE: this step's rows, taken once
                 t.pin(positions)
             try:
+                count_pass()
                 logits = self.main.model(cur[:, None], cache=self._cache)[:, -1, :]
             finally:
                 for t in self._tables:

@@ -352,6 +352,16 @@ class Engine:
         self.scheduler.max_batch = n
 
     @property
+    def forward_passes(self) -> int:
+        """Forward passes run so far in this process: prefill, steps, verify passes, scoring.
+
+        A result replayed from the result cache runs none.
+        """
+        from ..cache.sequence import forward_passes
+
+        return forward_passes()
+
+    @property
     def prompt_cache_bytes(self) -> int | None:
         """Byte budget of each model's prompt caches (None: the default)."""
         return self.scheduler.prompt_cache_bytes

@@ -131,8 +131,7 @@ class ViewState:
         f = self.finished
         if f is not None:
             word = _DONE_WORDS[f.finish_reason]
-            word = "done (max tokens)" if f.finish_reason == "length" else word
-            return f"{word} · {replayed_note(f.stats)}" if f.stats.replayed else word
+            return "done (max tokens)" if f.finish_reason == "length" else word
         if self.stopping:
             return "stopping…"
         if self.loading == ENGINE and not self.started:
@@ -188,6 +187,8 @@ class ViewState:
             parts.append(f'<div class="err">{escape(f.error or "error")}</div>')
         elif f is not None:
             parts.append(f'<div class="stats">{escape(stats_line(f))}</div>')
+            if f.stats.replayed:  # said in the page only: the saved text stays the run's
+                parts.append(f'<div class="stats replayed">{escape(replayed_note(f.stats))}</div>')
         parts.append("</div>")
         return "".join(parts)
 
@@ -292,6 +293,4 @@ def stats_line(f: Finished) -> str:
     word = "stopped" if f.finish_reason == "cancelled" else f.finish_reason  # as the header
     reason = word + (f" ({f.matched_stop!r})" if f.matched_stop else "")
     bits.append(reason)
-    if s.replayed:  # the figures above are the original run's
-        bits.append(replayed_note(s))
     return " · ".join(bits)
