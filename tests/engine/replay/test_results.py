@@ -89,3 +89,50 @@ def test_rows_of_a_map_replay_one_by_one(cached, tiny_dir):
                     max_tokens=6, temperature=0)  # fmt: skip
     replayed = [r.stats.replayed is not None for r in more]
     assert replayed == [True, True, True, False, False]
+
+
+def test_a_corrupt_cache_file_warns_once_and_generates(tmp_path, tiny_dir):
+    import warnings
+
+    path = tmp_path / "cache.sqlite"
+    path.write_bytes(b"\x00garbage" * 512)  # a truncated or foreign file
+    eng = Engine(results=Replays("deterministic", path))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            a = eng.submit(req(tiny_dir)).result()
+            b = eng.submit(req(tiny_dir)).result()
+        assert a.text == b.text and a.finish_reason in ("stop", "length")
+        assert b.stats.replayed is None  # generated again: no cache, no failure
+        assert len([w for w in caught if "result cache" in str(w.message)]) == 1
+    finally:
+        eng.close()
+
+
+FAST_OFF = """
+import json, sys
+from mlx_notebook.engine import Engine, Request
+from mlx_notebook.engine.replay.results import Replays
+eng = Engine(results=Replays("deterministic", sys.argv[1]))
+r = eng.submit(Request("Once upon a time", model=sys.argv[2], chat=False, max_tokens=12,
+                       temperature=0)).result()
+print(json.dumps([r.text, r.stats.replayed is not None]))
+eng.close()
+"""
+
+
+def test_the_fast_path_is_not_in_the_key(cached, tiny_dir, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    first = cached.submit(req(tiny_dir)).result()  # the fast path on, in this process
+    path = str(cached.scheduler.replays.path)
+    env = {**os.environ, "MLX_NOTEBOOK_FAST": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", FAST_OFF, path, tiny_dir],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    text, replayed = json.loads(out.stdout.splitlines()[-1])
+    assert replayed and text == first.text
