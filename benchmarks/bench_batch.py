@@ -15,11 +15,14 @@ to first token of a job submitted while 8 rows decode.
 """
 
 import argparse
+import os
 import statistics
 import time
 
 import mlx_notebook
 from mlx_notebook.engine import Engine, Request, Token
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 SUBJECTS = [
     "the sea", "a lighthouse", "autumn leaves", "a busy market", "a mountain lake",

@@ -9,10 +9,13 @@ median TTFT with and without the cache.
 """
 
 import argparse
+import os
 import statistics
 
 from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, Request
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 QUESTIONS = [
     "Name a river in Europe.", "Where does it flow?", "Name a mountain there.",

@@ -8,11 +8,14 @@ both prompts.
 """
 
 import argparse
+import os
 import statistics
 import time
 
 import mlx_notebook as mn
 from mlx_notebook.engine import Engine, Request
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 PARAGRAPH = (
     "The river winds through the valley, past the old mill and the stone bridge. "

@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import sys
 
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
+
 CHILD = r"""
 import json, subprocess, sys
 busy, tokens = int(sys.argv[1]), int(sys.argv[2])

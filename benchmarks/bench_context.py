@@ -19,10 +19,13 @@ float16 (its default), ours is float32.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
 from bench_cpu import ROOT, fmt, llama_targets, run
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 SUFFIX = "\n\nSummarize the text above in three sentences."
 

@@ -34,6 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
+
 Q4 = "ours, default:q4"
 DECODE_PROMPT = "Describe a rainy afternoon in a small town."
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,6 +11,7 @@ interleaved on one prompt; (b) cancel latency between tokens and mid-prefill;
 """
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -19,6 +20,8 @@ import time
 import mlx_notebook  # noqa: F401 - loads OpenBLAS first
 from mlx_notebook.cpu import blas as _blas
 from mlx_notebook.engine import Engine, Finished, PrefillProgress, Request, Token
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 COPY_PROMPT = (
     "Repeat this paragraph exactly, changing only the word 'river' to 'stream':\n\n"

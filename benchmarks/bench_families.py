@@ -22,11 +22,14 @@ measure the machinery, not a speed-up a real model would see.
 """
 
 import argparse
+import os
 import statistics
 import tempfile
 
 from mlx_notebook.engine import Engine, Request
 from mlx_notebook.testing.families import build_family
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 SIZE = dict(
     hidden_size=512,

@@ -7,11 +7,14 @@ Prints the median and min-max milliseconds over ``--runs`` renders, and the HTML
 
 import argparse
 import math
+import os
 import statistics
 import time
 
 from mlx_notebook.engine.token_records import TokenRecord
 from mlx_notebook.notebook.views.inspect import inspect_html
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 
 def main() -> None:

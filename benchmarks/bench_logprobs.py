@@ -8,10 +8,13 @@ per side the median of the per-round ratios against ``off`` with a 95% interval.
 """
 
 import argparse
+import os
 import statistics
 
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
 from mlx_notebook.measure.stats import ratio
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 PROMPT = "Describe a rainy afternoon in a small town."
 SIDES = {"off": None, "logprobs=0": 0, "logprobs=5": 5}

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
+
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()

@@ -15,8 +15,11 @@ medians over rounds; ratios are paired.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 SHAPES = [  # (name, N, K, bits) on SmolLM2-135M, group size 32 as in its GGUF
     ("q/k/v", 960, 576, 4),

@@ -21,10 +21,13 @@ over rounds.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 VERIFY = (2, 5, 9, 17, 25, 33)
 BATCH = (2, 4, 8, 16, 32)

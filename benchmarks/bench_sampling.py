@@ -29,6 +29,8 @@ import mlx_notebook  # first: it loads OpenBLAS before MLX
 from mlx_notebook.engine import Engine, Request
 from mlx_notebook.engine.decoding import sampling
 
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
+
 SUBJECTS = [
     "the sea", "a lighthouse", "autumn leaves", "a busy market", "a mountain lake",
     "an old library", "a desert night", "a snowy village", "a train journey", "a city park",

@@ -21,6 +21,7 @@ and the median of the per-round ratios.
 
 import argparse
 import dataclasses
+import os
 import statistics
 import time
 
@@ -28,6 +29,8 @@ import mlx_notebook
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
 from mlx_notebook.engine.tokens.constraint import Constraint, grammar_info
 from mlx_notebook.schema import Schema
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 SCHEMA = {
     "type": "object",

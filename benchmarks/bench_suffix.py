@@ -21,9 +21,12 @@ decoding's.
 """
 
 import argparse
+import os
 import statistics
 
 from mlx_notebook.engine import Engine, Request
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 FIVE = "List five tips for staying healthy."
 SIX = "List six tips for staying healthy."

@@ -17,11 +17,14 @@ decode step is a batched one: B rows, each with its own context (mlx-lm's
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections import defaultdict
 
 from mlx_notebook.engine import Engine, Request  # first: it loads OpenBLAS before MLX
+
+os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
 ATTN_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj", "rope")
 MLP_PARTS = ("gate_proj", "up_proj", "down_proj")

@@ -97,17 +97,21 @@ def _stop_all(runs) -> None:
 
 
 def timed_spec(request: Request) -> Request:
-    """What a measured run submits: alone, from scratch, untaught, greedy unless set.
+    """What a measured run submits: alone, from scratch, untaught, uncached, greedy unless set.
 
-    Measured runs are never batched with each other, prefill from scratch and
-    teach no session index. A temperature left unset means greedy here, not the
-    model's sampling defaults: greedy texts can be checked identical between
-    normal and speculative decoding. An explicit temperature is measured as given.
+    Measured runs are never batched with each other, prefill from scratch, teach no
+    session index and never come from the result cache (a replay takes no time). A
+    temperature left unset means greedy here, not the model's sampling defaults: greedy
+    texts can be checked identical between normal and speculative decoding. An
+    explicit temperature is measured as given.
     """
     from dataclasses import replace
 
     temperature = 0.0 if request.temperature is None else request.temperature
-    return replace(request, reuse_cache=False, remember=False, batch=False, temperature=temperature)
+    return replace(
+        request, reuse_cache=False, remember=False, batch=False, temperature=temperature,
+        cache="off",
+    )  # fmt: skip
 
 
 def measured_request(prompt, model: str, draft: str | None, backend, **fields):

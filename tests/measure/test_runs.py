@@ -34,3 +34,10 @@ def test_cancel_keeps_what_finished(engine, scripted):
     results = runs.results()
     assert results[0].finish_reason == "length"
     assert {r.finish_reason for r in results[1:]} == {"cancelled"}
+
+
+def test_a_measured_run_never_comes_from_the_result_cache():
+    from mlx_notebook.engine import Request
+    from mlx_notebook.measure.runs import timed_spec
+
+    assert timed_spec(Request("x", temperature=0)).cache == "off"  # a replay takes no time
