@@ -100,7 +100,9 @@ class Route:
         """How a view names the model: with the server, for a remote one."""
         if self.remote is None:
             return self.model
-        return f"{self.model} @ {self.remote.base_url}"
+        from ..origin import clean_url
+
+        return f"{self.model} @ {clean_url(self.remote.base_url)}"
 
 
 def backend_for(model: str, server_url: str | None = None, api_key: str | None = None) -> Route:

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections import deque
 
+from ...origin import clean_url
 from ..errors import EngineClosed, describe
 from ..events import Finished, Notice, Queued, Started
 from ..job import Job
@@ -41,9 +42,13 @@ class RemoteEngine:
 
     Args:
         base_url: The API's base URL, e.g. ``http://127.0.0.1:8080/v1``.
-        api_key: Sent as a bearer token, if given.
+        api_key: Sent as a bearer token, if given (never stored: not in a result's key,
+            the result cache or a saved output).
         timeout: Seconds without data from the server before a job fails.
         connect_timeout: Seconds to connect.
+        results: The result cache (`replay.results.Replays`): greedy and seeded
+            requests are stored and replayed, keyed on the URL (credentials left out)
+            and the request's body. None: as ``MLX_NOTEBOOK_RESULT_CACHE`` says.
     """
 
     def __init__(
@@ -52,8 +57,13 @@ class RemoteEngine:
         api_key: str | None = None,
         timeout: float = 60.0,
         connect_timeout: float = 5.0,
+        results=None,
     ) -> None:
+        from ..replay.results import Replays
+
+        self.result_cache = results if results is not None else Replays.from_config()
         self.base_url = base_url.rstrip("/")
+        self.shown_url = clean_url(self.base_url)  # what views and errors say (no password)
         self.api_key = api_key
         self.timeout, self.connect_timeout = timeout, connect_timeout
         self._lock = threading.Lock()
@@ -136,12 +146,12 @@ class RemoteEngine:
             running, queued = self._running, len(self._queue)
         return EngineInfo(
             kind="remote",
-            device=self.base_url,
+            device=self.shown_url,
             worker_alive=self._thread.is_alive() and not self._closed,
             running=None if running is None else running.id,
             queued=queued,
             models=tuple(ModelInfo(m) for m in models),
-            notes=(f"server: {self.base_url} ({note})",),
+            notes=(f"server: {self.shown_url} ({note})",),
             closed=self._closed_reason() if self._closed else None,
         )
 
@@ -269,6 +279,10 @@ class RemoteEngine:
             if job.cancelled:
                 raise asyncio.CancelledError
             req = job.request
+            stored = self.result_cache.lookup_server(job, self.base_url, body(req))
+            if stored is not None:  # replayed: no request to the server
+                job.emit(stored)
+                return
             path = "/chat/completions" if req.chat else "/completions"
             async with client.stream(
                 "POST", self.base_url + path, json=body(req), headers=self._headers()
@@ -286,11 +300,12 @@ class RemoteEngine:
             if req.logprobs is not None and not stream.recorded and fin.text:
                 job.emit(Notice(NO_LOGPROBS))
             job.emit(fin)
+            self.result_cache.keep(job, fin)
         except asyncio.CancelledError:
             job.emit(stream.finished("cancelled"))
             raise
         except Exception as exc:
-            job.emit(stream.finished("error", _describe_http(exc, self.base_url)))
+            job.emit(stream.finished("error", _describe_http(exc, self.shown_url)))
 
 
 NO_LOGPROBS = (

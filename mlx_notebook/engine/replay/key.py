@@ -65,6 +65,23 @@ def deterministic(sampling: dict, seed: int | None) -> bool:
     return sampling.get("temperature", 0.0) < 1e-5 or seed is not None
 
 
+# A server request's fields that do not change the text (speculation, transport).
+NOT_DETERMINING = {"stream", "stream_options", "draft_model", "num_draft_tokens"}
+
+
+def server_key(base_url: str, body: dict) -> str:
+    """The key of a server's result: its URL (no credentials) and the request's body."""
+    from ...origin import clean_url
+
+    fields = {
+        "format": FORMAT_VERSION,
+        "server": clean_url(base_url),
+        "body": {k: v for k, v in body.items() if k not in NOT_DETERMINING},
+    }
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def result_key(identity: str, precision: str, prompt: list[int], request, sampling: dict,
                max_tokens: int) -> str:  # fmt: skip
     """The key of a local result (a hex digest).

@@ -20,7 +20,7 @@ from pathlib import Path
 from ... import config
 from ..events import Finished, Stats, Token
 from ..job import Job
-from .key import about_model, deterministic, result_key
+from .key import about_model, deterministic, result_key, server_key
 from .store import ResultStore
 
 MODES = ("deterministic", "all", "off")
@@ -82,6 +82,23 @@ class Replays:
         if request.cache == "refresh":
             return None
         payload = self.store.get(key)
+        return None if payload is None else replay(job, payload)
+
+    def lookup_server(self, job: Job, base_url: str, body: dict) -> Finished | None:
+        """`lookup` for a server model, keyed on its URL and the request's body."""
+        from ...origin import clean_url
+
+        request = job.request
+        mode = request.cache or self.mode
+        if mode == "off" or self.mode == "off" and request.cache is None:
+            return None
+        greedy = body.get("temperature", 0.0) < 1e-5
+        if mode != "all" and not greedy and body.get("seed") is None:
+            return None
+        job.replay_key = (server_key(base_url, body), f"{clean_url(base_url)}#{request.model}")
+        if request.cache == "refresh":
+            return None
+        payload = self.store.get(job.replay_key[0])
         return None if payload is None else replay(job, payload)
 
     def keep(self, job: Job, fin: Finished) -> None:

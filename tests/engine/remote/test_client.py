@@ -350,3 +350,47 @@ def test_without_httpx_a_job_fails_naming_it_and_is_never_cancelled(monkeypatch)
         assert eng.closed and "httpx" in eng.info().closed
     finally:
         eng.close()
+
+
+def test_server_results_replay_and_no_secret_is_ever_stored(server, tmp_path, monkeypatch):
+    # A planted API key and a password in the URL go through the result cache and a
+    # saved notebook: neither string may be in the cache file, the provenance or the file.
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from mlx_notebook.origin import provenance
+
+    key, password = "sk-PLANTED-KEY-4711", "pw-PLANTED-0815"
+    url = server.replace("http://", f"http://user:{password}@")
+    monkeypatch.setenv("MLX_NOTEBOOK_RESULT_CACHE", "deterministic")  # kernels inherit these
+    monkeypatch.setenv("MLX_NOTEBOOK_API_KEY", key)
+    cell = f"%%generate -m {url} -t 0 -n 6 --raw -o r --wait\nHello"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+        "%load_ext mlx_notebook", cell, "first = r", cell,
+        "import json\nprint(json.dumps([first.text, r.text, first.stats.replayed is None, "
+        "r.stats.replayed is not None]))",
+    )]  # fmt: skip
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute(cwd=str(tmp_path))
+    path = tmp_path / "saved.ipynb"
+    nbformat.write(nb, path)
+    out = "".join(o.get("text", "") for o in nb.cells[4].outputs if o.output_type == "stream")
+    a, b, fresh, replayed = json.loads(out)
+    assert a == b and a and fresh and replayed  # the second came from the cache
+    stored = b"".join(p.read_bytes() for p in (tmp_path / ".mlx_notebook").iterdir())
+    saved = path.read_text()  # the cells' sources hold the URL: only outputs are checked
+    rows = provenance(path)
+    rows = json.dumps(rows.to_dict("records") if hasattr(rows, "to_dict") else rows, default=str)
+    assert len(stored) > 0
+    for secret in (key, password):
+        assert secret.encode() not in stored
+        assert secret not in rows
+        outputs = json.dumps([c.get("outputs", []) for c in json.loads(saved)["cells"]])
+        assert secret not in outputs
