@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from ... import config
 from ..decoding.prefill import PrefillProfile
 from ..decoding.suffix import SuffixIndex
+from .disk import MIN_TOKENS
 from .sequence import CachedSequence, common_prefix
 
 SUFFIX_TOKENS = 100_000  # tokens of earlier prompts and outputs kept per model
@@ -66,11 +67,14 @@ class PromptCache:
     Args:
         max_bytes: Byte budget of all entries; `default_budget` when None.
         max_entries: Most entries kept.
+        disk: Long prompts' states saved on disk (`disk.DiskPrompts`), kept across
+            restarts; None: memory only.
     """
 
-    def __init__(self, max_bytes: int | None = None, max_entries: int = 32) -> None:
+    def __init__(self, max_bytes: int | None = None, max_entries: int = 32, disk=None) -> None:
         self.max_bytes = default_budget() if max_bytes is None else max_bytes
         self.max_entries = max_entries
+        self.disk = disk
         self._entries: OrderedDict[int, CachedSequence] = OrderedDict()  # oldest first
         # The worker changes the entries; status readers on other threads count them.
         self._lock = threading.Lock()
@@ -111,6 +115,12 @@ class PromptCache:
                 if n > best_len:
                     best, best_len = key, n
         keep = best_len
+        if reuse and self.disk is not None:  # a longer prefix saved before a restart?
+            name, n = self.disk.best(list(tokens), limit)
+            if n > keep and (saved := self.disk.load(name, model)) is not None:
+                saved.trim_to(n)
+                self.hits += n
+                return saved, n
         if best is None or keep <= 0:
             return CachedSequence(model), 0
         seq = self._entries[best]
@@ -150,6 +160,15 @@ class PromptCache:
         """
         if not seq.rewinds_anywhere and seq.tokens:
             self.store(seq.snapshot())
+        if self.disk is not None and seq.consistent():
+            self._save(seq)
+
+    def _save(self, seq: CachedSequence) -> None:
+        """Save a long prompt's state on disk unless a saved one covers most of it."""
+        tokens = list(seq.tokens[: seq.held])
+        _, covered = self.disk.best(tokens, len(tokens))
+        if len(tokens) >= MIN_TOKENS and covered < 0.75 * len(tokens):
+            self.disk.save(seq.snapshot())  # the job's own sequence goes on untouched
 
     def resize(self, max_bytes: int) -> None:
         """Change the budget, evicting at once if needed."""

@@ -385,7 +385,9 @@ class Scheduler:
             return ModelState()  # unloaded while the job ran: keep nothing for it
         state = self.states.get(loaded.name)
         if state is None:
-            state = self.states[loaded.name] = ModelState(PromptCache(self.prompt_cache_bytes))
+            disk = self.replays.prompts_for(loaded) if self.replays is not None else None
+            cache = PromptCache(self.prompt_cache_bytes, disk=disk)
+            state = self.states[loaded.name] = ModelState(cache)
         return state
 
 

@@ -61,6 +61,20 @@ class Replays:
             self._store = ResultStore(self.path.expanduser().absolute())
         return self._store
 
+    def prompts_for(self, main):
+        """Where ``main``'s long prompts are saved across restarts (`cache.disk`), or None.
+
+        Beside the result cache, in a folder per model files' hash and precision; none
+        while the cache is off or for a model built in code.
+        """
+        about = about_model(main)
+        if self.mode == "off" or about["hash"] is None:
+            return None
+        from ..cache.disk import DiskPrompts
+
+        tag = f"{about['hash'][:16]}-{str(about['precision']).replace('/', '_').replace(' ', '')}"
+        return DiskPrompts(self.path.expanduser().absolute().parent / "prompts" / tag)
+
     def lookup(self, job: Job, main, setup) -> Finished | None:
         """Replay ``job`` if its result is stored (its events emitted); else None.
 

@@ -1,0 +1,54 @@
+"""Long prompts' KV state on disk: the first turn after a restart reuses it."""
+
+import json
+import subprocess
+import sys
+
+TURN = """
+import json, sys
+from mlx_notebook.engine import Engine, Request
+from mlx_notebook.engine.replay.results import Replays
+path, model, system, question = sys.argv[1:5]
+eng = Engine(results=Replays("deterministic", path))
+msgs = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+r = eng.submit(Request(msgs, model=model, max_tokens=4, temperature=0)).result()
+print(json.dumps({"prompt": r.stats.prompt_tokens, "cached": r.stats.cached_tokens,
+                  "replayed": r.stats.replayed is not None, "passes": eng.forward_passes}))
+eng.close()
+"""
+
+
+def turn(path, model, system, question):
+    out = subprocess.run(
+        [sys.executable, "-c", TURN, str(path), model, system, question],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-1500:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_a_long_system_prompts_state_survives_a_restart(tmp_path, tiny_dir, tiny_tokenizer):
+    words = "the river runs past the mill and over the stones of the old bridge ".split()
+    system = " ".join(words[i % len(words)] for i in range(720))
+    n = len(tiny_tokenizer.encode(system, add_special_tokens=False))
+    assert n > 2000  # a long system prompt
+    path = tmp_path / ".mlx_notebook" / "cache.sqlite"
+    first = turn(path, tiny_dir, system, "Where does it run?")  # process one
+    assert first["cached"] == 0 and not first["replayed"]
+    saved = list((tmp_path / ".mlx_notebook" / "prompts").rglob("*.safetensors"))
+    assert len(saved) == 1
+    again = turn(path, tiny_dir, system, "And the bridge?")  # after a "restart"
+    assert not again["replayed"]  # another question: generated, not replayed
+    assert again["cached"] >= n  # only the new question was prefilled
+    assert again["prompt"] - again["cached"] < 40
+
+
+def test_nothing_is_saved_while_the_cache_is_off(tmp_path, tiny_dir):
+    path = tmp_path / "off" / "cache.sqlite"
+    code = TURN.replace('Replays("deterministic", path)', 'Replays("off", path)')
+    system = "the river runs past the mill " * 200
+    subprocess.run(
+        [sys.executable, "-c", code, str(path), tiny_dir, system, "Q?"], check=True,
+        capture_output=True,
+    )  # fmt: skip
+    assert not (tmp_path / "off" / "prompts").exists()
