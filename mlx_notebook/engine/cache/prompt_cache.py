@@ -152,7 +152,7 @@ class PromptCache:
             self._entries.move_to_end(id(seq))
             self._evict()
 
-    def keep_prompt(self, seq: CachedSequence) -> None:
+    def keep_prompt(self, seq: CachedSequence, persist: bool = False) -> None:
         """Keep the state at the end of a prompt when ``seq`` will not be trimmable.
 
         Full-attention caches need nothing: whatever ``seq`` holds at the end trims
@@ -160,7 +160,7 @@ class PromptCache:
         """
         if not seq.rewinds_anywhere and seq.tokens:
             self.store(seq.snapshot())
-        if self.disk is not None and seq.consistent():
+        if persist and self.disk is not None and seq.consistent():
             self._save(seq)
 
     def _save(self, seq: CachedSequence) -> None:
@@ -192,6 +192,17 @@ class PromptCache:
             self._entries.popitem(last=False)
         if self._entries and size() > self.max_bytes:
             self._entries.clear()  # one entry alone over budget: keep nothing
+
+
+def persists(request) -> bool:
+    """Whether a request's prompt state is worth saving across restarts (`disk`).
+
+    A conversation (messages, or a system prompt) comes back after a restart with the
+    same beginning; one-off prompts and rows of a map are replayed whole instead.
+    """
+    return bool(request.chat) and (
+        request.system is not None or not isinstance(request.prompt, str)
+    )
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ..cache.prompt_cache import ModelState
+from ..cache.prompt_cache import ModelState, persists
 from ..decoding.output import Output, Setup
 from ..decoding.prefill import ChunkSizer, prefill_steps
 from ..events import PrefillProgress
@@ -51,7 +51,7 @@ class Row:
         self.steps.close()
         self.phase = "ready"
         if self.job.request.reuse_cache:
-            self.state.cache.keep_prompt(self.seq)
+            self.state.cache.keep_prompt(self.seq, persists(self.job.request))
 
     def forced_end(self) -> bool:
         """Write a grammar's forced ending at once (a choice's last tokens, ``"]}``).

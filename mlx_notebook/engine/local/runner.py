@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ..cache.prompt_cache import ModelState, PromptCache
+from ..cache.prompt_cache import ModelState, PromptCache, persists
 from ..cache.sequence import CachedSequence
 from ..decoding.decode import normal_tokens
 from ..decoding.drafts import DraftContext, DraftSource, make_source
@@ -96,7 +96,7 @@ def run_job(
         finally:
             stats.prefill_chunk = sizer.largest
         if req.reuse_cache:
-            main_cache.keep_prompt(seq)
+            main_cache.keep_prompt(seq, persists(req))
         passes0 = seq.passes
         history = list(prompt)
         common = dict(

@@ -52,3 +52,13 @@ def test_nothing_is_saved_while_the_cache_is_off(tmp_path, tiny_dir):
         capture_output=True,
     )  # fmt: skip
     assert not (tmp_path / "off" / "prompts").exists()
+
+
+def test_only_conversations_are_saved():
+    from mlx_notebook.engine import Request
+    from mlx_notebook.engine.cache.prompt_cache import persists
+
+    assert persists(Request([{"role": "user", "content": "hi"}]))
+    assert persists(Request("hi", system="Be brief."))
+    assert not persists(Request("hi"))  # a one-off prompt (or a map's row) replays whole
+    assert not persists(Request("hi", system="x", chat=False))
