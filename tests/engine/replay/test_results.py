@@ -39,19 +39,34 @@ def test_a_greedy_result_replays_the_same_events_without_a_pass(cached, tiny_dir
     assert st["entries"] == 1 and st["hits"] == 1
 
 
-def test_what_determines_the_text_misses_and_what_does_not_hits(cached, tiny_dir):
+MISSES = [  # each changes the text, or may
+    dict(max_tokens=11), dict(stop=["zz"]), dict(seed=1, temperature=0.7),
+    dict(top_k=5, temperature=0.7, seed=1), dict(top_p=0.5, temperature=0.7, seed=1),
+    dict(min_p=0.1, temperature=0.7, seed=1), dict(repetition_penalty=1.3),
+    dict(logprobs=2), dict(system="Be brief."), dict(chat=True), dict(think=False),
+    dict(schema=["yes", "no"]), dict(prompt="Once upon a tim"),
+]  # fmt: skip
+HITS = [  # none changes the text
+    dict(batch=False), dict(draft_kind="lookup", num_draft_tokens=3),
+    dict(draft_kind="suffix", num_draft_tokens=4), dict(reuse_cache=False),
+    dict(remember=False), dict(prefill_target_s=0.05),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("change", MISSES, ids=lambda c: ",".join(c))
+def test_each_field_that_determines_the_text_misses(cached, tiny_dir, change):
     cached.submit(req(tiny_dir)).result()
-    store = cached.scheduler.replays.store
-    misses = [
-        dict(max_tokens=11), dict(stop=["zz"]), dict(temperature=0.7, seed=1),
-        dict(top_k=5, temperature=0.7, seed=1), dict(logprobs=2), dict(system="Be brief."),
-    ]  # fmt: skip
-    for change in misses:
-        before = store.hits
-        assert cached.submit(req(tiny_dir, **change)).result().stats.replayed is None, change
-        assert store.hits == before
-    for same in (dict(batch=False), dict(draft_kind="lookup", num_draft_tokens=3)):
-        assert cached.submit(req(tiny_dir, **same)).result().stats.replayed is not None, same
+    prompt = change.pop("prompt", "Once upon a time")
+    r = Request(prompt, **{**dict(model=tiny_dir, chat=False, max_tokens=12, temperature=0),
+                           **change})  # fmt: skip
+    assert cached.submit(r).result().stats.replayed is None
+
+
+@pytest.mark.parametrize("change", HITS, ids=lambda c: ",".join(c))
+def test_speculation_batching_and_caching_settings_hit(cached, tiny_dir, change):
+    first = cached.submit(req(tiny_dir)).result()
+    again = cached.submit(req(tiny_dir, **change)).result()
+    assert again.stats.replayed is not None and again.text == first.text
 
 
 def test_unseeded_sampling_is_not_stored_unless_asked(cached, tiny_dir):
@@ -80,15 +95,20 @@ def test_a_stopped_or_failed_job_is_not_stored(cached, endless_dir):
     assert cached.scheduler.replays.store.stats()["entries"] == 0
 
 
-def test_rows_of_a_map_replay_one_by_one(cached, tiny_dir):
+def test_rows_of_a_map_replay_one_by_one_and_a_changed_row_alone_runs(cached, tiny_dir):
     from mlx_notebook.mapping import map as map_rows
 
-    rows = ["a", "b", "c"]
-    map_rows(rows, "Say {item}", model=tiny_dir, backend=cached, max_tokens=6, temperature=0)
-    more = map_rows(rows + ["d", "e"], "Say {item}", model=tiny_dir, backend=cached,
-                    max_tokens=6, temperature=0)  # fmt: skip
-    replayed = [r.stats.replayed is not None for r in more]
-    assert replayed == [True, True, True, False, False]
+    def run(rows):
+        before = cached.forward_passes
+        res = map_rows(rows, "Say {item}", model=tiny_dir, backend=cached, max_tokens=6,
+                       temperature=0)  # fmt: skip
+        return [r.stats.replayed is not None for r in res], cached.forward_passes - before
+
+    assert run(["a", "b", "c"])[0] == [False, False, False]
+    assert run(["a", "b", "c", "d", "e"])[0] == [True, True, True, False, False]
+    replayed, passes = run(["a", "B", "c", "d", "e"])  # one row changed
+    assert replayed == [True, False, True, True, True] and passes > 0
+    assert run(["a", "B", "c", "d", "e"]) == ([True] * 5, 0)  # nothing left to compute
 
 
 def test_a_corrupt_cache_file_warns_once_and_generates(tmp_path, tiny_dir):
