@@ -17,7 +17,7 @@ def cells(tiny):
         f"%%generate -m {tiny} -t 0 -n 12 --raw --logprobs 3 -o g --wait\nOnce upon a time",
         "rows = [f'item {i}' for i in range(20)]",
         f"%%generate -m {tiny} -t 0.8 --seed 3 -n 8 --raw --over rows -o m --wait\nSay {{item}}",
-        f"%%generate -m {tiny} --choice yes,no -t 0 -o s --wait\nYes or no?",  # 4
+        f"%%generate -m {tiny} --choice yes,no -t 0 -o s --wait --over rows\nIs {{item}} one?",
         f"%%chat -m {tiny} -t 0 -n 8 --wait\nHello",  # 5
         "%%chat -t 0 -n 8 --wait\nAnd then?",  # 6
         "%%chat -t 0 -n 8 --wait\nWhy?",  # 7
@@ -26,8 +26,8 @@ def cells(tiny):
             "e = mlx_notebook.Engine.default()\n"
             "print(json.dumps({'passes': e.forward_passes, 'g': g.text, "
             "'g_records': [[r.token_id, r.logprob] for r in g.job.result().tokens], "
-            "'m': [r.text for r in m], 's': s.value, "
-            "'replayed': [g.stats.replayed is not None, s.stats.replayed is not None]}))"
+            "'m': [r.text for r in m], 's': [r.text for r in s], "
+            "'replayed': [g.stats.replayed is not None, all(r.stats.replayed for r in s)]}))"
         ),
     ]
 
@@ -54,5 +54,7 @@ def test_a_second_run_all_after_a_restart_makes_no_forward_pass(tiny_dir, tmp_pa
     assert again["passes"] == 0 and again["replayed"] == [True, True]
     for key in ("g", "g_records", "m", "s"):
         assert again[key] == first[key], key
-    for i in (1, 4, 5, 6, 7):  # a generation's and a chat turn's saved text, byte for byte
+    # A generation's and a chat turn's saved text, byte for byte. (A map's view also
+    # says its aggregate speed, measured anew each run: its rows are compared above.)
+    for i in (1, 5, 6, 7):
         assert plain(again_nb, i) == plain(first_nb, i), i
