@@ -26,13 +26,51 @@ MODEL_FILES = (
 )  # fmt: skip
 _digests: dict[tuple, str] = {}
 _lock = threading.Lock()
+hashed = [0]  # files actually read and hashed in this process (tests count them)
+
+
+def _memo_file() -> Path:
+    from ... import config
+
+    return config.cache_root() / "digests.json"
+
+
+def _load_memo() -> None:
+    """The digests computed by earlier processes (a restart hashes no weights again)."""
+    if _digests.get(("loaded",)):
+        return
+    _digests[("loaded",)] = "1"
+    try:
+        saved = json.loads(_memo_file().read_text())
+    except (OSError, ValueError):
+        return
+    for row in saved if isinstance(saved, list) else []:
+        if isinstance(row, list) and len(row) == 4:
+            _digests[tuple(row[:3])] = row[3]
+
+
+def _save_memo() -> None:
+    rows = [[*k, v] for k, v in _digests.items() if len(k) == 3]
+    try:
+        path = _memo_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".digests.{os.getpid()}.json")
+        tmp.write_text(json.dumps(rows[-2000:]))
+        os.replace(tmp, path)
+    except OSError:  # not remembered across restarts: computed again next time
+        pass
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, remembered per path, size and modification time."""
+    """SHA-256 of a file's bytes, remembered per path, size and modification time.
+
+    Remembered across processes too (``$MLX_NOTEBOOK_CACHE/digests.json``), so a kernel
+    restart does not read a model's weights again to know them.
+    """
     st = path.stat()
     memo = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     with _lock:
+        _load_memo()
         found = _digests.get(memo)
     if found is not None:
         return found
@@ -42,7 +80,9 @@ def file_digest(path: Path) -> str:
             h.update(block)
     digest = h.hexdigest()
     with _lock:
+        hashed[0] += 1
         _digests[memo] = digest
+        _save_memo()
     return digest
 
 

@@ -156,3 +156,32 @@ def test_the_fast_path_is_not_in_the_key(cached, tiny_dir, tmp_path):
     )  # fmt: skip
     text, replayed = json.loads(out.stdout.splitlines()[-1])
     assert replayed and text == first.text
+
+
+DIGEST = """
+import sys
+from mlx_notebook.engine.replay import key
+ident = key.model_identity(sys.argv[1])
+print(ident, key.hashed[0])
+"""
+
+
+def test_model_files_are_hashed_once_across_processes(tmp_path, tiny_dir):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MLX_NOTEBOOK_CACHE": str(tmp_path / "cache")}
+
+    def identity():
+        out = subprocess.run(
+            [sys.executable, "-c", DIGEST, tiny_dir], capture_output=True, text=True,
+            env=env, check=True,
+        )  # fmt: skip
+        ident, hashed = out.stdout.split()
+        return ident, int(hashed)
+
+    first, hashed_first = identity()
+    again, hashed_again = identity()  # a restart
+    assert first == again and len(first) == 64
+    assert hashed_first >= 3 and hashed_again == 0  # config, tokenizer, weights: once
