@@ -14,12 +14,23 @@ import re
 from pathlib import Path
 
 KEY = "mlx_notebook"
-_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")  # user:password@ in a URL
+_SECRET_PARAMS = re.compile(r"key|token|secret|pass|auth|sig", re.IGNORECASE)
 
 
 def clean_url(spec: str) -> str:
-    """``spec`` with any credentials in a URL left out (they never reach a saved file)."""
-    return _CREDENTIALS.sub("", spec) if isinstance(spec, str) else spec
+    """``spec`` with any credentials of a URL left out (they never reach a saved file).
+
+    The user and password (``http://user:p@ss@host``: up to the last ``@``) go, and so
+    do query parameters named like a key, token, secret, password or signature.
+    """
+    if not isinstance(spec, str) or "://" not in spec:
+        return spec
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(spec)
+    host = parts.netloc.rpartition("@")[2]
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if not _SECRET_PARAMS.search(k)])
+    return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
 
 
 def record(job) -> dict | None:

@@ -103,6 +103,8 @@ class Job:
         self._tokens = 0
         # What the backend's checks learned at submit, for its own worker (opaque here).
         self.checked = None
+        # Called with the terminal event before it is in the log (the producer's own).
+        self.on_finish: Callable[[Finished], None] | None = None
 
     # -- cancellation -------------------------------------------------------
     def cancel(self) -> None:
@@ -164,8 +166,13 @@ class Job:
 
         After a `Finished` everything is ignored. Queue positions never increase:
         a stale `Queued` that lost a race with a newer one, or with `Started`, is
-        dropped.
+        dropped. ``on_finish`` sees the `Finished` before anyone can (the result
+        cache stores it there, so a request made right after finds it).
         """
+        hook = self.on_finish
+        if hook is not None and isinstance(event, Finished) and not self.done:
+            self.on_finish = None
+            self._call(hook, event)
         with self._cond:
             if self._log and isinstance(self._log[-1], Finished):
                 return  # exactly one terminal event

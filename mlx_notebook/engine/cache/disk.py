@@ -29,13 +29,19 @@ class DiskPrompts:
     """One model's saved prompt states: an index of their tokens, and their files.
 
     Args:
-        folder: This model's folder (created when the first state is saved).
+        folder: This model's folder (created when the first state is saved, owner-only:
+            the states and their token ids are the conversations).
         budget: Most bytes kept.
+        enabled: Asked at each save: whether saving is on now (the result cache's
+            setting, which may change).
     """
 
-    def __init__(self, folder: str | os.PathLike, budget: int = BUDGET_BYTES) -> None:
+    def __init__(
+        self, folder: str | os.PathLike, budget: int = BUDGET_BYTES, enabled=lambda: True
+    ) -> None:
         self.folder = Path(folder)
         self.budget = budget
+        self.enabled = enabled
         self._index: dict[str, dict] | None = None
         self.off: str | None = None
 
@@ -53,7 +59,9 @@ class DiskPrompts:
         """The saved state sharing the longest prefix with ``tokens`` (at most ``limit``)."""
         best, best_len = None, 0
         for name, entry in self.index.items():
-            saved = entry["tokens"]
+            saved = entry.get("tokens") if isinstance(entry, dict) else None
+            if not isinstance(saved, list):
+                continue  # a damaged index entry: as if it were not there
             n = 0
             for a, b in zip(saved, tokens[:limit]):
                 if a != b:
@@ -71,18 +79,23 @@ class DiskPrompts:
 
         try:
             cache = load_prompt_cache(str(self.folder / name))
+            entry = self.index[name]
+            seq = CachedSequence(model, cache, entry["tokens"])
+            if not seq.consistent() or not seq.rewinds_anywhere:
+                raise ValueError("its caches do not hold its tokens")
         except Exception as exc:  # noqa: BLE001 - a damaged file: prefill as usual
             log.warning("mlx_notebook: a saved prompt state could not be read (%s)", exc)
             return None
-        entry = self.index[name]
         entry["used"] = time.time()
         self._write_index()
-        return CachedSequence(model, cache, entry["tokens"])
+        return seq
 
     def save(self, seq) -> bool:
         """Save ``seq``'s state if its prompt is long and its caches rewind anywhere."""
         tokens = list(seq.tokens)
-        if self.off or len(tokens) < MIN_TOKENS or not seq.rewinds_anywhere:
+        if self.off or not self.enabled() or len(tokens) < MIN_TOKENS:
+            return False
+        if not seq.rewinds_anywhere:
             return False
         name = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:32] + ".safetensors"
         if name in self.index and (self.folder / name).is_file():
@@ -92,23 +105,27 @@ class DiskPrompts:
         from mlx_lm.models.cache import save_prompt_cache
 
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.folder / f".{name}.{os.getpid()}.safetensors"
             save_prompt_cache(str(tmp), seq.cache, {"tokens": json.dumps(tokens)})
+            os.chmod(tmp, 0o600)
             os.replace(tmp, self.folder / name)
         except Exception as exc:  # noqa: BLE001 - a full disk, a read-only folder
             self.off = f"cannot save prompt states in {self.folder} ({exc})"
             log.warning("mlx_notebook: %s", self.off)
             return False
         size = (self.folder / name).stat().st_size
+        self._index = None  # another kernel may have saved states meanwhile: merge them
         self.index[name] = {"tokens": tokens, "bytes": size, "used": time.time()}
         self._evict()
         self._write_index()
         return True
 
     def _evict(self) -> None:
-        total = sum(e["bytes"] for e in self.index.values())
-        for name in sorted(self.index, key=lambda n: self.index[n]["used"]):
+        for name in [n for n, e in self.index.items() if not isinstance(e, dict)]:
+            del self.index[name]
+        total = sum(e.get("bytes", 0) for e in self.index.values())
+        for name in sorted(self.index, key=lambda n: self.index[n].get("used", 0)):
             if total <= self.budget:
                 break
             total -= self.index.pop(name)["bytes"]
@@ -118,6 +135,7 @@ class DiskPrompts:
         try:
             tmp = self.folder / f".index.{os.getpid()}.json"
             tmp.write_text(json.dumps(self.index))
+            os.chmod(tmp, 0o600)
             os.replace(tmp, self.folder / "index.json")
         except OSError as exc:
             log.warning("mlx_notebook: the prompt states' index was not written (%s)", exc)

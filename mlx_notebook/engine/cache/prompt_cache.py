@@ -118,9 +118,13 @@ class PromptCache:
         if reuse and self.disk is not None:  # a longer prefix saved before a restart?
             name, n = self.disk.best(list(tokens), limit)
             if n > keep and (saved := self.disk.load(name, model)) is not None:
-                saved.trim_to(n)
-                self.hits += n
-                return saved, n
+                try:
+                    saved.trim_to(n)
+                except Exception:  # noqa: BLE001 - it cannot go back that far: prefill
+                    saved = None
+                if saved is not None:
+                    self.hits += n
+                    return saved, n
         if best is None or keep <= 0:
             return CachedSequence(model), 0
         seq = self._entries[best]
@@ -200,6 +204,8 @@ def persists(request) -> bool:
     A conversation (messages, or a system prompt) comes back after a restart with the
     same beginning; one-off prompts and rows of a map are replayed whole instead.
     """
+    if request.cache == "off":
+        return False
     return bool(request.chat) and (
         request.system is not None or not isinstance(request.prompt, str)
     )

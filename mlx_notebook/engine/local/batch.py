@@ -112,7 +112,7 @@ class Batch:
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
             out.stats.sampling = setup.sampling
-            out.stats.model = about_model(main)
+            out.stats.model = about_model(main, identify=bool(self.replays and self.replays.on))
             tables = rope_tables(main.model) if self.main is None else self._tables
         except Exception as exc:  # noqa: BLE001 - ends this job only
             fin = Finished.failed(exc)

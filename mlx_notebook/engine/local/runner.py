@@ -68,7 +68,7 @@ def run_job(
         out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
         stats = out.stats
         stats.prompt_tokens, stats.sampling = len(prompt), setup.sampling
-        stats.model = about_model(main)
+        stats.model = about_model(main, identify=bool(replays and replays.on))
         if req.seed is not None:
             mx.random.seed(req.seed)
         main_state = state_for(main)

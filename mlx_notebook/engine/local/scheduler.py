@@ -239,9 +239,7 @@ class Scheduler:
             job.emit(Started())
             replays = self.replays
             if replays is not None:  # its result is kept as it ends, on either path
-                job.add_listener(
-                    lambda ev: isinstance(ev, Finished) and replays.keep(job, ev), replay=False
-                )
+                job.on_finish = lambda fin: replays.keep(job, fin)
         return True
 
     def _start_row(self, job: Job) -> None:

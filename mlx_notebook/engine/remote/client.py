@@ -299,8 +299,8 @@ class RemoteEngine:
             _check_schema(job, fin)
             if req.logprobs is not None and not stream.recorded and fin.text:
                 job.emit(Notice(NO_LOGPROBS))
+            self.result_cache.keep(job, fin)  # before a waiting caller can ask again
             job.emit(fin)
-            self.result_cache.keep(job, fin)
         except asyncio.CancelledError:
             job.emit(stream.finished("cancelled"))
             raise

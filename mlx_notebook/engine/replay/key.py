@@ -100,9 +100,23 @@ def model_identity(folder: str | os.PathLike | None) -> str | None:
     return h.hexdigest()
 
 
+def greedy(sampling: dict) -> bool:
+    """Whether these values in force decode greedily (as `Request.greedy` reads them)."""
+    from ..request import MIN_TEMPERATURE
+
+    return (sampling.get("temperature") or 0.0) < MIN_TEMPERATURE
+
+
 def deterministic(sampling: dict, seed: int | None) -> bool:
     """Whether the text is determined: greedy decoding, or sampling with a seed."""
-    return sampling.get("temperature", 0.0) < 1e-5 or seed is not None
+    return greedy(sampling) or seed is not None
+
+
+def _sampling(sampling: dict) -> dict:
+    values = {k: v for k, v in sorted(sampling.items()) if k != "from_model"}
+    if greedy(sampling):  # the filters and the temperature change nothing then
+        values = {"greedy": True, "repetition_penalty": values.get("repetition_penalty")}
+    return values
 
 
 # A server request's fields that do not change the text (speculation, transport).
@@ -126,6 +140,9 @@ def result_key(identity: str, precision: str, prompt: list[int], request, sampli
                max_tokens: int) -> str:  # fmt: skip
     """The key of a local result (a hex digest).
 
+    Greedy decoding ignores the sampling filters and the seed: they are left out of a
+    greedy key, so a greedy request hits whatever its filters say.
+
     Args:
         identity: `model_identity` of the loaded model.
         precision: What was loaded (``"float32"``, ``"4/8-bit, float32"``...).
@@ -141,11 +158,14 @@ def result_key(identity: str, precision: str, prompt: list[int], request, sampli
         "model": identity,
         "precision": precision,
         "prompt": list(prompt),
-        "sampling": {k: v for k, v in sorted(sampling.items()) if k != "from_model"},
-        "seed": request.seed,
+        "sampling": _sampling(sampling),
+        "seed": None if greedy(sampling) else request.seed,
         "max_tokens": max_tokens,
         "stop": list(request.stop or []),
-        "schema": None if schema is None else [schema.kind, schema.grammar],
+        "chat": bool(request.chat),  # the reasoning split follows it, beside the ids
+        "schema": None
+        if schema is None
+        else [schema.kind, schema.grammar, list(schema.choices or []), bool(schema.fast)],
         "think": request.think,
         "logprobs": request.logprobs,
         "branch": None if branch is None else [branch.token, branch.avoid],
@@ -154,27 +174,33 @@ def result_key(identity: str, precision: str, prompt: list[int], request, sampli
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-_about: dict[int, dict] = {}
+def about_model(main, identify: bool = False) -> dict:
+    """What a loaded model is, for a result's key and provenance.
 
+    Remembered on the loaded model itself (a model loaded again is described again).
 
-def about_model(main) -> dict:
-    """What a loaded model is, for a result's provenance (computed once per model)."""
-    found = _about.get(id(main))
-    if found is not None and found.get("name") == main.name:
-        return found
-    try:
-        identity = model_identity(getattr(main, "path", None))
-    except OSError:
-        identity = None
-    found = {
-        "name": main.name,
-        "hash": identity,
-        "precision": getattr(main, "dtype", None),
-        "device": _device(),
-        "versions": _versions(),
-    }
-    _about[id(main)] = found
-    return found
+    Args:
+        main: The loaded model.
+        identify: Hash its files too (`model_identity`; seconds for a large model the
+            first time, then remembered): only where the result cache needs it.
+    """
+    found = main.__dict__.get("_mlxnb_about")
+    if found is None:
+        found = {
+            "name": main.name,
+            "hash": None,
+            "precision": getattr(main, "dtype", None),
+            "device": _device(),
+            "versions": _versions(),
+        }
+        main.__dict__["_mlxnb_about"] = found
+    if identify and found["hash"] is None and not found.get("hashed"):
+        try:
+            found["hash"] = model_identity(getattr(main, "path", None))
+        except OSError:
+            found["hash"] = None
+        found["hashed"] = True
+    return {k: v for k, v in found.items() if k != "hashed"}
 
 
 def _device() -> str:

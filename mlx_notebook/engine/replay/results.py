@@ -61,64 +61,92 @@ class Replays:
             self._store = ResultStore(self.path.expanduser().absolute())
         return self._store
 
+    @property
+    def on(self) -> bool:
+        """Whether results are stored at all (the engine's setting)."""
+        return self.mode != "off"
+
+    def _mode(self, request) -> str | None:
+        """What this request does: ``"all"``, ``"deterministic"`` or None (no cache).
+
+        ``Request.cache`` wins: ``"off"`` none, ``"all"`` every result, ``"refresh"``
+        what the engine's setting stores (``deterministic`` when it is off).
+        """
+        if request.cache == "off":
+            return None
+        if request.cache == "all":
+            return "all"
+        if request.cache == "refresh":
+            return self.mode if self.on else "deterministic"
+        return self.mode if self.on else None
+
     def prompts_for(self, main):
         """Where ``main``'s long prompts are saved across restarts (`cache.disk`), or None.
 
-        Beside the result cache, in a folder per model files' hash and precision; none
-        while the cache is off or for a model built in code.
+        Beside the result cache, in a folder per model files' hash and precision (saving
+        follows the setting at each save); none for a model built in code.
         """
-        about = about_model(main)
-        if self.mode == "off" or about["hash"] is None:
+        about = about_model(main, identify=True)
+        if about["hash"] is None:
             return None
         from ..cache.disk import DiskPrompts
 
         tag = f"{about['hash'][:16]}-{str(about['precision']).replace('/', '_').replace(' ', '')}"
-        return DiskPrompts(self.path.expanduser().absolute().parent / "prompts" / tag)
+        root = self.path.expanduser().absolute().parent / "prompts" / tag
+        return DiskPrompts(root, enabled=lambda: self.on)
 
     def lookup(self, job: Job, main, setup) -> Finished | None:
         """Replay ``job`` if its result is stored (its events emitted); else None.
 
-        Sets ``job.replay_key`` when the job's result should be stored as it ends.
+        Sets ``job.replay_key`` when the job's result should be stored as it ends. The
+        cache never fails a job: a stored result it cannot replay is a miss (said once).
         """
         request = job.request
-        mode = request.cache or self.mode
-        if mode == "off" or self.mode == "off" and request.cache is None:
+        mode = self._mode(request)
+        if mode is None or mode != "all" and not deterministic(setup.sampling, request.seed):
             return None
-        if mode != "all" and not deterministic(setup.sampling, request.seed):
-            return None
-        identity = about_model(main)["hash"]
+        identity = about_model(main, identify=True)["hash"]
         if identity is None:  # a model built in code: nothing on disk to key on
             return None
         key = result_key(
             identity, main.dtype, setup.prompt, request, setup.sampling, setup.max_tokens
         )
-        job.replay_key = (key, main.name)
-        if request.cache == "refresh":
-            return None
-        payload = self.store.get(key)
-        return None if payload is None else replay(job, payload)
+        return self._found(job, key, main.name)
 
     def lookup_server(self, job: Job, base_url: str, body: dict) -> Finished | None:
         """`lookup` for a server model, keyed on its URL and the request's body."""
         from ...origin import clean_url
 
         request = job.request
-        mode = request.cache or self.mode
-        if mode == "off" or self.mode == "off" and request.cache is None:
-            return None
+        mode = self._mode(request)
         greedy = body.get("temperature", 0.0) < 1e-5
-        if mode != "all" and not greedy and body.get("seed") is None:
+        if mode is None or mode != "all" and not greedy and body.get("seed") is None:
             return None
-        job.replay_key = (server_key(base_url, body), f"{clean_url(base_url)}#{request.model}")
-        if request.cache == "refresh":
+        key = server_key(base_url, body)
+        return self._found(job, key, f"{clean_url(base_url)}#{request.model}")
+
+    def _found(self, job: Job, key: str, model: str) -> Finished | None:
+        job.replay_key = (key, model)
+        if job.request.cache == "refresh":
             return None
-        payload = self.store.get(job.replay_key[0])
-        return None if payload is None else replay(job, payload)
+        payload = self.store.get(key)
+        if payload is None:
+            return None
+        try:
+            events, fin = replay_events(payload)
+        except Exception as exc:  # noqa: BLE001 - a damaged or older entry: generate anew
+            self.store.warn_once(f"a stored result could not be replayed ({exc!r})")
+            return None
+        for ev in events:
+            job.emit(ev)
+        return fin
 
     def keep(self, job: Job, fin: Finished) -> None:
         """Store ``fin`` (and the job's token events) where `lookup` asked for it."""
         found = getattr(job, "replay_key", None)
         if found is None or fin.finish_reason not in ("stop", "length") or fin.stats.replayed:
+            return
+        if job.thinking_ended:  # shaped by a click ("Stop thinking"): not the request's own
             return
         key, model = found
         self.store.put(key, model, fin.stats.total_s or 0.0, payload_of(job, fin))
@@ -142,17 +170,24 @@ def payload_of(job: Job, fin: Finished) -> dict:
     }
 
 
-def replay(job: Job, payload: dict) -> Finished:
-    """Emit the stored token events on ``job``; return its terminal event (not emitted)."""
-    for text, tid, from_draft, index, reasoning, rec in payload["tokens"]:
-        job.emit(Token(text, tid, from_draft, index, reasoning, _from_record(rec)))
+def replay_events(payload: dict) -> tuple[list[Token], Finished]:
+    """The stored token events and terminal event, all built before any is emitted.
+
+    Raises:
+        Exception: The payload is damaged or of another shape (the caller generates).
+    """
+    events = [
+        Token(text, tid, from_draft, index, reasoning, _from_record(rec))
+        for text, tid, from_draft, index, reasoning, rec in payload["tokens"]
+    ]
     fields = {f.name for f in dataclasses.fields(Stats)}
     stats = Stats(**{k: v for k, v in payload["stats"].items() if k in fields})
     stats.replayed = {"made": payload["made"], "seconds": payload["stats"].get("total_s")}
-    return Finished(
+    fin = Finished(
         payload["text"], payload["finish_reason"], payload["matched_stop"], None, stats,
         reasoning=payload["reasoning"],
     )  # fmt: skip
+    return events, fin
 
 
 def _record(rec) -> dict | None:

@@ -62,8 +62,11 @@ class ResultStore:
                 if row is None:
                     self.misses += 1
                     return None
-                conn.execute("UPDATE results SET hits = hits + 1 WHERE key = ?", (key,))
                 payload = json.loads(row[0])
+                try:  # a count for `%mlx cache`: best effort (a read-only file still replays)
+                    conn.execute("UPDATE results SET hits = hits + 1 WHERE key = ?", (key,))
+                except sqlite3.OperationalError:
+                    pass
             except (sqlite3.Error, ValueError) as exc:
                 self._off(f"could not read it ({exc})")
                 return None
@@ -168,6 +171,10 @@ class ResultStore:
             self._conn = None
         self.disabled = why
         self._warn_once(f"{why}; generating without it")
+
+    def warn_once(self, why: str) -> None:
+        """Say ``why`` once (the same reason is not said twice)."""
+        self._warn_once(why)
 
     def _warn_once(self, why: str) -> None:
         msg = f"mlx_notebook: the result cache {self.path}: {why}"

@@ -62,3 +62,14 @@ def test_only_conversations_are_saved():
     assert persists(Request("hi", system="Be brief."))
     assert not persists(Request("hi"))  # a one-off prompt (or a map's row) replays whole
     assert not persists(Request("hi", system="x", chat=False))
+
+
+def test_saved_states_are_the_owners_only(tmp_path, tiny_dir, tiny_tokenizer):
+    import stat
+
+    system = " ".join(["the river runs past the mill"] * 80)
+    turn(tmp_path / ".mlx_notebook" / "cache.sqlite", tiny_dir, system, "Where?")
+    folder = next((tmp_path / ".mlx_notebook" / "prompts").iterdir())
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for f in folder.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f.name

@@ -39,27 +39,33 @@ def test_a_greedy_result_replays_the_same_events_without_a_pass(cached, tiny_dir
     assert st["entries"] == 1 and st["hits"] == 1
 
 
-MISSES = [  # each changes the text, or may
-    dict(max_tokens=11), dict(stop=["zz"]), dict(seed=1, temperature=0.7),
-    dict(top_k=5, temperature=0.7, seed=1), dict(top_p=0.5, temperature=0.7, seed=1),
-    dict(min_p=0.1, temperature=0.7, seed=1), dict(repetition_penalty=1.3),
-    dict(logprobs=2), dict(system="Be brief."), dict(chat=True), dict(think=False),
-    dict(schema=["yes", "no"]), dict(prompt="Once upon a tim"),
+SAMPLED = dict(temperature=0.7, seed=1)
+MISSES = [  # each changes the text, or may: (the base request, the change)
+    ({}, dict(max_tokens=11)), ({}, dict(stop=["zz"])), ({}, dict(temperature=0.7, seed=1)),
+    (SAMPLED, dict(seed=2)), (SAMPLED, dict(top_k=5)), (SAMPLED, dict(top_p=0.5)),
+    (SAMPLED, dict(min_p=0.1)), (SAMPLED, dict(temperature=0.8)),
+    ({}, dict(repetition_penalty=1.3)), ({}, dict(logprobs=2)), ({}, dict(system="Brief.")),
+    ({}, dict(chat=True)), ({}, dict(think=False)), ({}, dict(schema=["yes", "no"])),
+    ({}, dict(prompt="Once upon a tim")),
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize("base,change", MISSES, ids=lambda c: ",".join(c) or "base")
+def test_each_field_that_determines_the_text_misses(cached, tiny_dir, base, change):
+    cached.submit(req(tiny_dir, **base)).result()
+    change = dict(change)
+    prompt = change.pop("prompt", "Once upon a time")
+    fields = {**dict(model=tiny_dir, chat=False, max_tokens=12, temperature=0), **base}
+    r = Request(prompt, **{**fields, **change})
+    assert cached.submit(r).result().stats.replayed is None
+
+
 HITS = [  # none changes the text
+    dict(top_k=5), dict(top_p=0.5), dict(seed=9),  # greedy: the filters do nothing
     dict(batch=False), dict(draft_kind="lookup", num_draft_tokens=3),
     dict(draft_kind="suffix", num_draft_tokens=4), dict(reuse_cache=False),
     dict(remember=False), dict(prefill_target_s=0.05),
 ]  # fmt: skip
-
-
-@pytest.mark.parametrize("change", MISSES, ids=lambda c: ",".join(c))
-def test_each_field_that_determines_the_text_misses(cached, tiny_dir, change):
-    cached.submit(req(tiny_dir)).result()
-    prompt = change.pop("prompt", "Once upon a time")
-    r = Request(prompt, **{**dict(model=tiny_dir, chat=False, max_tokens=12, temperature=0),
-                           **change})  # fmt: skip
-    assert cached.submit(r).result().stats.replayed is None
 
 
 @pytest.mark.parametrize("change", HITS, ids=lambda c: ",".join(c))
@@ -185,3 +191,42 @@ def test_model_files_are_hashed_once_across_processes(tmp_path, tiny_dir):
     again, hashed_again = identity()  # a restart
     assert first == again and len(first) == 64
     assert hashed_first >= 3 and hashed_again == 0  # config, tokenizer, weights: once
+
+
+def test_a_reply_cut_short_by_stop_thinking_is_not_stored(cached, tiny_dir):
+    job = cached.submit(req(tiny_dir))
+    job.end_thinking()  # a click on "Stop thinking": the result is not the request's own
+    job.result()
+    assert cached.scheduler.replays.store.stats()["entries"] == 0
+
+
+def test_a_damaged_entry_is_a_miss_said_once_never_a_failure(cached, tiny_dir):
+    import sqlite3
+    import warnings
+
+    first = cached.submit(req(tiny_dir)).result()
+    store = cached.scheduler.replays.store
+    cached.run_on_worker(lambda: None)  # the worker has stored it (listeners run there)
+    conn = sqlite3.connect(store.path)
+    changed = conn.execute("""UPDATE results SET payload = '{"tokens": [[1]], "stats": {}}'""")
+    assert changed.rowcount == 1
+    conn.commit()
+    conn.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = cached.submit(req(tiny_dir)).result()  # raises GenerationError if it failed
+    assert again.stats.replayed is None and again.text == first.text
+    assert len([w for w in caught if "could not be replayed" in str(w.message)]) == 1
+
+
+def test_refresh_replaces_an_unseeded_sample_in_all_mode(tmp_path, tiny_dir):
+    eng = Engine(results=Replays("all", tmp_path / "cache.sqlite"))
+    try:
+        sampled = req(tiny_dir, temperature=1.5, max_tokens=20)
+        old = eng.submit(sampled).result()
+        assert eng.submit(sampled).result().text == old.text  # "all": the first sample
+        new = eng.submit(req(tiny_dir, temperature=1.5, max_tokens=20, cache="refresh")).result()
+        assert new.stats.replayed is None
+        assert eng.submit(sampled).result().text == new.text  # the refreshed one now
+    finally:
+        eng.close()
