@@ -166,8 +166,13 @@ def test_contrast_in_light_and_dark_themes(lab, artifacts, theme):
     rows = run_cell(page, 6).locator(".jp-OutputArea-output")
     step("map table", lambda: rows.locator("table.grid td").count() >= 12, 60)
     # The rows' text reads as text, on the table's own striping (no code box in a cell).
-    looks = rows.locator("td.text").first.evaluate(
-        "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).fontFamily]"
+    looks = step(  # read once the final table stands (the live one is replaced)
+        "the table's text cells",
+        lambda: rows.locator("td.text").first.evaluate(
+            "e => e.isConnected && [getComputedStyle(e).backgroundColor, "
+            "getComputedStyle(e).fontFamily]"
+        ),
+        10,
     )
     assert looks[0] in ("rgba(0, 0, 0, 0)", "transparent") and "mono" not in looks[1], looks
     assert rows.locator("table.grid pre").count() == 0
