@@ -5,7 +5,7 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from traitlets import Float, Int, Unicode, observe
+from traitlets import Float, Int, Unicode, default, observe
 
 from ...engine.backend import Backend, Route, backend_for, existing_backends
 from ...engine.request import DEFAULT_MAX_TOKENS, Request
@@ -76,6 +76,13 @@ class MLXNotebook(Magics):
         if hasattr(engine, "set_prompt_cache_bytes"):  # a local engine
             mb = change["new"]
             engine.set_prompt_cache_bytes(int(mb * 2**20) if mb > 0 else None)
+
+    @default("cache")
+    def _cache_default(self) -> str:
+        # What the engine does now ($MLX_NOTEBOOK_RESULT_CACHE), so setting it changes it.
+        from ... import config
+
+        return config.get("MLX_NOTEBOOK_RESULT_CACHE")
 
     @observe("cache")
     def _cache_changed(self, change) -> None:

@@ -393,3 +393,9 @@ def test_cells_replay_and_the_flags_and_percent_mlx_cache(ip, tiny_dir, tmp_path
     finally:
         ip.register_magics(next(c for c in ip.configurables if isinstance(c, MLXNotebook)))
         eng.close()
+
+
+def test_the_cache_setting_starts_as_the_environment_says(magics):
+    import os
+
+    assert magics.cache == os.environ["MLX_NOTEBOOK_RESULT_CACHE"] == "off"  # the suite's
