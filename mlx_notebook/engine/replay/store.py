@@ -68,6 +68,9 @@ class ResultStore:
                 except sqlite3.OperationalError:
                     pass
             except (sqlite3.Error, ValueError) as exc:
+                if isinstance(exc, sqlite3.OperationalError) and _passing(exc):
+                    self._warn_once(f"a lookup was skipped ({exc})")
+                    return None
                 self._off(f"could not read it ({exc})")
                 return None
             self.hits += 1
@@ -87,8 +90,8 @@ class ResultStore:
                     (key, model, time.time(), float(seconds), text),
                 )
             except sqlite3.OperationalError as exc:
-                if "full" in str(exc).lower():  # a full disk: this result is not kept
-                    self._warn_once(f"the disk is full; this result was not cached ({exc})")
+                if _passing(exc):  # a full disk, another kernel's long write: this one only
+                    self._warn_once(f"this result was not cached ({exc})")
                     return False
                 self._off(f"could not write it ({exc})")
                 return False
@@ -182,3 +185,9 @@ class ResultStore:
             self._warned = why
             warnings.warn(msg, RuntimeWarning, stacklevel=4)
             log.warning(msg)
+
+
+def _passing(exc: sqlite3.OperationalError) -> bool:
+    """Whether an error concerns this call only (a full disk, a lock held too long)."""
+    text = str(exc).lower()
+    return "full" in text or "locked" in text or "busy" in text

@@ -82,3 +82,20 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     s = ResultStore(path)
     assert s.stats()["entries"] == 200
     assert all(s.get(f"{n}-{i}") == {"i": i} for n in "ab" for i in range(100))
+
+
+def test_a_lock_held_too_long_skips_one_call_and_keeps_the_cache(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "cache.sqlite"
+    s = ResultStore(path, timeout=0.1)
+    s.put("k", "m", 0.1, {"text": "x"})
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another kernel in the middle of a long write
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not s.put("k2", "m", 0.1, {})
+    other.execute("COMMIT")
+    other.close()
+    assert len(caught) == 1 and s.disabled is None
+    assert s.put("k3", "m", 0.1, {"text": "y"}) and s.get("k3") == {"text": "y"}
