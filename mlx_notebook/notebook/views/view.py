@@ -130,9 +130,13 @@ class LiveView:
             sealed: False when more jobs will be `add`-ed (a measurement that
                 decides as it goes); the view ends only after `seal`.
         """
-        self._sealed = sealed
+        # Unsealed while adding: jobs that already ended (a replay is instant) each
+        # push their Finished as they join, and the first few must not end the view.
+        self._sealed = False
         for job in jobs:
             self.add(job)
+        if sealed:
+            self.seal()
         if self.start_thread:
             self._thread = threading.Thread(target=self._loop, name="mlxnb-view", daemon=True)
             self._thread.start()

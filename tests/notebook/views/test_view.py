@@ -147,3 +147,26 @@ def test_a_view_shown_after_its_jobs_ended_shows_and_saves_the_final_text(ipshel
     view.display()
     assert view.document.final is not None
     assert "all done" in view.document.final["text/plain"]
+
+
+def test_jobs_that_ended_before_the_view_followed_them_end_it_only_all_together():
+    # A replayed --over table: every row has ended before `attach` adds the first.
+    # Each pushes its Finished as it joins; the view must wait for the last one.
+    from mlx_notebook.notebook.views.view import LiveView, StatesRenderer
+
+    jobs = [Job(Request("x"), i) for i in range(5)]
+    for i, job in enumerate(jobs):
+        job.emit(Started())
+        job.emit(Token(f"row{i}", 0, False, 0))
+        job.emit(Finished(f"row{i}", "length", stats=Stats(generation_tokens=1)))
+    states = [ViewState(fmt="text") for _ in jobs]
+    done_with = []
+
+    class All(StatesRenderer):
+        def html(self):
+            return "".join(s.text for s in self.states)
+
+    view = LiveView(All(states), start_thread=False)
+    view._done.set = lambda: done_with.append(len(view._jobs))  # who ended it, when
+    view.attach(*jobs)
+    assert done_with == [5]  # once, with every job in the view
