@@ -142,13 +142,35 @@ class ResultStore:
             return None
         if self._conn is not None:
             return self._conn
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn = self._open()
+                break
+            except sqlite3.OperationalError as exc:
+                # Two kernels opening a new file at once: switching it to WAL takes a
+                # lock SQLite's busy handler does not wait for. Try again a while.
+                if _passing(exc) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                self._off(f"could not open it ({exc})")
+                return None
+            except (sqlite3.Error, OSError) as exc:
+                self._off(f"could not open it ({exc})")
+                return None
+        if conn is None:
+            return None
+        self._conn = conn
+        return conn
+
+    def _open(self) -> sqlite3.Connection | None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():  # owner-only from the start, before SQLite writes
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not self.path.exists():  # owner-only from the start, before SQLite writes
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             conn.executescript(SCHEMA)
@@ -159,10 +181,9 @@ class ResultStore:
                 conn.close()
                 self._off(f"it is not a cache of this version ({found[0]!r})")
                 return None
-        except (sqlite3.Error, OSError) as exc:
-            self._off(f"could not open it ({exc})")
-            return None
-        self._conn = conn
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _off(self, why: str) -> None:
