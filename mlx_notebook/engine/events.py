@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -127,6 +128,9 @@ class Stats:
         model: What ran it (a local model): its name, the hash of its files
             (`replay.key.model_identity`), the precision loaded, the device and the
             versions of mlx, mlx-lm and this package. Saved outputs carry it.
+        ended_at: When its last token came, in epoch seconds (None before any
+            token): with ``total_s``, where its work lay in time, so rows' aggregate
+            figures can be found again from their stats (`mapping.result.aggregate`).
         replayed: When the result came from the result cache, no forward pass made it:
             ``{"made": epoch seconds, "seconds": the original run's total_s}``; the
             other figures are the original run's. None for a result generated now.
@@ -153,6 +157,7 @@ class Stats:
     replayed_tokens: int = 0
     sampling: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
+    ended_at: float | None = None
     replayed: dict | None = None
 
     @property
@@ -173,6 +178,11 @@ class Stats:
     def e2e_tps(self) -> float:
         """Generated tokens per second of ``total_s`` (prefill included)."""
         return self.generation_tokens / self.total_s if self.total_s > 0 else 0.0
+
+
+def wall_time(perf_t: float) -> float:
+    """Epoch seconds of ``perf_t``, a `time.perf_counter` reading in the past."""
+    return time.time() - (time.perf_counter() - perf_t)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ..engine.events import Finished
 from ..engine.job import Job
 from ..engine.request import Request
 from ..measure.runs import RunSet
-from .result import MapResult, MapRow
+from .result import MapResult, MapRow, aggregate
 
 
 def rows_of(data) -> tuple[list[dict], list[str]]:
@@ -148,6 +148,11 @@ class MapRun:
         tokens = sum(j.token_count for j in jobs)
         t = self.elapsed()
         tps = tokens / t if t > 0 else 0.0
+        ended = [j.finished for j in jobs]
+        if all(ended):  # the final figure: from the rows' stats, as a replay has it
+            found = aggregate([f.stats for f in ended])
+            if found is not None:
+                tps = found[0] / found[1] if found[1] > 0 else 0.0
         eta = None
         if 0 < done < len(jobs):
             eta = t / done * (len(jobs) - done)

@@ -4,7 +4,7 @@ import pytest
 
 from mlx_notebook.engine.events import Stats
 from mlx_notebook.engine.token_records import TokenRecord
-from mlx_notebook.mapping.result import MapResult, MapRow
+from mlx_notebook.mapping.result import MapResult, MapRow, aggregate
 from mlx_notebook.schema import Schema
 
 
@@ -34,6 +34,28 @@ def test_rows_in_order_with_counts_and_a_summary():
         == "4 rows: 2 done, 1 error, 1 stopped · 6 tokens in 2.0 s · 3.0 tok/s aggregate"
     )
     assert res.done and res.snapshot().rows == res.rows
+
+
+def timed(n, ended_at, total_s, replayed=None):
+    s = stats(n)
+    s.ended_at, s.total_s, s.replayed = ended_at, total_s, replayed
+    return s
+
+
+def test_the_aggregate_spans_the_rows_generated_now_from_their_own_stats():
+    old = {"made": 1.0, "seconds": 9.0}
+    # Two fresh rows overlapping in time (a batch): 100..104 and 101..105 -> 5 s.
+    fresh = [timed(10, 104.0, 4.0), timed(20, 105.0, 4.0), timed(7, 50.0, 9.0, old)]
+    assert aggregate(fresh) == (30, 5.0)  # the replayed row counts for nothing
+    # All replayed: the run that made them, so a replayed view says the same.
+    again = [timed(10, 104.0, 4.0, old), timed(20, 105.0, 4.0, old)]
+    assert aggregate(again) == (30, 5.0)
+    assert aggregate([stats(0), stats(0)]) is None  # no token, no times
+    res = MapResult([MapRow(i, "p", "t", "stop", stats=s) for i, s in enumerate(fresh)])
+    assert res.tps == 6.0
+    assert res.summary() == (
+        "3 rows: 3 done (1 replayed) · 30 tokens in 5.0 s · 6.0 tok/s aggregate"
+    )
 
 
 def test_tokens_of_a_row_and_the_refusal_without_records():

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors
 
-from ..events import Finished, Notice, Stats, Token
+from ..events import Finished, Notice, Stats, Token, wall_time
 from ..job import Job
 from ..token_records import special_ids
 from .decode import KeyedSampler
@@ -232,6 +232,7 @@ class Output:
         st.peak_memory = mx.get_peak_memory() / 1e9
         if self._first is not None:
             st.total_s = self._last - self._t0
+            st.ended_at = wall_time(self._last)
             st.ttft_s = self._first - self._t0
             st.prompt_tps = (st.prompt_tokens - st.cached_tokens) / max(st.ttft_s, 1e-9)
             if st.generation_tokens > 1 and self._last > self._first:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..events import Finished, Stats, Token
+from ..events import Finished, Stats, Token, wall_time
 from ..job import Job
 from .logprobs import records_of
 
@@ -77,6 +77,7 @@ class Stream:
         if self.t_first is not None:
             s.ttft_s = self.t_first - self.t0
             s.total_s = self.t_last - self.t0
+            s.ended_at = wall_time(self.t_last)
             if s.ttft_s > 0:
                 s.prompt_tps = s.prompt_tokens / s.ttft_s
             if s.generation_tokens > 1 and self.t_last > self.t_first:

@@ -54,7 +54,7 @@ def test_a_second_run_all_after_a_restart_makes_no_forward_pass(tiny_dir, tmp_pa
     assert again["passes"] == 0 and again["replayed"] == [True, True]
     for key in ("g", "g_records", "m", "s"):
         assert again[key] == first[key], key
-    # A generation's and a chat turn's saved text, byte for byte. (A map's view also
-    # says its aggregate speed, measured anew each run: its rows are compared above.)
-    for i in (1, 5, 6, 7):
+    # Every saved view's text, byte for byte: a generation, both tables (their
+    # aggregate speed is the first run's, from the rows' stats) and each chat turn.
+    for i in (1, 3, 4, 5, 6, 7):
         assert plain(again_nb, i) == plain(first_nb, i), i
