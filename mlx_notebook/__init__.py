@@ -31,6 +31,7 @@ __all__ = [
     "Schema",
     "Token",
     "compare",
+    "evaluate",
     "generate",
     "last",
     "load_ipython_extension",
@@ -127,6 +128,17 @@ def map(data, template=None, **kw):  # noqa: A001 - mlx_notebook.map, as in the 
     from .mapping.mapper import map as _map
 
     return _map(data, template, **kw)
+
+
+def evaluate(data, template, models=None, score=None, epochs=1, **fields):
+    """Models and prompt variants over the same rows, scored, with intervals and verdicts.
+
+    See `mlx_notebook.evaluation.evaluate`; built-in scorers are in
+    `mlx_notebook.evaluation` (``exact``, ``includes``, ``regex``, ``choice``, ``judge``...).
+    """
+    from .evaluation import evaluate as _evaluate
+
+    return _evaluate(data, template, models, score, epochs, **fields)
 
 
 def provenance(path):

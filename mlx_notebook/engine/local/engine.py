@@ -12,6 +12,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ...models.registry import Registry
+from ..decoding.prompt import encode_prompt
 from ..errors import EngineClosed
 from ..info import EngineInfo, Unloaded
 from ..job import Job, Result
@@ -177,6 +178,42 @@ class Engine:
             return score_tokens(lm.model, lm.tokenizer, ctx, scored, top_k)
 
         return self.call(work).result()
+
+    def option_logprobs(
+        self,
+        questions: list[tuple[Any, list[str]]],
+        *,
+        model: str = "default",
+        chat: bool | None = None,
+        system: str | None = None,
+    ) -> Future:
+        """Each option's log-likelihood as the reply to its prompt, batched (a Future).
+
+        For multiple choice without generating: ``questions`` are ``(prompt,
+        [option, ...])``; each option is scored after the prompt (through the chat
+        template unless ``chat=False``) as `scoring.option_logprobs` does. Cancel
+        the Future before it starts and nothing runs.
+
+        Returns:
+            A Future of one list per question: each option's summed log-probability.
+        """
+
+        def work():
+            from .scoring import option_logprobs  # MLX: imported on the worker
+
+            lm = self.registry.get(model)
+            tok = lm.tokenizer
+            use_chat = True if chat is None else chat
+            items = [
+                (
+                    encode_prompt(Request(p, chat=use_chat, system=system), tok),
+                    [list(tok.encode(o, add_special_tokens=False)) for o in opts],
+                )
+                for p, opts in questions
+            ]
+            return option_logprobs(lm.model, items)
+
+        return self.call(work)
 
     def call(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn`` on the worker thread at its next safe point; return its Future.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
-from ..cache.sequence import CachedSequence
+from ..cache.sequence import CachedSequence, count_pass
 from ..decoding.prompt import encode_prompt, encode_text
 from ..request import Request
 from ..token_records import TokenRecord, TokenTable, position_stats, special_ids, texts_of
@@ -102,3 +102,66 @@ def score_tokens(model, tokenizer, context: list[int], scored: list[int], top_k:
             )
         )
     return table
+
+
+BATCH_TOKENS = 4096  # padded tokens per forward pass of `option_logprobs`
+BATCH_ROWS = 32
+
+
+def option_logprobs(model, items: list[tuple[list[int], list[list[int]]]]) -> list[list[float]]:
+    """Each option's log-likelihood as the continuation of its context, batched.
+
+    The sum over an option's tokens of their log-probabilities (float32 softmax),
+    as lm-evaluation-harness computes ``loglikelihood``. Every (context, option)
+    sequence is one row of a right-padded batch (padding after a row's last token
+    cannot change a causal model's earlier logits); rows are grouped up to
+    `BATCH_TOKENS` padded tokens or `BATCH_ROWS` rows per forward pass, with a
+    fresh cache per pass, on the calling (worker) thread.
+
+    Args:
+        model: An mlx-lm model.
+        items: ``(context ids, [option ids, ...])`` per question.
+
+    Returns:
+        One list per item: each option's summed log-probability.
+
+    Raises:
+        ValueError: An empty context or an option with no tokens.
+    """
+    from mlx_lm.models.cache import make_prompt_cache
+
+    seqs = []  # (item, option, context length, full ids)
+    for i, (ctx, opts) in enumerate(items):
+        if not ctx:
+            raise ValueError("choice: a prompt encodes to no tokens")
+        for j, opt in enumerate(opts):
+            if not opt:
+                raise ValueError(f"choice: option {j} of question {i} has no tokens")
+            seqs.append((i, j, len(ctx), [*ctx, *opt]))
+    out = [[0.0] * len(opts) for _, opts in items]
+    order = sorted(range(len(seqs)), key=lambda k: len(seqs[k][3]))
+    groups, cur = [], []
+    for k in order:
+        width = len(seqs[k][3])  # the longest so far: the order is by length
+        if cur and ((len(cur) + 1) * width > BATCH_TOKENS or len(cur) >= BATCH_ROWS):
+            groups.append(cur)
+            cur = []
+        cur.append(k)
+    if cur:
+        groups.append(cur)
+    for group in groups:
+        width = max(len(seqs[k][3]) for k in group)
+        rows = [seqs[k][3] + [0] * (width - len(seqs[k][3])) for k in group]
+        logits = model(mx.array(rows, dtype=mx.uint32), cache=make_prompt_cache(model))
+        count_pass()
+        logits = logits.astype(mx.float32)
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        sums = []
+        for r, k in enumerate(group):
+            _, _, n_ctx, full = seqs[k]
+            pos = mx.arange(n_ctx - 1, len(full) - 1)
+            targets = mx.array(full[n_ctx:], dtype=mx.uint32)
+            sums.append(logp[r, pos, targets].sum())
+        for k, value in zip(group, mx.stack(sums).tolist()):
+            out[seqs[k][0]][seqs[k][1]] = value
+    return out

@@ -362,11 +362,13 @@ class MLXNotebook(Magics):
 
 def load(ipython) -> None:
     """Register the magics and their settings."""
+    from ..evaluate.cell import EvaluateMagics
     from .chat import ChatMagics
 
     magics = MLXNotebook(shell=ipython, config=ipython.config)
     ipython.register_magics(magics)
     ipython.register_magics(ChatMagics(ipython, magics))
+    ipython.register_magics(EvaluateMagics(ipython, magics))
     if resend_final not in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.register("pre_run_cell", resend_final)
     if magics not in ipython.configurables:
@@ -403,6 +405,8 @@ def unload(ipython) -> None:
     mm.magics["cell"].pop("chat", None)
     mm.magics["line"].pop("chat", None)
     mm.registry.pop("ChatMagics", None)
+    mm.magics["cell"].pop("evaluate", None)
+    mm.registry.pop("EvaluateMagics", None)
     for c in [c for c in ipython.configurables if isinstance(c, MLXNotebook)]:
         ipython.configurables.remove(c)
         if c._engine is not None:

@@ -204,6 +204,10 @@ class LiveView:
         self.renderer.set_inspect(bool(change["new"]))
         self.invalidate()
 
+    def touch(self) -> None:
+        """Mark the view for a redraw at the next refresh (any thread; no widget touched)."""
+        self._dirty = True
+
     def invalidate(self) -> None:
         """Something other than an event changed what the renderer shows: redraw now."""
         self._dirty = True

@@ -1,0 +1,1 @@
+"""``%%evaluate``: models and prompt variants over a DataFrame, as a live scored matrix."""
