@@ -17,7 +17,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from ..measure.stats import t975
+from ..measure.stats import counted, t975
 
 RESAMPLES = 2000
 
@@ -82,8 +82,9 @@ class Paired:
             return f"{self.b} − {self.a}: no rows scored by both"
         span = "" if d.low is None else f" [{d.low:+.3f}, {d.high:+.3f}]"
         return (
-            f"{self.b} − {self.a} = {d.mean:+.3f}{span}, {self.b} better on {self.better} "
-            f"rows, worse on {self.worse}, same on {self.same}: {self.verdict}"
+            f"{self.b} − {self.a} = {d.mean:+.3f}{span}, {self.b} better on "
+            f"{counted(self.better, 'row')}, worse on {self.worse}, same on {self.same}: "
+            f"{self.verdict}"
         )
 
 

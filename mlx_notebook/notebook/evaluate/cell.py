@@ -142,11 +142,10 @@ class EvaluateMagics(Magics):
                 view.wait_rendered(5.0)  # the final matrix and summary are sent
 
     def _view(self, run: EvalRun) -> LiveView:
-        buttons = []
+        bar = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap", gap="4px"))
 
-        def hide() -> None:
-            for b in buttons:
-                b.layout.visibility = "hidden"
+        def hide() -> None:  # the run ended: no column left to stop
+            bar.layout.display = "none"
 
         view = LiveView(MatrixRenderer(run), self.settings.refresh_hz, on_done=hide)
         run.on_submit = view.add
@@ -159,14 +158,18 @@ class EvaluateMagics(Magics):
         run.on_change = changed
         cols = run.plan.columns
         if 1 < len(cols) <= MAX_COLUMN_BUTTONS:
+            # A row of its own above the view: the header keeps its line, and the Stop
+            # for everything keeps its place at the top right.
+            buttons = []
             for i, col in enumerate(cols):
                 b = widgets.Button(
-                    description=f"Stop {col.label}"[:28], icon="stop",
+                    description=col.label[:28], icon="stop",
                     tooltip=f"Stop the column {col.label} (the others go on)",
-                    layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto"),
+                    layout=widgets.Layout(width="auto", height="24px"),
                 )  # fmt: skip
                 b.on_click(lambda btn, i=i: (run.cancel_column(i), setattr(btn, "disabled", True)))
                 buttons.append(b)
-            view.controls.children = (*buttons, *view.controls.children)
+            bar.children = (widgets.Label("Stop one column:"), *buttons)
+            view.widget = widgets.VBox([bar, view.widget])
         view.display().attach(sealed=False)
         return view
