@@ -92,6 +92,7 @@ class Plan:
     fields: dict
     epochs: int
     source: object = None
+    judge_route: object = None  # where a `judge` scorer's grader runs
 
     @property
     def models(self) -> list[str]:
@@ -184,6 +185,8 @@ def build(data, template, models, score, epochs: int, route_for, **fields) -> Pl
     ]
     plan = Plan(rows, names, columns, cells, routes, scorer, fields, epochs)
     plan.source = data if type(data).__name__ == "DataFrame" else None
+    if scorer is not None and scorer.kind == "judge":
+        plan.judge_route = route_for(scorer.judge_model)
     _check_requests(plan)
     return plan
 
@@ -238,3 +241,11 @@ def _check_requests(plan: Plan) -> None:
             route.backend.check(plan.request(cell))
         except ValueError as exc:
             raise ValueError(f"{col.label}: {exc}") from None
+    if plan.judge_route is not None:
+        from .scorers import VERDICT
+
+        judge = plan.judge_route
+        try:
+            judge.backend.check(Request("grade", model=judge.model, schema=VERDICT))
+        except ValueError as exc:
+            raise ValueError(f"judge: {exc}") from None

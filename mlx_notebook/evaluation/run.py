@@ -59,7 +59,8 @@ class EvalRun:
         self.t_end: float | None = None
         self._ended: queue.Queue[Cell] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._futures: list = []
+        self._futures: list = []  # choice calls on the worker, while they run
+        self._judging: list = []  # (cell, judge job), while a judge grades
 
     # -- control ------------------------------------------------------------------
     def start(self) -> EvalRun:
@@ -74,8 +75,9 @@ class EvalRun:
         self.current = self.plan.columns[first.column].model
         try:
             self._run_cells([first])
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or a backend that refused: the run ends here
             self.cancel()
+            self._finish()
             raise
         if first.error is not None and first.error.startswith("scorer: "):
             self.error = first.error
@@ -97,6 +99,9 @@ class EvalRun:
         for cell in self.cells:
             if cell.column == column and cell.job is not None:
                 cell.job.cancel()
+        for cell, job in list(self._judging):
+            if cell.column == column:
+                job.cancel()
         for fut in list(self._futures):
             fut.cancel()
 
@@ -260,30 +265,30 @@ class EvalRun:
 
     def _judge(self, cells: list[Cell]) -> None:
         """Grade ``cells`` with the judge model, batched; each verdict scores its cell."""
-        from ..engine.backend import backend_for
-
-        scorer = self.plan.scorer
-        route = backend_for(scorer.judge_model)
+        scorer, route = self.plan.scorer, self.plan.judge_route
+        cells = [c for c in cells if c.column not in self.stopped]
+        if not cells:
+            return
         reqs = [
             Request(
                 judge_prompt(scorer, self.plan.rows[c.row], self._output(c, None)),
                 model=route.model,
                 schema=VERDICT,
                 temperature=0.0,
-                max_tokens=160,
+                max_tokens=400,
             )  # fmt: skip
             for c in cells
-            if c.column not in self.stopped
         ]
-        cells = [c for c in cells if c.column not in self.stopped]
-        if not cells:
-            return
         many = getattr(route.backend, "submit_many", None)
         jobs = many(reqs, "row") if many else [route.backend.submit(r) for r in reqs]
-        for cell, job in zip(cells, jobs):
+        self._judging = list(zip(cells, jobs))
+        for cell, job in self._judging:
+            if cell.column in self.stopped:
+                job.cancel()
             res = job.result(raise_on_error=False)
             if res.finish_reason != "stop":
                 cell.error = f"judge: the verdict ended ({res.finish_reason}) {res.error or ''}"
                 continue
             self._score(cell, res.value)
             self.on_change()
+        self._judging = []

@@ -41,7 +41,7 @@ def test_evaluate_streams_stops_and_summarizes(lab, artifacts, theme):
     page.screenshot(path=str(artifacts / f"evaluate-{slug}-streaming.png"))
     column = view.locator("button", has_text="slow · terse")
     step("its button is used", column.is_disabled)
-    view.locator("button[title^=\"Stop generating\"]").click()  # everything
+    view.locator('button[title^="Stop generating"]').click()  # everything
     step("stopped", lambda: "stopped" in view.locator(".state").first.inner_text(), 60)
     text = view.inner_text()
     assert "score 1" in text or "score 0" in text  # the tiny model's cells kept their scores

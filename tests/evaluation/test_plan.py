@@ -57,3 +57,8 @@ def test_a_judge_and_a_list_of_items(engine, route_on, tiny_dir):
     plan = build(["one", "two"], "Say {item}", [tiny_dir], judge(tiny_dir), 1, route_on)
     assert [c.prompt for c in plan.cells] == ["Say one", "Say two"]
     assert plan.scorer.kind == "judge" and plan.columns[0].label == "tiny0"
+
+
+def test_an_unknown_judge_model_is_one_line(engine, route_on, tiny_dir):
+    with pytest.raises(ValueError, match="^judge: .*no/such-judge"):
+        build(ROWS, "{q}", [tiny_dir], judge("no/such-judge"), 1, route_on)

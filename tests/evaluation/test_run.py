@@ -142,3 +142,19 @@ def test_one_column_stops_and_the_others_go_on(engine, route_on, tiny_dir, endle
     res = run.wait(60)
     assert {c.finish_reason for c in res.cells if c.column == 0} == {"length"}
     assert {c.finish_reason for c in res.cells if c.column == 1} <= {"cancelled", "skipped"}
+
+
+def test_a_judge_grades_each_output_under_its_schema(engine, route_on, tiny_dir, draft_dir):
+    from mlx_notebook.evaluation import judge
+
+    submitted = []
+    plan = build(ROWS[:3], "{q}", [tiny_dir], judge(draft_dir, reference="answer"), 1, route_on,
+                 max_tokens=4)  # fmt: skip
+    res = EvalRun(plan, on_submit=submitted.append).start().wait()
+    assert len(submitted) == 3  # the view follows the generations, not the grader's jobs
+    for cell in res.cells:  # a verdict in the schema, or the reason it has none
+        if cell.error is None:
+            assert cell.score in (1.0, 2.0, 3.0, 4.0, 5.0) and isinstance(cell.extra["reason"], str)
+        else:
+            assert cell.error.startswith("judge: the verdict ended (length)")
+    assert any(c.error is None for c in res.cells)

@@ -142,7 +142,7 @@ class EvaluateMagics(Magics):
                 view.wait_rendered(5.0)  # the final matrix and summary are sent
 
     def _view(self, run: EvalRun) -> LiveView:
-        bar = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap", gap="4px"))
+        bar = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
 
         def hide() -> None:  # the run ended: no column left to stop
             bar.layout.display = "none"
