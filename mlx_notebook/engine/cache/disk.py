@@ -107,7 +107,7 @@ class DiskPrompts:
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = self.folder / f".{name}.{os.getpid()}.safetensors"
-            save_prompt_cache(str(tmp), seq.cache, {"tokens": json.dumps(tokens)})
+            save_prompt_cache(str(tmp), roomy(seq.cache), {"tokens": json.dumps(tokens)})
             os.chmod(tmp, 0o600)
             os.replace(tmp, self.folder / name)
         except Exception as exc:  # noqa: BLE001 - a full disk, a read-only folder
@@ -139,3 +139,28 @@ class DiskPrompts:
             os.replace(tmp, self.folder / "index.json")
         except OSError as exc:
             log.warning("mlx_notebook: the prompt states' index was not written (%s)", exc)
+
+
+def roomy(cache: list) -> list:
+    """``cache`` with room after its tokens in every plain KV layer, for saving.
+
+    mlx-lm's `KVCache` saves its whole buffer and its offset. A buffer that ends at its
+    last token (a prefill sized exactly) would, once loaded, grow at the first new token:
+    a copy of the whole state in a fresh process, on the first turn's critical path. A
+    step of room is saved instead (zeros), so the loaded state takes new tokens in place.
+    """
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    out = []
+    for c in cache:
+        if type(c) is not KVCache or c.keys is None or c.keys.shape[2] - c.offset >= c.step:
+            out.append(c)
+            continue
+        padded = KVCache()
+        k, v = c.keys[..., : c.offset, :], c.values[..., : c.offset, :]
+        room = [(0, 0), (0, 0), (0, c.step), (0, 0)]
+        padded.keys, padded.values = mx.pad(k, room), mx.pad(v, room)
+        padded.offset = c.offset
+        out.append(padded)
+    return out

@@ -37,6 +37,12 @@ def test_a_long_system_prompts_state_survives_a_restart(tmp_path, tiny_dir, tiny
     assert first["cached"] == 0 and not first["replayed"]
     saved = list((tmp_path / ".mlx_notebook" / "prompts").rglob("*.safetensors"))
     assert len(saved) == 1
+    # Saved with a step of room after its tokens: the loaded state takes the next
+    # question in place instead of growing (a copy of it all) on the first turn.
+    from mlx_lm.models.cache import KVCache, load_prompt_cache
+
+    (layer, *_) = load_prompt_cache(str(saved[0]))
+    assert type(layer) is KVCache and layer.keys.shape[2] - layer.offset >= layer.step
     again = turn(path, tiny_dir, system, "And the bridge?")  # after a "restart"
     assert not again["replayed"]  # another question: generated, not replayed
     assert again["cached"] >= n  # only the new question was prefilled
@@ -73,3 +79,22 @@ def test_saved_states_are_the_owners_only(tmp_path, tiny_dir, tiny_tokenizer):
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     for f in folder.iterdir():
         assert stat.S_IMODE(f.stat().st_mode) == 0o600, f.name
+
+
+def test_roomy_pads_only_kv_layers_that_end_at_their_last_token():
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache, RotatingKVCache
+
+    from mlx_notebook.engine.cache.disk import roomy
+
+    tight, spare, window = KVCache(), KVCache(), RotatingKVCache(max_size=8)
+    tight.update_and_fetch(mx.ones((1, 2, 256, 4)), mx.ones((1, 2, 256, 4)))  # full buffer
+    spare.keys = spare.values = mx.zeros((1, 2, 300, 4))
+    spare.offset = 10  # 290 spare: room enough
+    out = roomy([tight, spare, window])
+    assert out[1] is spare and out[2] is window and out[0] is not tight
+    assert out[0].keys.shape == (1, 2, 512, 4) and out[0].offset == 256
+    assert mx.array_equal(out[0].keys[..., :256, :], tight.keys).item()
+    before = out[0].keys.shape
+    out[0].update_and_fetch(mx.ones((1, 2, 10, 4)), mx.ones((1, 2, 10, 4)))
+    assert out[0].keys.shape == before and out[0].offset == 266  # in place, no growth
