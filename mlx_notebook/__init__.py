@@ -38,6 +38,7 @@ __all__ = [
     "map",
     "provenance",
     "score",
+    "stream",
     "sweep",
     "unload_ipython_extension",
 ]
@@ -79,6 +80,31 @@ def generate(prompt, **fields) -> Result:
 
     route = backend_for(fields.pop("model", "default"))
     return route.backend.submit(Request(prompt, model=route.model, **fields)).result()
+
+
+def stream(prompt, **fields):
+    """Start a generation and return its live handle at once (what ``%%generate -o`` binds).
+
+    Shown in a notebook (a cell's last line, or ``display(h)``), the handle is the live
+    view with Stop; anywhere else it works as the blocking API: ``h.text`` waits for
+    the end, ``h.partial_text`` does not, ``h.cancel()`` stops it, ``h.job.events()``
+    iterates its tokens as they come.
+
+    Args:
+        prompt: A string or chat messages.
+        **fields: Any `Request` field (``model``, ``max_tokens``, ``stop``, ...).
+
+    Raises:
+        ValueError: The request was refused (nothing was queued).
+    """
+    from .engine.backend import backend_for
+    from .notebook.magics.handle import GenerationHandle, remember
+
+    route = backend_for(fields.pop("model", "default"))
+    job = route.backend.submit(Request(prompt, model=route.model, **fields))
+    handle = GenerationHandle(job, route.label, route.backend)
+    remember(handle)
+    return handle
 
 
 def score(text, prompt=None, *, model: str = "default", **kw):

@@ -455,3 +455,23 @@ def first_values(k, cid):
         for m in msgs
         if m["content"]["comm_id"] == cid
     ]
+
+
+def test_stream_from_python_shows_the_live_view_and_stops(kernel):
+    k = kernel
+    before = set(k.state)
+    code = (
+        "import mlx_notebook\n"
+        "h = mlx_notebook.stream('Hello', model='endless', max_tokens=100000, chat=False)\nh"
+    )
+    msg_id = k.execute(code, wait=False)
+    assert k.reply(msg_id, 30)["status"] == "ok"  # the cell returned at once
+    (html,), (button,) = view_of(k, before)
+    k.wait_for("streamed text", lambda: "and on and on" in (k.value(html, "value") or ""))
+    k.click(button)
+    k.wait_for("stopped state", lambda: "stopped" in (k.value(html, "value") or ""))
+    doc = k.wait_for("final document", lambda: k.final_output(msg_id))
+    assert "application/vnd.jupyter.widget-view+json" not in doc
+    assert "stopped" in doc["text/html"] and "and on and on" in doc["text/plain"]
+    _, out = k.output("print(h.finish_reason, len(h.text) > 10, h.done)", 10)
+    assert "cancelled True True" in out

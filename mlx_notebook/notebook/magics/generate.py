@@ -14,7 +14,7 @@ from ..views.document import resend_final
 from ..views.render import FORMATS, ViewState
 from ..views.view import generation_view
 from . import manners
-from .handle import GenerationHandle, remember
+from .handle import GenerationHandle, remember, view_format
 from .options import (
     EXAMPLES,
     HELP,
@@ -162,8 +162,7 @@ class MLXNotebook(Magics):
         """
         schema = schema_option(args, self.shell.user_ns if self.shell is not None else {})
         if args.format is None:  # JSON reads as code; a choice or pattern as plain text
-            kind = schema.kind if schema is not None else None
-            args.format = {"json": "json", None: "markdown"}.get(kind, "text")
+            args.format = view_format(schema)
         if args.format not in FORMATS:
             raise UsageError(f"--format must be one of {', '.join(FORMATS)} (got {args.format!r})")
         if getattr(args, "inspect", False):

@@ -182,12 +182,42 @@ class GenerationHandle:
         """The terminal event, or None."""
         return self.job.finished
 
+    # -- display: the live view where the handle is shown ------------------------
+    def _state(self):
+        from ..views.render import ViewState
+
+        r = self.job.request
+        fmt = view_format(r.constraint)
+        return ViewState(model=self.model, mode=r.mode, k=r.num_draft_tokens, fmt=fmt)
+
+    def _ipython_display_(self) -> None:
+        """In a notebook: the live view (Stop, streaming), a document once it ended."""
+        from ..views.view import generation_view
+
+        generation_view(self._state()).display().attach(self.job)
+
+    def _repr_html_(self) -> str:
+        """The view as it stands, as static HTML (front ends without live widgets)."""
+        state = self._state()
+        for ev in self.job.events_so_far():
+            state.apply(ev)
+        return state.html()
+
     def __repr__(self) -> str:
         fin = self.job.finished
         state = fin.finish_reason if fin else "running" if self.job.position is None else "queued"
         text = self.partial_text
         short = text if len(text) <= 60 else text[:57] + "..."
         return f"<Generation {self.model!r} {state}, {len(text)} chars: {short!r}>"
+
+
+def view_format(schema) -> str:
+    """How a view shows a text made under ``schema`` (what ``%%generate`` picks without ``-f``).
+
+    JSON for a JSON schema, plain text for a choice or a pattern, else markdown.
+    """
+    kind = getattr(schema, "kind", None)
+    return {"json": "json", None: "markdown"}.get(kind, "text")
 
 
 def remember(handle: GenerationHandle) -> None:
