@@ -230,3 +230,28 @@ def test_refresh_replaces_an_unseeded_sample_in_all_mode(tmp_path, tiny_dir):
         assert eng.submit(sampled).result().text == new.text  # the refreshed one now
     finally:
         eng.close()
+
+
+def test_a_read_only_folder_warns_once_and_generates(tmp_path, tiny_dir, read_only):
+    import warnings
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    read_only(folder)
+    try:
+        (folder / "probe").write_text("x")  # the folder must really refuse
+        writable = True
+    except OSError:
+        writable = False
+    eng = Engine(results=Replays("deterministic", folder / "cache.sqlite"))
+    try:
+        assert not writable
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            a = eng.submit(req(tiny_dir)).result()
+            b = eng.submit(req(tiny_dir)).result()
+        assert a.text == b.text and a.finish_reason in ("stop", "length")
+        assert b.stats.replayed is None  # nothing could be stored: generated again
+        assert len([w for w in caught if "result cache" in str(w.message)]) == 1
+    finally:
+        eng.close()
