@@ -1,8 +1,8 @@
 """The package's shape: who may import whom, counting imports inside functions too.
 
 - The engine, models and the CPU fast path never import a notebook library.
-- The layers above the engine (notebook, measure, chat, mapping) reach it only through
-  its seam, and never import ``models``, ``cpu``, MLX or mlx-lm.
+- The layers above the engine (notebook, measure, chat, mapping, evaluation) reach it
+  only through its seam, and never import ``models``, ``cpu``, MLX or mlx-lm.
 - ``cpu/`` is imported only from its few entry points.
 - Module-level imports form no cycle.
 """
@@ -23,7 +23,7 @@ SEAM = {
     "mlx_notebook.engine.defaults",
     "mlx_notebook.engine.branch",
 }
-CLIENTS = ("notebook", "measure", "chat", "mapping")
+CLIENTS = ("notebook", "measure", "chat", "mapping", "evaluation")
 # Outside cpu/, the modules that may import it: each only on the CPU (or, for the
 # package's __init__, to load OpenBLAS before MLX on Linux).
 CPU_ENTRIES = {
