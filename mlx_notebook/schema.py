@@ -186,6 +186,52 @@ class InvalidValue(ValueError):
     """A finished text that does not follow its schema (a server that ignored it)."""
 
 
+@dataclass(frozen=True)
+class ValueCheck:
+    """A finished structured text, checked: never raised, always said.
+
+    Attributes:
+        value: The parsed value (meaningful when `parsed`).
+        parsed: Whether there is a value (a JSON ``null`` is one).
+        valid: Whether it is complete and follows the schema.
+        problem: When not valid, why, in one line.
+    """
+
+    value: Any
+    parsed: bool
+    valid: bool
+    problem: str | None = None
+
+
+def check_value(schema: Schema | None, text: str, finish_reason: str) -> ValueCheck:
+    """Parse and validate a finished text; problems become ``valid=False``, never raise.
+
+    A schema document the validator rejects (e.g. draft-04 ``"required": true`` in a
+    property) cannot judge the value: the value (its grammar was enforced) is kept,
+    ``valid`` is False and ``problem`` says why.
+
+    Raises:
+        ValueError: The request had no schema.
+    """
+    if schema is None:
+        raise ValueError("value: this generation had no schema (pass schema=...)")
+    if finish_reason != "stop":
+        why = f"it ended ({finish_reason}) before its {schema.kind} value was complete"
+        return ValueCheck(None, False, False, why)
+    judged = True
+    problem = None
+    if schema.kind == "json":  # a server may have ignored the schema
+        problem, judged = _validate(schema, text)
+        if problem and judged:
+            return ValueCheck(None, False, False, problem)
+    try:
+        value = schema.parse(text)
+    except Exception as exc:  # noqa: BLE001 - pydantic's and json's errors, as one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ValueCheck(None, False, False, first)
+    return ValueCheck(value, True, problem is None, problem)
+
+
 def value_of(schema: Schema | None, text: str, finish_reason: str):
     """The value of a finished structured generation.
 
@@ -193,19 +239,18 @@ def value_of(schema: Schema | None, text: str, finish_reason: str):
         ValueError: The request had no schema.
         IncompleteValue: It ended (stopped, at max_tokens, in error) before the
             value was complete; ``.text`` keeps the partial text.
+        InvalidValue: The text does not follow the schema (a server ignored it, or a
+            keyword validated only at the end); `check_value` says it without raising.
     """
-    if schema is None:
-        raise ValueError("value: this generation had no schema (pass schema=...)")
+    checked = check_value(schema, text, finish_reason)
     if finish_reason != "stop":
         raise IncompleteValue(
             f"value: the generation ended ({finish_reason}) before its {schema.kind} value "
             "was complete; .text keeps the partial text"
         )
-    if schema.kind == "json":  # a server may have ignored the schema
-        problem = reply_problem(schema, text)
-        if problem:
-            raise InvalidValue(f"value: the text does not follow the schema: {problem}")
-    return schema.parse(text)
+    if not checked.parsed:
+        raise InvalidValue(f"value: the text does not follow the schema: {checked.problem}")
+    return checked.value
 
 
 def response_format(schema: Schema) -> dict:
@@ -217,23 +262,37 @@ def response_format(schema: Schema) -> dict:
 
 
 def reply_problem(schema: Schema, text: str) -> str | None:
-    """Why a server's finished reply does not follow ``schema``, or None if it does.
+    """Why a finished reply does not follow ``schema``, or None if it does (never raises).
 
     Checked with ``jsonschema`` when it is installed, else as JSON that parses.
+    """
+    return _validate(schema, text)[0]
+
+
+def _validate(schema: Schema, text: str) -> tuple[str | None, bool]:
+    """``(problem or None, whether the value itself was judged)``.
+
+    A schema document the validator cannot use is a problem of the schema, not of the
+    value: the value was not judged.
     """
     try:
         value = json.loads(text)
     except ValueError as exc:
-        return f"not JSON ({exc})"
+        return f"not JSON ({exc})", True
     try:
         import jsonschema
     except ImportError:
-        return None
+        return None, True
     try:
         jsonschema.validate(value, schema.json_schema)
     except jsonschema.ValidationError as exc:
-        return exc.message
-    return None
+        return exc.message, True
+    except jsonschema.SchemaError as exc:
+        why = f"the schema is not valid JSON Schema, so the value was not checked ({exc.message})"
+        return why, False
+    except Exception as exc:  # noqa: BLE001 - a validator failure is said, never raised
+        return f"the value could not be validated ({type(exc).__name__}: {exc})", False
+    return None, True
 
 
 def _usable_typeddict(spec):
@@ -263,74 +322,3 @@ def _check(grammar: str, name: str) -> None:
         lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
         detail = next((ln for ln in lines if ln.startswith("error:")), lines[0])
         raise SchemaError(f"{name}: {detail.removeprefix('error: ')}")
-
-
-def _resolve(prop: dict, root: dict) -> dict:
-    ref = prop.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return (root.get("$defs") or {}).get(ref.split("/")[-1], prop)
-    return prop
-
-
-def _dtype(prop: dict, root: dict):
-    """The pandas dtype for one JSON Schema property (None: plain objects)."""
-    prop = _resolve(prop, root)
-    if isinstance(prop.get("enum"), list) and all(isinstance(v, str) for v in prop["enum"]):
-        from .frames import pandas
-
-        return pandas().CategoricalDtype(prop["enum"])
-    return {"integer": "Int64", "number": "Float64", "boolean": "boolean", "string": "string"}.get(
-        prop.get("type")
-    )
-
-
-def typed_columns(schema: Schema, values: list, valid: list[bool], sep: str | None = None):
-    """Columns for a table of structured results: ``{name: pandas Series}``.
-
-    An object schema gives one column per field, typed as declared (integers are
-    ``Int64``, enums are categoricals, strings ``string``; nested objects stay
-    dicts, or are flattened into ``a.b`` columns with ``sep``); anything else
-    gives one ``value`` column (a choice is a categorical). Rows that are not
-    valid hold missing values.
-    """
-    from .frames import pandas
-
-    pd = pandas()
-
-    dumped = [_plain(v) if ok else None for v, ok in zip(values, valid)]
-    if schema.kind == "choice":
-        return {"value": pd.Series(dumped, dtype=pd.CategoricalDtype(list(schema.choices)))}
-    root = schema.json_schema or {}
-    fields = schema.fields() if schema.kind == "json" else []
-    if not fields:
-        dtype = _dtype(root, root) if schema.kind == "json" else "string"
-        return {"value": pd.Series(dumped, dtype=dtype or object)}
-    cols = {}
-    for name in fields:
-        prop = root["properties"][name]
-        cells = [d.get(name) if isinstance(d, dict) else None for d in dumped]
-        sub = _resolve(prop, root)
-        if (
-            sep is not None
-            and sub.get("type") == "object"
-            and isinstance(sub.get("properties"), dict)
-        ):
-            inner = Schema("json", "", json_schema={**sub, "$defs": root.get("$defs", {})})
-            ok = [isinstance(c, dict) for c in cells]
-            for k, s in typed_columns(inner, cells, ok, sep).items():
-                cols[f"{name}{sep}{k}"] = s
-            continue
-        cols[name] = pd.Series(cells, dtype=_dtype(prop, root) or object)
-    return cols
-
-
-def _plain(v):
-    """A pydantic instance or dataclass as a dict (values of other forms as they are)."""
-    import dataclasses
-
-    dump = getattr(v, "model_dump", None)
-    if callable(dump):
-        return dump()
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return dataclasses.asdict(v)
-    return v

@@ -69,6 +69,23 @@ class Result:
 
         return value_of(self.schema, self.text, self.finish_reason)
 
+    @property
+    def valid(self) -> bool:
+        """Whether the structured value is complete and follows its schema.
+
+        A bad schema document makes it False, never an exception (`schema.check_value`).
+        """
+        from ..schema import check_value
+
+        return check_value(self.schema, self.text, self.finish_reason).valid
+
+    @property
+    def problem(self) -> str | None:
+        """Why the value is not `valid`, in one line (None when it is)."""
+        from ..schema import check_value
+
+        return check_value(self.schema, self.text, self.finish_reason).problem
+
 
 class Job:
     """Handle for one request on a backend.

@@ -131,26 +131,25 @@ class MapResult:
 
     @property
     def valid(self) -> list[bool]:
-        """Per row: whether it finished its structured value (``stop``) and it parses."""
-        return [ok for ok, _ in self._parsed()]
+        """Per row: whether its structured value is complete and follows the schema."""
+        return [c.valid for c in self._checked()]
+
+    @property
+    def problems(self) -> list[str | None]:
+        """Per row: why it is not `valid`, in one line (None where it is)."""
+        return [c.problem for c in self._checked()]
 
     @property
     def values(self) -> list:
-        """Per row: the parsed value (see `schema.value_of`), None where not `valid`."""
-        return [v for _, v in self._parsed()]
+        """Per row: the parsed value (see `schema.check_value`), None where there is none."""
+        return [c.value if c.parsed else None for c in self._checked()]
 
-    def _parsed(self) -> list[tuple[bool, Any]]:
-        from ..schema import value_of
+    def _checked(self) -> list:
+        from ..schema import check_value
 
         if self.schema is None:
             raise ValueError("values: these rows had no schema (pass schema=...)")
-        out = []
-        for r in self._settle().rows:
-            try:
-                out.append((True, value_of(self.schema, r.text, r.finish_reason)))
-            except ValueError:
-                out.append((False, None))
-        return out
+        return [check_value(self.schema, r.text, r.finish_reason) for r in self._settle().rows]
 
     @property
     def completed(self) -> int:
@@ -205,8 +204,8 @@ class MapResult:
         results beside them (a result column whose name is taken gets ``gen_`` in
         front), so ``df.join`` and ``assign`` line up; otherwise the prompt is a column.
         With a schema, the parsed values come first, as typed columns (one per field
-        of an object schema, see `schema.typed_columns`; nested objects flattened
-        into ``a.b`` columns with ``sep="."``), then a ``valid`` column.
+        of an object schema, see `frames.typed_columns`; nested objects flattened
+        into ``a.b`` columns with ``sep="."``), then ``valid`` and ``problem`` columns.
         """
         rows = self._settle().rows
         results = {
@@ -219,12 +218,13 @@ class MapResult:
             "batch_rows": [r.stats.batch_rows for r in rows],
         }
         if self.schema is not None:
-            from ..schema import typed_columns
+            from ..frames import typed_columns
 
-            parsed = self._parsed()
-            valid = [ok for ok, _ in parsed]
-            typed = typed_columns(self.schema, [v for _, v in parsed], valid, sep)
-            results = {**typed, "valid": valid, **results}
+            checked = self._checked()
+            parsed = [c.parsed for c in checked]
+            typed = typed_columns(self.schema, [c.value for c in checked], parsed, sep)
+            valid, problems = [c.valid for c in checked], [c.problem for c in checked]
+            results = {**typed, "valid": valid, "problem": problems, **results}
         src = self.source
         if src is None or type(src).__name__ != "DataFrame":
             out = to_frame([{"prompt": r.prompt} for r in rows])

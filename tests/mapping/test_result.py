@@ -71,7 +71,8 @@ def test_values_parse_per_row_and_go_to_typed_columns():
     res = MapResult(rows(), schema=Schema.of(int))
     assert res.valid == [True, False, False, False] and res.values == [4, None, None, None]
     df = res.to_frame()
-    assert list(df.columns[:4]) == ["prompt", "value", "valid", "text"]
+    assert list(df.columns[:5]) == ["prompt", "value", "valid", "problem", "text"]
+    assert res.problems[0] is None and "ended (error)" in df["problem"].tolist()[2]
     assert str(df["value"].dtype) == "Int64" and df["value"].tolist()[0] == 4
     assert df["valid"].tolist() == [True, False, False, False]
     assert df["batch_rows"].tolist() == [2, 2, 0, 0] and df["prompt"].tolist() == list("abcd")

@@ -94,6 +94,16 @@ class GenerationHandle:
         return value_of(self.job.request.constraint, fin.text, fin.finish_reason)
 
     @property
+    def valid(self) -> bool:
+        """Whether the structured value is complete and follows its schema: waits."""
+        return self.job.result(raise_on_error=False).valid
+
+    @property
+    def problem(self) -> str | None:
+        """Why the value is not `valid`, in one line (None when it is): waits."""
+        return self.job.result(raise_on_error=False).problem
+
+    @property
     def tokens(self):
         """Per-token records (``--logprobs K`` or ``--inspect``), a `TokenTable`: waits."""
         return self.job.result(raise_on_error=False).tokens

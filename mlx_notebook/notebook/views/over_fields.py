@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ...schema import Schema, value_of
+from ...schema import Schema, check_value
 from .markup import escape
 
 LIVE_ROWS = 200  # rows drawn while running; the finished document has them all
@@ -82,15 +82,14 @@ def row_values(schema: Schema, state) -> tuple[dict, str, str]:
     if f is None:
         status = "running" if state.tokens else "queued"
         return (partial_fields(state.text) if names else {}), status, "neutral"
-    try:
-        value_of(schema, f.text, f.finish_reason)
-    except ValueError as exc:
+    checked = check_value(schema, f.text, f.finish_reason)
+    if not checked.valid:
         if f.finish_reason == "error":
             why = f"error: {f.error}"
         elif f.finish_reason != "stop":
             why = f"{f.finish_reason}: incomplete"
-        else:  # a server that ignored the schema
-            why = "invalid: " + str(exc).rsplit(": ", 1)[-1]
+        else:  # a server that ignored the schema, or a keyword checked only at the end
+            why = f"invalid: {checked.problem}"
         shown = partial_fields(f.text) if names else {}
         return shown, why[:160], "bad"
     if names:
