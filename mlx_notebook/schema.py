@@ -17,6 +17,7 @@ is checked, and a `parse` that turns the finished text into the value.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,9 @@ class Schema:
             sequences, and tokens the grammar allows only one way forced (fed in
             one pass when decoding alone). False masks every step with the
             grammar's full set (what `benchmarks/bench_structured.py` compares).
+        notes: What of a JSON Schema is not enforced while generating, one line each
+            (an unknown ``format``, ``oneOf`` generated as ``anyOf``, keys accepted
+            with ``strict=False``); the finished value is validated against it all.
     """
 
     kind: str
@@ -49,15 +53,23 @@ class Schema:
     choices: tuple[str, ...] = ()
     source: Any = field(default=None, compare=False, repr=False)
     fast: bool = True
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def of(cls, spec) -> Schema:
-        """Normalize any accepted form (a `Schema` is returned as it is)."""
+    def of(cls, spec, strict: bool = True) -> Schema:
+        """Normalize any accepted form (a `Schema` is returned as it is).
+
+        Args:
+            spec: Any accepted form.
+            strict: Refuse JSON Schema keys that cannot be enforced while generating
+                (``uniqueItems``, ``dependencies``, ``not``...). False accepts them:
+                the finished value is validated against them (``valid``, ``problem``).
+        """
         if isinstance(spec, Schema):
             return spec
         if isinstance(spec, dict):
-            return cls._json(spec, spec)
+            return cls._json(spec, spec, strict)
         if isinstance(spec, (list, tuple)):
             return cls.choice(spec)
         if isinstance(spec, str):
@@ -67,12 +79,12 @@ class Schema:
             )
         model_schema = getattr(spec, "model_json_schema", None)
         if isinstance(spec, type) and callable(model_schema):  # a pydantic model class
-            return cls._json(model_schema(), spec)
+            return cls._json(model_schema(), spec, strict)
         spec = _usable_typeddict(spec)
         try:
             from pydantic import TypeAdapter
 
-            return cls._json(TypeAdapter(spec).json_schema(), spec)
+            return cls._json(TypeAdapter(spec).json_schema(), spec, strict)
         except SchemaError:
             raise
         except Exception as exc:  # noqa: BLE001 - pydantic's errors are long
@@ -80,18 +92,26 @@ class Schema:
             raise SchemaError(f"schema: cannot make a JSON Schema of {spec!r}: {first}") from None
 
     @classmethod
-    def _json(cls, schema: dict, source) -> Schema:
+    def _json(cls, schema: dict, source, strict: bool = True) -> Schema:
         from llguidance import LLMatcher
 
         try:
-            text = json.dumps(schema)
+            json.dumps(schema)
         except (TypeError, ValueError) as exc:
             raise SchemaError(f"schema: not JSON-serializable: {exc}") from None
-        # One line, as json.dumps writes it: free whitespace lets a model spend its
-        # whole budget on newlines. A schema's own "x-guidance" options still win.
-        grammar = LLMatcher.grammar_from_json_schema(text, defaults=JSON_LAYOUT)
-        _check(grammar, "schema")
-        return cls("json", grammar, json_schema=schema, source=source)
+        compiled, notes = schema, []
+        for _ in range(64):  # each round lifts one thing llguidance refused, or ends
+            # One line, as json.dumps writes it: free whitespace lets a model spend its
+            # whole budget on newlines. A schema's own "x-guidance" options still win.
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(compiled), defaults=JSON_LAYOUT)
+            msg = LLMatcher.validate_grammar(grammar)
+            if not msg or msg.startswith("WARNING"):
+                break
+            compiled, note = _lift(compiled, msg, strict)
+            if note is None:
+                _check(grammar, "schema")  # refused: one line
+            notes.append(note)
+        return cls("json", grammar, json_schema=schema, source=source, notes=tuple(notes))
 
     @classmethod
     def choice(cls, options) -> Schema:
@@ -284,7 +304,7 @@ def _validate(schema: Schema, text: str) -> tuple[str | None, bool]:
     except ImportError:
         return None, True
     try:
-        jsonschema.validate(value, schema.json_schema)
+        jsonschema.validate(value, schema.json_schema, cls=_validator(schema.json_schema))
     except jsonschema.ValidationError as exc:
         return exc.message, True
     except jsonschema.SchemaError as exc:
@@ -293,6 +313,19 @@ def _validate(schema: Schema, text: str) -> tuple[str | None, bool]:
     except Exception as exc:  # noqa: BLE001 - a validator failure is said, never raised
         return f"the value could not be validated ({type(exc).__name__}: {exc})", False
     return None, True
+
+
+def _validator(doc: dict):
+    """The validator class for ``doc``: its ``$schema``'s draft, else the latest.
+
+    Without ``$schema``, a schema written in ``dependencies`` gets draft 7: the latest
+    drafts split that key in two and would ignore it.
+    """
+    import jsonschema
+
+    if "$schema" not in doc and '"dependencies"' in json.dumps(doc):
+        return jsonschema.Draft7Validator
+    return jsonschema.validators.validator_for(doc, default=jsonschema.Draft202012Validator)
 
 
 def _usable_typeddict(spec):
@@ -311,6 +344,51 @@ def _usable_typeddict(spec):
     return typing_extensions.TypedDict(
         spec.__name__, dict(spec.__annotations__), total=spec.__total__
     )
+
+
+def _lift(schema: dict, msg: str, strict: bool) -> tuple[dict, str | None]:
+    """What to compile instead of ``schema`` that llguidance refused with ``msg``.
+
+    Returns ``(schema to compile, note)``; a None note when nothing can be lifted.
+
+    Raises:
+        SchemaError: Keys that cannot be enforced, with ``strict``.
+    """
+    fmt = re.search(r"Unknown format: (\S+)", msg)
+    if fmt:  # JSON Schema makes `format` an annotation unless a validator knows it
+        return _without_format(schema, fmt.group(1)), (
+            f"format {fmt.group(1)!r} is an annotation here: not enforced, not checked"
+        )
+    options = dict(schema.get("x-guidance") or {})
+    if "coerce_one_of" in msg and not options.get("coerce_one_of"):
+        options["coerce_one_of"] = True
+        note = "oneOf is generated as anyOf; the finished value is validated against oneOf"
+        return {**schema, "x-guidance": options}, note
+    keys = re.search(r"Unimplemented keys: \[(.*?)\]", msg)
+    if keys and not options.get("lenient"):
+        names = keys.group(1).replace('"', "")
+        if strict:
+            raise SchemaError(
+                f"schema: {names} cannot be enforced while generating; pass strict=False "
+                "(--no-strict) to accept it, with the finished value validated against it"
+            )
+        options["lenient"] = True
+        note = f"{names} not enforced while generating; the finished value is validated"
+        return {**schema, "x-guidance": options}, note
+    return schema, None
+
+
+def _without_format(node, name: str):
+    """``node`` with every ``"format": name`` removed (a copy; the rest untouched)."""
+    if isinstance(node, dict):
+        return {
+            k: _without_format(v, name)
+            for k, v in node.items()
+            if not (k == "format" and v == name)
+        }
+    if isinstance(node, list):
+        return [_without_format(v, name) for v in node]
+    return node
 
 
 def _check(grammar: str, name: str) -> None:

@@ -142,3 +142,51 @@ def test_a_value_that_breaks_its_schema_is_said_in_one_line():
         check_value(s, '{"n": ', "length").problem
         == "it ended (length) before its json value was complete"
     )
+
+
+def test_an_unknown_format_is_an_annotation():
+    from mlx_notebook.schema import check_value
+
+    s = Schema.of({"type": "object", "properties": {"t": {"type": "string", "format": "topic"}}})
+    assert s.notes == ("format 'topic' is an annotation here: not enforced, not checked",)
+    assert s.json_schema["properties"]["t"]["format"] == "topic"  # validated as written
+    assert check_value(s, '{"t": "rivers"}', "stop").valid
+
+
+def test_one_of_is_generated_as_any_of_and_validated_as_one_of():
+    from mlx_notebook.schema import check_value
+
+    both = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    s = Schema.of({"oneOf": [both, {"type": "object", "properties": {"b": {"type": "string"}}}]})
+    assert s.notes and "oneOf is generated as anyOf" in s.notes[0]
+    ok = check_value(s, '{"a": 1, "b": 2}', "stop")  # only the first branch fits
+    assert ok.valid
+    twice = check_value(s, '{"a": 1}', "stop")  # fits both branches: not oneOf
+    assert not twice.valid and "valid under each of" in twice.problem
+
+
+@pytest.mark.parametrize(
+    ("spec", "good", "bad", "why"),
+    [
+        (
+            {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+            "[1, 2]", "[1, 1]", "non-unique",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+             "dependencies": {"a": ["b"]}},
+            '{"a": 1, "b": 2}', '{"a": 1}', "'b' is a dependency of 'a'",
+        ),
+        ({"type": "integer", "not": {"const": 3}}, "4", "3", "should not be valid"),
+    ],
+)  # fmt: skip
+def test_keys_a_grammar_cannot_enforce_are_refused_or_validated_at_the_end(spec, good, bad, why):
+    from mlx_notebook.schema import check_value
+
+    with pytest.raises(SchemaError, match="cannot be enforced while generating; pass strict"):
+        Schema.of(spec)
+    s = Schema.of(spec, strict=False)
+    assert s.notes and "not enforced while generating" in s.notes[0]
+    assert check_value(s, good, "stop").valid
+    checked = check_value(s, bad, "stop")
+    assert not checked.valid and why in checked.problem

@@ -205,6 +205,8 @@ class MLXNotebook(Magics):
             args.lookup = True  # compare against prompt lookup unless a draft is given
         fields = self.request_fields(args)
         prompt, self._notices = self.fill_body(cell)
+        if fields["schema"] is not None:  # what of the schema is checked only at the end
+            self._notices += list(fields["schema"].notes)
         request = Request(prompt=prompt, system=args.system, chat=not args.raw, **fields)
         try:
             request.validate()

@@ -101,6 +101,13 @@ _OPTIONS = [
     argument("--regex", default=None, help="the output matches this regular expression"),
     argument("--logprobs", type=int, default=None, help="record K alternatives per token"),
     argument("--inspect", action="store_true", help="tint each token by its probability"),
+    argument(
+        "--no-strict",
+        dest="strict",
+        action="store_false",
+        default=True,
+        help="accept schema keys that cannot be enforced (the value is validated at the end)",
+    ),  # fmt: skip
     argument("--think", action="store_true", default=None, help="reasoning models: think first"),
     argument("--no-think", dest="think", action="store_false", help="reasoning models: answer"),
     argument(
@@ -170,7 +177,7 @@ def schema_option(args, user_ns: dict):
             return Schema.regex(args.regex)
         if args.schema not in user_ns:
             raise UsageError(f"--schema: no variable named {args.schema!r}")
-        return Schema.of(user_ns[args.schema])
+        return Schema.of(user_ns[args.schema], strict=getattr(args, "strict", True))
     except SchemaError as exc:
         raise UsageError(in_flags(str(exc))) from None
 
@@ -199,6 +206,8 @@ HELP = """mlx_notebook magics
   --schema NAME             structured output: NAME holds a JSON Schema dict, a pydantic
                             class, a type (int, list[str], Literal[...], a TypedDict...);
                             enforced token by token; .value is the parsed value
+  --no-strict               accept schema keys a grammar cannot enforce (uniqueItems,
+                            not, ...): validated at the end (.valid, .problem)
   --choice a,b,c | --regex PATTERN
                             the output is exactly one of the options / matches PATTERN
   --logprobs K              record each token's probability, rank, entropy, source and K

@@ -40,7 +40,7 @@ def over_cell(magics, args, cell: str) -> None:
         prompts = fill_rows(cell_body(cell), rows, names, ns)
     except ValueError as exc:  # a {name} that is neither a column nor a variable
         raise UsageError(f"--over: {exc}") from None
-    notices: list[str] = []
+    notices = list(fields["schema"].notes) if fields.get("schema") is not None else []
     route = magics.route(fields.pop("model"))
     try:
         run = MapRun(

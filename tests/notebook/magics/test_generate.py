@@ -312,6 +312,25 @@ def test_schema_choice_and_regex_options(ip, tiny_dir):
     assert text[2].isdigit()
 
 
+def test_no_strict_accepts_keys_checked_at_the_end_and_says_so(ip, magics, tiny_dir):
+    ip.user_ns["tags"] = {
+        "type": "array", "items": {"type": "integer"}, "uniqueItems": True, "maxItems": 4,
+    }  # fmt: skip
+    with pytest.raises(UsageError, match="^--schema: uniqueItems cannot be enforced"):
+        gen(ip, f"-m {tiny_dir} --raw -t 0 --schema tags")
+    args = parse(magics.generate, f"-m {tiny_dir} --raw -t 0 --schema tags --no-strict")
+    magics.build_request(args, "Hello")
+    assert magics._notices == [
+        "uniqueItems not enforced while generating; the finished value is validated"
+    ]
+    gen(ip, f"-m {tiny_dir} --raw -t 0 -n 40 --wait --schema tags --no-strict -o res")
+    res = ip.user_ns["res"]
+    assert res.finish_reason == "stop"  # at most 4 integers: a short list
+    values = __import__("json").loads(res.text)  # valid unless one repeats
+    assert res.valid == (len(set(values)) == len(values))
+    assert res.valid or "non-unique" in res.problem
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
