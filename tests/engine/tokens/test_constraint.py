@@ -161,6 +161,25 @@ def test_forced_tokens_cost_no_pass_of_their_own(engine, tiny_dir):
     assert r.stats.decode_steps == len(r.token_ids)  # token by token
 
 
+def test_a_lone_batch_row_feeds_forced_tokens_in_its_next_pass(engine, tiny_dir):
+    # A job submitted alone runs as a one-row batch: its forced tokens must cost no pass
+    # there either, with the text of a job decoding alone.
+    for p in PROMPTS[:3]:
+        r = run(engine, tiny_dir, p)  # batch=True: the batch path
+        alone = run(engine, tiny_dir, p, batch=False)
+        assert r.token_ids == alone.token_ids and r.text == alone.text
+        forced = replay(engine, tiny_dir, PERSON, r.token_ids)
+        assert forced >= 8, forced
+        # One pass per sampled token (the first feeds the prompt's last token); forced
+        # ones ride in front of the next, and the pass after the last is not made.
+        assert r.stats.decode_steps == len(r.token_ids) - forced == alone.stats.decode_steps
+    plain = dataclasses.replace(Schema.of(PERSON), fast=False)
+    r = run(engine, tiny_dir, PROMPTS[0], schema=plain)
+    jsonschema.validate(json.loads(r.text), PERSON)
+    # Token by token, and the batch's pass after the last token (it cannot know before).
+    assert r.stats.decode_steps == len(r.token_ids) + 1
+
+
 OPTIONS = ["positive", "negative", "neutral", "pos", "mixed feelings"]
 MASKED = dataclasses.replace(Schema.choice(OPTIONS), fast=False)  # token by token
 
