@@ -1,7 +1,7 @@
 """What a schema costs, and what its fast paths buy, on the default model (greedy).
 
 Usage: python benchmarks/bench_structured.py [--rounds 5] [--tokens 48] [--rows 50]
-       [--only mask,decode,forced,choice]
+       [--only mask,decode,forced,choice] [--batch]
 
 1. mask: llguidance's allowed-token bitmask for the default model's vocabulary,
    unpacked and applied to a logits row, timed over a JSON object's generation
@@ -113,12 +113,17 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--rows", type=int, default=50)
     ap.add_argument("--only", default="mask,decode,forced,choice")
+    ap.add_argument(
+        "--batch", action="store_true",
+        help="jobs take the batch path, as a job submitted alone does by default",
+    )  # fmt: skip
     args = ap.parse_args()
     parts = set(args.only.split(","))
     eng = Engine()
     base = dict(
-        max_tokens=args.tokens, temperature=0, repetition_penalty=1, reuse_cache=False, batch=False
-    )
+        max_tokens=args.tokens, temperature=0, repetition_penalty=1, reuse_cache=False,
+        batch=args.batch,
+    )  # fmt: skip
     first = eng.submit(Request(PROMPT, schema=SCHEMA, **base)).result()  # load, warm up
     eng.submit(Request(PROMPT, **base)).result()
     if "mask" in parts:
