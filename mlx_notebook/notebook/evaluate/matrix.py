@@ -8,7 +8,7 @@ a chart of the scores with their intervals (inline SVG, theme colours).
 
 from __future__ import annotations
 
-from ...evaluation.result import Summary
+from ...evaluation.result import EvalResult, Summary
 from ...evaluation.run import EvalRun
 from ..views.charts import BRAND, _svg
 from ..views.markup import escape
@@ -158,6 +158,26 @@ class MatrixRenderer:
         if run.done:
             lines.append(str(run.result().summary()))
         return "\n".join(lines)
+
+
+class _Ended:
+    """An `EvalResult` read as the run that made it, for `MatrixRenderer`."""
+
+    def __init__(self, res: EvalResult) -> None:
+        self.plan, self.cells, self.error, self._res = res.plan, res.cells, res.error, res
+        self.done, self.current = True, None
+
+    def elapsed(self) -> float:
+        return self._res.elapsed_s
+
+    def result(self) -> EvalResult:
+        return self._res
+
+
+def matrix_html(value: EvalRun | EvalResult) -> str:
+    """An evaluation's view as static HTML: the run as it stands, or a result's end."""
+    run = value if isinstance(value, EvalRun) else _Ended(value)
+    return MatrixRenderer(run).html()
 
 
 def _num(v: float) -> str:

@@ -13,7 +13,7 @@ from ...template import TemplateError, cell_body, fill, unknown_notice, visible
 from ..views.document import resend_final
 from ..views.render import FORMATS, ViewState
 from ..views.view import generation_view
-from . import manners
+from . import formatters, manners
 from .handle import GenerationHandle, remember, view_format
 from .options import (
     EXAMPLES,
@@ -375,29 +375,13 @@ def load(ipython) -> None:
     if magics not in ipython.configurables:
         ipython.configurables.append(magics)
     manners.install(ipython)
-    html = ipython.display_formatter.formatters["text/html"]
-    # By name: registering does not import MLX; a scored table then shows inspected.
-    html.for_type_by_name("mlx_notebook.engine.token_records", "TokenTable", table_html)
-
-
-def table_html(table) -> str:
-    """A `TokenTable` (from `mlx_notebook.score`) as the token inspector."""
-    from ..views.inspect import inspect_html
-
-    title = (
-        f"{len(table)} tokens · mean logprob {table.mean_logprob:.3f} · "
-        f"perplexity {table.perplexity:.2f}"
-    )
-    return inspect_html(table, title)
+    formatters.install(ipython)
 
 
 def unload(ipython) -> None:
     """Unregister the magics and cancel running jobs."""
     mm = ipython.magics_manager
-    html = ipython.display_formatter.formatters["text/html"]
-    html.deferred_printers.pop(("mlx_notebook.engine.token_records", "TokenTable"), None)
-    for typ in [t for t, f in html.type_printers.items() if f is table_html]:
-        html.type_printers.pop(typ)
+    formatters.uninstall(ipython)
     manners.uninstall(ipython)
     if resend_final in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.unregister("pre_run_cell", resend_final)

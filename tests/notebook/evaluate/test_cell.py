@@ -95,3 +95,23 @@ def test_a_raising_scorer_is_a_usage_error_after_one_row(ipshell, engine, tiny_d
     ip = _ip(ipshell, engine, rows=["a", "b", "c"], bad=bad)
     with pytest.raises(UsageError, match="KeyError: 'missing' \\(on row 0; nothing else ran\\)"):
         ip.run_cell_magic("evaluate", f"--over rows -m {tiny_dir} --score bad -n 3", "{item}")
+
+
+def test_an_evaluation_made_in_python_shows_its_matrix(ipshell, engine, tiny_dir):
+    from mlx_notebook.engine.backend import Route
+    from mlx_notebook.evaluation import EvalRun, includes
+    from mlx_notebook.evaluation.plan import build
+
+    ip = _ip(ipshell, engine)
+    plan = build(["a", "b"], "Say {item}", [tiny_dir], includes("item"), 1,
+                 lambda s: Route(engine, s), max_tokens=3)  # fmt: skip
+    run = EvalRun(plan).start()
+    res = run.wait()
+    formatter = ip.display_formatter.formatters["text/html"]  # (a test shell: not enabled)
+    for value in (res, run):
+        html = formatter.lookup(value)(value)
+        assert "95% interval" in html and "<svg" in html and "state\">done<" in html
+    ip.run_line_magic("unload_ext", "mlx_notebook")
+    with pytest.raises(KeyError):
+        formatter.lookup(res)  # gone with the extension
+    ip.run_line_magic("load_ext", "mlx_notebook")

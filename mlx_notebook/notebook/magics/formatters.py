@@ -1,0 +1,51 @@
+"""Rich displays of results made in Python: a notebook shows their view, not a repr.
+
+Registered with IPython by type name when the extension loads, so nothing heavy is
+imported until such a value is shown: `mlx_notebook.score`'s `TokenTable` as the token
+inspector, an evaluation (`EvalResult`, or the `EvalRun` that ``%%evaluate -o`` binds)
+as its matrix, summary and chart.
+"""
+
+from __future__ import annotations
+
+
+def table_html(table) -> str:
+    """A `TokenTable` (from `mlx_notebook.score`) as the token inspector."""
+    from ..views.inspect import inspect_html
+
+    title = (
+        f"{len(table)} tokens · mean logprob {table.mean_logprob:.3f} · "
+        f"perplexity {table.perplexity:.2f}"
+    )
+    return inspect_html(table, title)
+
+
+def evaluation_html(value) -> str:
+    """An `EvalResult` or `EvalRun` as its matrix (and, once ended, summary and chart)."""
+    from ..evaluate.matrix import matrix_html
+
+    return matrix_html(value)
+
+
+FORMATTERS = {
+    ("mlx_notebook.engine.token_records", "TokenTable"): table_html,
+    ("mlx_notebook.evaluation.result", "EvalResult"): evaluation_html,
+    ("mlx_notebook.evaluation.run", "EvalRun"): evaluation_html,
+}
+
+
+def install(ipython) -> None:
+    """Register every formatter for ``text/html`` (by name: nothing is imported)."""
+    html = ipython.display_formatter.formatters["text/html"]
+    for (module, name), fn in FORMATTERS.items():
+        html.for_type_by_name(module, name, fn)
+
+
+def uninstall(ipython) -> None:
+    """Remove them (also those already resolved to their types)."""
+    html = ipython.display_formatter.formatters["text/html"]
+    mine = set(FORMATTERS.values())
+    for key in FORMATTERS:
+        html.deferred_printers.pop(key, None)
+    for typ in [t for t, f in html.type_printers.items() if f in mine]:
+        html.type_printers.pop(typ)
