@@ -110,7 +110,7 @@ def test_an_evaluation_made_in_python_shows_its_matrix(ipshell, engine, tiny_dir
     formatter = ip.display_formatter.formatters["text/html"]  # (a test shell: not enabled)
     for value in (res, run):
         html = formatter.lookup(value)(value)
-        assert "95% interval" in html and "<svg" in html and "state\">done<" in html
+        assert "95% interval" in html and "<svg" in html and 'state">done<' in html
     ip.run_line_magic("unload_ext", "mlx_notebook")
     with pytest.raises(KeyError):
         formatter.lookup(res)  # gone with the extension
