@@ -1,9 +1,10 @@
 """Rich displays of results made in Python: a notebook shows their view, not a repr.
 
 Registered with IPython by type name when the extension loads, so nothing heavy is
-imported until such a value is shown: `mlx_notebook.score`'s `TokenTable` as the token
-inspector, an evaluation (`EvalResult`, or the `EvalRun` that ``%%evaluate -o`` binds)
-as its matrix, summary and chart.
+imported until such a value is shown: a `Result` (`mlx_notebook.generate`) as the
+document a ``%%generate`` cell ends as, `mlx_notebook.score`'s `TokenTable` as the
+token inspector, an evaluation (`EvalResult`, or the `EvalRun` that ``%%evaluate -o``
+binds) as its matrix, summary and chart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,20 @@ def table_html(table) -> str:
     return inspect_html(table, title)
 
 
+def result_html(res) -> str:
+    """A finished `Result` as the document a ``%%generate`` cell ends as."""
+    from ...engine.events import Finished, Started, Token
+    from ..views.render import ViewState
+    from .handle import view_format
+
+    model = (res.stats.model or {}).get("name") or "generation"
+    state = ViewState(model=model, fmt=view_format(res.schema))
+    done = Finished(res.text, res.finish_reason, res.matched_stop, res.error, res.stats)
+    for ev in (Started(), Token(res.text, 0, False, 0, reasoning=res.reasoning), done):
+        state.apply(ev)
+    return state.html()
+
+
 def evaluation_html(value) -> str:
     """An `EvalResult` or `EvalRun` as its matrix (and, once ended, summary and chart)."""
     from ..evaluate.matrix import matrix_html
@@ -28,6 +43,7 @@ def evaluation_html(value) -> str:
 
 
 FORMATTERS = {
+    ("mlx_notebook.engine.job", "Result"): result_html,
     ("mlx_notebook.engine.token_records", "TokenTable"): table_html,
     ("mlx_notebook.evaluation.result", "EvalResult"): evaluation_html,
     ("mlx_notebook.evaluation.run", "EvalRun"): evaluation_html,

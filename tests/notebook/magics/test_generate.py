@@ -418,3 +418,16 @@ def test_the_cache_setting_starts_as_the_environment_says(magics):
     import os
 
     assert magics.cache == os.environ["MLX_NOTEBOOK_RESULT_CACHE"] == "off"  # the suite's
+
+
+def test_a_result_made_in_python_shows_as_its_document(ip, tiny_dir):
+    res = mlx_notebook.generate("<b>Hi</b>", model=tiny_dir, max_tokens=6, chat=False)
+    formatter = ip.display_formatter.formatters["text/html"]  # (a test shell: not enabled)
+    html = formatter.lookup(res)(res)
+    assert 'class="state">done' in html and "6 tokens" in html
+    from mlx_notebook.engine.events import Stats
+    from mlx_notebook.engine.job import Result
+
+    evil = Result("<img src=x onerror=alert(1)> **bold**", "stop", None, None, Stats())
+    html = formatter.lookup(evil)(evil)
+    assert "<img" not in html and "&lt;img" in html  # model text is never markup
