@@ -234,10 +234,15 @@ HELP = """mlx_notebook magics
 %%chat [-c NAME] [-s SYSTEM] [options]   the cell is the next message of a conversation
 %chat list | history [NAME] | reset [NAME] | undo [NAME] | save NAME FILE | load NAME FILE
       | show [NAME] | ui [NAME]     (ui: the conversation in a chat window)
+%%evaluate --over DATA [-m A,B] [--score exact:COL|includes:COL|choice|judge:M|FN] [-e N]
+                            models x prompt variants (under '--- name' lines), scored,
+                            with intervals and paired verdicts; -o binds the run
 %mlx status | stop | models | unload [MODEL] | panel | cache [clear [MODEL]] | help
 
 From Python (import mlx_notebook as mn):
   mn.generate(prompt, **fields)     block for a Result (any option above as a field)
+  mn.stream(prompt, **fields)       a live handle at once; shown in a cell, the live view
+  mn.evaluate(df, template, models=[...], score=...)   what %%evaluate does, blocking
   mn.map(rows, "template {col}")    many prompts, batched; .to_frame()
   mn.score(text, prompt=None)       each token's log-probability, shown as the inspector
   mn.compare(prompt, lookup=True)   speculative vs normal decoding; mn.sweep(prompt) over k
