@@ -156,7 +156,8 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     does not hinge on near-ties that chunking or batching could flip).
 
     Args:
-        family: A key of `FAMILIES` (an mlx-lm ``model_type``).
+        family: An mlx-lm ``model_type``: a key of `FAMILIES`, or another whose whole
+            config comes in ``over``.
         path: The directory to write.
         seed: MLX's random seed for the weights.
         scale: Factor on every weight matrix.
@@ -176,7 +177,10 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
     # The tokenizer's end of turn, not the family's default id (outside this vocabulary).
     ids = {"eos_token_id": vocab["<|im_end|>"], "bos_token_id": None, "pad_token_id": None}
-    cfg = {"model_type": family, "vocab_size": len(vocab), **ids, **FAMILIES[family], **over}
+    cfg = {"model_type": family, "vocab_size": len(vocab), **ids, **FAMILIES.get(family, {})}
+    cfg.update(over)
+    if isinstance(cfg.get("text_config"), dict):  # a wrapper (llama4): the text model's own
+        cfg["text_config"] = {"vocab_size": len(vocab), **ids, **cfg["text_config"]}
     if family == "gemma4_text":
         cfg["vocab_size_per_layer_input"] = len(vocab)
     model_class, args_class = _get_classes(cfg)

@@ -19,7 +19,7 @@ update; views guard the in-place single-token writes.
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx_lm.models.cache import ArraysCache, CacheList, KVCache
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, can_trim_prompt_cache
 
 try:  # optional kinds: older mlx-lm releases lack some of them
     from mlx_lm.models.cache import ConcatenateKVCache, QuantizedKVCache
@@ -35,6 +35,19 @@ def layers(cache) -> list:
     for c in cache:
         out.extend(layers(c.caches) if isinstance(c, CacheList) else [c])
     return out
+
+
+def trims_exactly(cache) -> bool:
+    """Whether mlx-lm's trim rewinds ``cache`` exactly (here: to any prefix it holds).
+
+    mlx-lm's own check says yes for a chunked cache (Llama 4's `ChunkedKVCache`), but its
+    trim only takes back what the current chunk still holds, and once its front was
+    dropped, the tokens before the trim point are gone: it is rewound from a snapshot,
+    as a sliding window is.
+    """
+    if not can_trim_prompt_cache(cache):
+        return False
+    return not any(type(c).__name__ == "ChunkedKVCache" for c in layers(cache))
 
 
 def always_trimmable(cache) -> bool:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import mlx.core as mx
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from .caches import Snapshot, always_trimmable, copy_cache
+from .caches import Snapshot, always_trimmable, copy_cache, trims_exactly
 
 _passes = [0]  # every forward pass of any model in this process (the worker's only)
 
@@ -57,7 +57,7 @@ class CachedSequence:
     @property
     def trimmable(self) -> bool:
         """Whether the cache can be rewound (KV caches can; recurrent ones cannot)."""
-        return can_trim_prompt_cache(self.cache)
+        return trims_exactly(self.cache)
 
     def forward(self, ids: Sequence[int] | mx.array) -> mx.array:
         """Run the model on ``ids`` (appended to the cache) and return logits [1, L, V].
@@ -124,7 +124,7 @@ class CachedSequence:
         held = self.held
         if n >= held:  # only pending tokens go
             del self.pending[n - held :]
-        elif can_trim_prompt_cache(self.cache):
+        elif trims_exactly(self.cache):
             trimmed = trim_prompt_cache(self.cache, held - n)
             if trimmed != held - n:
                 raise RuntimeError(f"cache trimmed {trimmed} of {held - n} tokens")
