@@ -76,10 +76,15 @@ def generate(prompt, **fields) -> Result:
     Raises:
         GenerationError: The generation ended in error.
     """
+    return _submit(prompt, fields)[1].result()  # blocking gathers the same stream
+
+
+def _submit(prompt, fields: dict):
+    """Route ``fields["model"]`` and submit: ``(route, job)`` (`generate` and `stream`)."""
     from .engine.backend import backend_for
 
     route = backend_for(fields.pop("model", "default"))
-    return route.backend.submit(Request(prompt, model=route.model, **fields)).result()
+    return route, route.backend.submit(Request(prompt, model=route.model, **fields))
 
 
 def stream(prompt, **fields):
@@ -97,11 +102,9 @@ def stream(prompt, **fields):
     Raises:
         ValueError: The request was refused (nothing was queued).
     """
-    from .engine.backend import backend_for
     from .notebook.magics.handle import GenerationHandle, remember
 
-    route = backend_for(fields.pop("model", "default"))
-    job = route.backend.submit(Request(prompt, model=route.model, **fields))
+    route, job = _submit(prompt, fields)
     handle = GenerationHandle(job, route.label, route.backend)
     remember(handle)
     return handle

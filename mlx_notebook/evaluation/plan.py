@@ -91,7 +91,6 @@ class Plan:
     scorer: Scorer | None
     fields: dict
     epochs: int
-    source: object = None
     judge_route: object = None  # where a `judge` scorer's grader runs
 
     @property
@@ -184,7 +183,6 @@ def build(data, template, models, score, epochs: int, route_for, **fields) -> Pl
         for r in range(len(rows))
     ]
     plan = Plan(rows, names, columns, cells, routes, scorer, fields, epochs)
-    plan.source = data if type(data).__name__ == "DataFrame" else None
     if scorer is not None and scorer.kind == "judge":
         plan.judge_route = route_for(scorer.judge_model)
     _check_requests(plan)

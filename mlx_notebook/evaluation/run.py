@@ -52,7 +52,6 @@ class EvalRun:
         self.on_submit = on_submit or (lambda job: None)
         self.on_change = on_change or (lambda: None)
         self.stopped: set[int] = set()  # columns stopped
-        self.cancelled = False
         self.current: str | None = None  # the model running now
         self.error: str | None = None  # why the run ended early
         self.t0: float | None = None
@@ -89,7 +88,6 @@ class EvalRun:
 
     def cancel(self) -> None:
         """Stop everything: running cells end as stopped, the rest are skipped."""
-        self.cancelled = True
         for col in range(len(self.plan.columns)):
             self.cancel_column(col)
 

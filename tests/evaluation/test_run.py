@@ -19,7 +19,14 @@ def test_two_models_two_prompts_twelve_rows_two_epochs(engine, route_on, tiny_di
         ROWS, VARIANTS, [tiny_dir, draft_dir], includes("answer"), 2, route_on,
         max_tokens=6, temperature=0.8, seed=7,
     )  # fmt: skip
-    run = EvalRun(plan, on_submit=submitted.append)
+    ended_before_second = []
+
+    def follow(job):
+        if job.request.model == draft_dir and not ended_before_second:
+            ended_before_second.append(all(j.done for j in submitted))
+        submitted.append(job)
+
+    run = EvalRun(plan, on_submit=follow)
     before = forward_passes()
     res = run.start().wait()
     passes = forward_passes() - before
@@ -38,12 +45,12 @@ def test_two_models_two_prompts_twelve_rows_two_epochs(engine, route_on, tiny_di
         req.batch = False
         solo = engine.submit(req).result()
         assert cell.text == solo.text, (cell.row, cell.column, cell.epoch)
-    # Models one after another: all of the first model's cells ended before the second's
-    # began (each is loaded once, they never alternate).
-    first = [c for c in res.cells if plan.columns[c.column].model == tiny_dir]
-    second = [c for c in res.cells if plan.columns[c.column].model == draft_dir]
-    last_first = max(c.stats.ended_at for c in first)
-    assert min(c.stats.ended_at - c.stats.total_s for c in second) >= last_first - 1e-3
+    # Models one after another: every job of the first model had ended when the second
+    # model's first job was submitted (each is loaded once, they never alternate).
+    firsts = [j for j in submitted if j.request.model == tiny_dir]
+    seconds = [i for i, j in enumerate(submitted) if j.request.model == draft_dir]
+    assert len(firsts) == len(seconds) == 48 and seconds[0] == 48
+    assert ended_before_second == [True]
     s = res.summary()
     assert [c.label for c in s.columns] == [
         f"{m} · {v}" for m in ("tiny0", "cdraft0") for v in VARIANTS

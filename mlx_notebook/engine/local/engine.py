@@ -12,7 +12,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ...models.registry import Registry
-from ..decoding.prompt import encode_prompt
 from ..errors import EngineClosed
 from ..info import EngineInfo, Unloaded
 from ..job import Job, Result
@@ -199,19 +198,10 @@ class Engine:
         """
 
         def work():
-            from .scoring import option_logprobs  # MLX: imported on the worker
+            from .scoring import option_items, option_logprobs  # MLX: on the worker
 
             lm = self.registry.get(model)
-            tok = lm.tokenizer
-            use_chat = True if chat is None else chat
-            items = [
-                (
-                    encode_prompt(Request(p, chat=use_chat, system=system), tok),
-                    [list(tok.encode(o, add_special_tokens=False)) for o in opts],
-                )
-                for p, opts in questions
-            ]
-            return option_logprobs(lm.model, items)
+            return option_logprobs(lm.model, option_items(lm.tokenizer, questions, chat, system))
 
         return self.call(work)
 

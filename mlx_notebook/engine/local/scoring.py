@@ -108,6 +108,22 @@ BATCH_TOKENS = 4096  # padded tokens per forward pass of `option_logprobs`
 BATCH_ROWS = 32
 
 
+def option_items(tokenizer, questions, chat: bool | None = None, system=None) -> list:
+    """``(context ids, [option ids, ...])`` per ``(prompt, [option, ...])``.
+
+    The context is the prompt as a request encodes it (the chat template unless
+    ``chat=False``); each option is scored as the reply, its own tokens.
+    """
+    use_chat = True if chat is None else chat
+    return [
+        (
+            encode_prompt(Request(p, chat=use_chat, system=system), tokenizer),
+            [list(tokenizer.encode(o, add_special_tokens=False)) for o in opts],
+        )
+        for p, opts in questions
+    ]
+
+
 def option_logprobs(model, items: list[tuple[list[int], list[list[int]]]]) -> list[list[float]]:
     """Each option's log-likelihood as the continuation of its context, batched.
 

@@ -66,9 +66,16 @@ class MatrixRenderer:
         scorer = p.scorer.name if p.scorer else "no scorer"
         return f"{self.label} · {' × '.join(bits)} · {scorer}"
 
-    def _cell(self, col: int, row: int) -> tuple[str, str]:
+    def _grid(self) -> dict[tuple[int, int], list]:
+        """Cells by ``(column, row)``, epochs in order: one pass per render, not per cell."""
+        grid: dict[tuple[int, int], list] = {}
+        for c in self.run.cells:
+            grid.setdefault((c.column, c.row), []).append(c)
+        return grid
+
+    @staticmethod
+    def _cell(mine: list) -> tuple[str, str]:
         """``(text, score)`` of a matrix cell: epoch 0's text, the mean over epochs."""
-        mine = [c for c in self.run.cells if c.column == col and c.row == row]
         text = mine[0].live_text if mine else ""
         if mine and mine[0].finish_reason == "skipped":
             text = "(skipped)"
@@ -84,11 +91,11 @@ class MatrixRenderer:
         cols = p.columns
         n = min(len(p.rows), LIVE_ROWS) if live else len(p.rows)
         head = "".join(f"<th>{escape(c.label)}</th>" for c in cols)
-        body = []
+        grid, body = self._grid(), []
         for r in range(n):
             tds = []
             for ci in range(len(cols)):
-                text, score = self._cell(ci, r)
+                text, score = self._cell(grid.get((ci, r), []))
                 short = text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + "…"
                 badge = f'<div class="legend">score {escape(score)}</div>' if score else ""
                 tds.append(f'<td class="text">{escape(short)}{badge}</td>')
@@ -149,10 +156,10 @@ class MatrixRenderer:
         lines = [f"[{self._title()} · {self._state()}]", self._figures()]
         if run.error:
             lines.append(f"error: {run.error}")
-        p = run.plan
+        p, grid = run.plan, self._grid()
         for r in range(len(p.rows)):
             for ci, col in enumerate(p.columns):
-                text, score = self._cell(ci, r)
+                text, score = self._cell(grid.get((ci, r), []))
                 lines.append(f"--- row {r} · {col.label}" + (f" · score {score}" if score else ""))
                 lines.append(text)
         if run.done:
