@@ -89,6 +89,11 @@ def _view(x):
     return x[...] if isinstance(x, mx.array) else x
 
 
+def _read_only_state(c) -> bool:
+    prop = getattr(type(c), "state", None)
+    return isinstance(prop, property) and prop.fset is None
+
+
 def _save(c):
     if isinstance(c, TRIMMABLE):  # trimming back is exact and O(1)
         return ("trim", c.offset)
@@ -96,6 +101,8 @@ def _save(c):
         return [_save(x) for x in c.caches]
     if isinstance(c, ArraysCache):  # the model rebinds its entries: references suffice
         return (list(c.cache), c.left_padding, c.lengths)
+    if _read_only_state(c):  # a model's own cache class (deepseek_v41's): its attributes
+        return ("attrs", {k: _view(v) for k, v in vars(c).items()})
     state = c.state
     state = tuple(_view(x) for x in state) if isinstance(state, tuple) else _view(state)
     return (state, getattr(c, "meta_state", None))
@@ -109,6 +116,8 @@ def _load(c, saved) -> None:
             _load(x, s)
     elif isinstance(c, ArraysCache):
         c.cache, c.left_padding, c.lengths = list(saved[0]), saved[1], saved[2]
+    elif saved[0] == "attrs":
+        vars(c).update(saved[1])
     else:
         c.state = saved[0]
         if saved[1] is not None:

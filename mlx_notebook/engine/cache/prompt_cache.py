@@ -225,6 +225,7 @@ class ModelState:
     prefill: PrefillProfile = field(default_factory=PrefillProfile)
     suffix: SuffixIndex = field(default_factory=lambda: SuffixIndex(SUFFIX_TOKENS))
     _unbatchable: tuple | None = field(default=None, repr=False)
+    _padding: tuple | None = field(default=None, repr=False)
 
     def unbatchable(self, model) -> str | None:
         """The first cache kind of ``model`` that cannot join a batch, or None (found once)."""
@@ -235,3 +236,38 @@ class ModelState:
 
             self._unbatchable = (unbatchable(make_prompt_cache(model)),)
         return self._unbatchable[0]
+
+    def padding_problem(self, main, tables=()) -> str | None:
+        """Why ``main`` cannot prefill padded rows together, or None (checked once).
+
+        Worker thread only. A check that fails to run counts as a problem (see
+        `batch_failure`): the rows then run alone, which is always exact.
+        """
+        if self._padding is None:
+            from .padding import check_batching
+
+            try:
+                prefill, decoding = check_batching(main.model, main.vocab_size, tables)
+                self._padding = (prefill or decoding, decoding)
+            except Exception as exc:  # noqa: BLE001 - the safe way round
+                why = f"its batched forward pass failed ({type(exc).__name__}: {exc})"
+                self._padding = (why, why)
+        return self._padding[0]
+
+    def batch_failure(self, main, tables=()) -> str | None:
+        """Why ``main`` cannot run rows batched at all (its batched pass raised), or None."""
+        self.padding_problem(main, tables)
+        return None if self._padding is None else self._padding[1]
+
+    @property
+    def batching(self) -> str | None:
+        """What `%mlx status` says about this model's batching, once it is known."""
+        if self._unbatchable is not None and self._unbatchable[0] is not None:
+            return f"runs alone: its {self._unbatchable[0]} layers cannot join a batch"
+        if self._padding is None:
+            return None
+        if self._padding[1] is not None:
+            return f"runs alone: {self._padding[1]}"
+        if self._padding[0] is None:
+            return "rows decode together; short prompts prefill together (padding checked)"
+        return f"rows decode together; prompts prefill one at a time: {self._padding[0]}"

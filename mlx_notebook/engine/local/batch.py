@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ..cache.caches import extract, finalize, merge, prepare_padding
+from ..cache.caches import extract, merge
 from ..cache.prompt_cache import ModelState
 from ..cache.sequence import CachedSequence, count_pass
 from ..decoding.device import governor, rope_tables
@@ -42,6 +42,7 @@ from ..errors import describe, detach_frames
 from ..events import Finished, PrefillProgress
 from ..job import Job
 from ..replay.key import about_model
+from .batch_prefill import may_prefill_together, prefill_together
 from .batch_sampling import next_tokens
 from .jump import forced_run, jumps
 from .row import Row
@@ -96,9 +97,14 @@ class Batch:
             None, or why ``main`` cannot batch (a cache kind with no ``merge``):
             the job was not admitted and must run alone.
         """
-        why = self.state_for(main).unbatchable(main.model)
-        if why is not None:
-            return f"{main.name} runs alone: its {why} layers cannot join a batch"
+        state = self.state_for(main)
+        kind = state.unbatchable(main.model)
+        if kind is not None:
+            return f"{main.name} runs alone: its {kind} layers cannot join a batch"
+        # A second row: whether the model runs batched at all (checked once per model).
+        failed = state.batch_failure(main, rope_tables(main.model)) if self.rows else None
+        if failed is not None:
+            return f"{main.name} runs alone: {failed}"
         t0 = time.perf_counter()
         out = None
         try:
@@ -109,7 +115,6 @@ class Batch:
                     job.emit(stored)
                     return None
             out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
-            state = self.state_for(main)
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
             out.stats.sampling = setup.sampling
@@ -176,8 +181,8 @@ class Batch:
             group.append(r)
             total += r.left
         try:
-            if len(group) > 1:
-                self._prefill_together(group)
+            if len(group) > 1 and may_prefill_together(group, self.main, self._tables):
+                prefill_together(self.main, group, self._tables)
                 return
             next(first.steps, None)
             if first.left == 0:
@@ -200,30 +205,6 @@ class Batch:
         left = sum(r.left for r in pre)
         predicted = pre[0].state.prefill.predict(left, 0)
         return predicted is not None and predicted <= self.HOLD_S
-
-    def _prefill_together(self, group: list[Row]) -> None:
-        tokens = [r.setup.prompt[len(r.seq.tokens) : -1] for r in group]
-        longest = max(len(t) for t in tokens)
-        pad = [longest - len(t) for t in tokens]
-        caches = merge([r.seq.cache for r in group])
-        for t in self._tables:
-            t.grow(max(len(r.seq.tokens) for r in group) + longest)
-        if max(pad):  # padding after each prompt: masked, then moved in front or dropped
-            prepare_padding(caches, [len(t) for t in tokens], pad)
-        governor().prefill_chunk()  # starts the meter's window
-        count_pass()
-        self.main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
-        if max(pad):
-            finalize(caches)
-        mx.eval([c.state for c in caches])
-        governor().prefill_chunk()  # others took the cores meanwhile: yield them
-        for i, (r, t) in enumerate(zip(group, tokens)):
-            r.seq.cache = extract(caches, i)
-            r.seq.record(t)
-            r.job.emit(PrefillProgress(len(r.seq.tokens), len(r.setup.prompt), "main"))
-            r.out.stats.prefill_chunk = max(r.out.stats.prefill_chunk, len(t))
-            r.prefilled()
-        mx.clear_cache()
 
     def _step(self) -> None:
         joiners = [r for r in self.rows if r.phase == "ready"]

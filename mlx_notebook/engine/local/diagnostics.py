@@ -62,6 +62,8 @@ def status_notes(states: Mapping[str, Any]) -> list[str]:
             f"suffix index of {name}: {len(x)} tokens in {len(x.docs)} documents, "
             f"{x.entries} n-grams (budget {x.max_tokens} tokens)"
         )
+        if state.batching is not None:
+            notes.append(f"batching of {name}: {state.batching}")
     return notes
 
 

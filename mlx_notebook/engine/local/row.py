@@ -37,6 +37,7 @@ class Row:
             alone=alone,
         )
         self.phase = "prefill"  # then "ready" (prefilled), "decode", "done"
+        self.told_padding = False  # heard that its prompt prefills alone (`batch_prefill`)
         self.fresh = True  # its next emitted value is its prompt's last token, not output
         # Logits processors see every token fed so far (the last one is fed next).
         self.context = mx.array(setup.prompt[:-1], dtype=mx.uint32) if setup.processors else None

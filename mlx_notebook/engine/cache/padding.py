@@ -1,0 +1,115 @@
+"""Whether a model honours padding in a batched prefill: one check per loaded model.
+
+Rows whose prompts fit one chunk prefill together, right-padded to the longest, as
+mlx-lm's batched prompt processing does: each cache kind learns the rows' real
+lengths (``prepare``) and drops or moves the padding afterwards (``finalize``).
+That is exact only when every layer uses those lengths. Attention masks the
+padding; mamba2's scan stops at each row's length; but some recurrent layers of
+mlx-lm's models (rwkv7's, Jamba's Mamba-1 mixer, Bailing's linear attention ...)
+take no mask and carry the padding into their state.
+
+Which layers do is found by measurement, not from a list of names: two prompts of
+different lengths are prefilled together twice, with different padding tokens,
+and each row's next logits are compared with the row prefilled alone. A layer
+that reads its padding gives rows that depend on what the padding was, or that
+part from the row alone. Such a model's prompts prefill one at a time; its rows
+still decode together (one token per row per step: no padding there). The same
+check runs one batched step over rows prefilled alone: a model whose batched step
+parts from its rows alone (or raises) runs its rows alone.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .caches import extract, finalize, merge, prepare_padding
+
+# Prompts of the check: the short row gets as much padding as it has tokens.
+LONG, SHORT = 12, 6
+# Logit differences are compared relative to the logits' own scale: batched and
+# single-row matrix products round differently (more so on quantized weights), while
+# padding read as tokens moves logits by a large share of their spread.
+RTOL = 0.02
+
+
+def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str | None]:
+    """What keeps ``model``'s rows from sharing passes exactly: (prefill, decoding).
+
+    Worker thread only (it runs the model). Costs a few short forward passes.
+
+    Args:
+        model: A loaded mlx-lm model.
+        vocab_size: Ids below this are valid input tokens.
+        tables: The CPU fast path's RoPE tables for ``model`` (grown to fit).
+
+    Returns:
+        ``(prefill, decoding)``: None each where rows are exact, else one line. The
+        first says why prompts must prefill one at a time (a padded row depends on its
+        padding, or parts from the row alone); the second why rows cannot decode
+        together (a batched step over rows prefilled alone parts from the rows alone).
+    """
+    from mlx_lm.models.cache import make_prompt_cache
+
+    step = max(1, vocab_size // (LONG + SHORT + 3))
+    ids = [(5 + i * step) % vocab_size for i in range(LONG + SHORT)]
+    rows = [ids[:LONG], ids[LONG:]]
+    for t in tables:
+        t.grow(LONG + 2)
+
+    def prefilled(tokens: list[int]) -> list:
+        cache = make_prompt_cache(model)
+        model(mx.array([tokens[:-1]]), cache=cache)
+        return cache
+
+    def last(cache, token: int) -> mx.array:
+        return model(mx.array([[token]]), cache=cache)[0, -1].astype(mx.float32)
+
+    def together(pad: int) -> list[mx.array]:
+        fed = [r[:-1] for r in rows]
+        width = max(len(f) for f in fed)
+        padding = [width - len(f) for f in fed]
+        cache = merge([make_prompt_cache(model) for _ in rows])
+        prepare_padding(cache, [len(f) for f in fed], padding)
+        model(mx.array([f + [pad] * p for f, p in zip(fed, padding)]), cache=cache)
+        finalize(cache)
+        return [last(extract(cache, i), r[-1]) for i, r in enumerate(rows)]
+
+    def decoded_together() -> list[mx.array]:
+        cache = merge([prefilled(r) for r in rows])
+        if tables:  # the fast path's RoPE: each row's own position
+            for t in tables:
+                t.pin([len(r) - 1 for r in rows])
+        try:
+            logits = model(mx.array([[r[-1]] for r in rows]), cache=cache)[:, -1]
+        finally:
+            for t in tables:
+                t.pin(None)
+        return [logits[i].astype(mx.float32) for i in range(len(rows))]
+
+    solo = [last(prefilled(r), r[-1]) for r in rows]
+    first, second, decoded = together(ids[1]), together(ids[-2]), decoded_together()
+    mx.eval(solo, first, second, decoded)
+    prefill = decoding = None
+    for i, s in enumerate(solo):
+        if decoding is None and _apart(decoded[i], s, s):
+            decoding = f"a batched step parted from the rows alone ({_kinds(model)})"
+        if prefill is None and _apart(first[i], second[i], s):
+            prefill = f"a padded row changed with what its padding held ({_kinds(model)})"
+        if prefill is None and _apart(first[i], s, s):
+            prefill = f"a padded row differed from the row alone ({_kinds(model)})"
+    return prefill, decoding
+
+
+def _apart(x: mx.array, y: mx.array, solo: mx.array) -> bool:
+    """Whether two logit rows differ by more than `RTOL` of the solo row's spread."""
+    scale = max(float(mx.max(solo) - mx.min(solo)), 1e-6)
+    return float(mx.max(mx.abs(x - y))) > RTOL * scale
+
+
+def _kinds(model) -> str:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from .caches import layers
+
+    names = sorted({type(c).__name__ for c in layers(make_prompt_cache(model))})
+    return "layers with " + ", ".join(names)

@@ -1,0 +1,114 @@
+"""Models whose layers read their padding prefill rows one at a time, and say so.
+
+mlx-lm's Mamba-1 mixer (``mamba``, Jamba's) takes no mask: a right-padded batched
+prefill carries the padding into each short row's state. mamba2's scan and
+attention use the rows' lengths, and stay batched.
+"""
+
+import pytest
+
+from mlx_notebook.engine import Engine, Notice, Request
+from mlx_notebook.engine.cache import padding
+from mlx_notebook.engine.cache.padding import check_batching
+from mlx_notebook.testing.families import build_family
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. Hello",
+    "Rivers flow",
+    "Paris is the capital of France.",
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("padding")
+    return {f: str(build_family(f, root / f)) for f in ("mamba", "mamba2", "llama")}
+
+
+@pytest.fixture
+def eng():
+    e = Engine()
+    yield e
+    e.close()
+
+
+def check(eng, path):
+    lm = eng.call(lambda: eng.registry.get(path)).result()
+    return eng.call(lambda: check_batching(lm.model, lm.vocab_size)).result()
+
+
+def test_the_check_finds_the_layers_that_read_their_padding(eng, models):
+    prefill, decoding = check(eng, models["mamba"])
+    assert "padding" in prefill and "ArraysCache" in prefill and decoding is None
+    assert check(eng, models["mamba2"]) == (None, None)
+    assert check(eng, models["llama"]) == (None, None)
+
+
+def batched(eng, path, n=16):
+    jobs = eng.submit_many(
+        [
+            Request(p, model=path, chat=False, max_tokens=n, prefill_target_s=30, reuse_cache=False)
+            for p in PROMPTS
+        ]
+    )
+    return [j.result(timeout=120) for j in jobs], jobs
+
+
+def solo(eng, path, n=16):
+    reqs = [
+        Request(p, model=path, chat=False, max_tokens=n, batch=False, reuse_cache=False)
+        for p in PROMPTS
+    ]
+    return [eng.submit(r).result(timeout=120).token_ids for r in reqs]
+
+
+def test_without_the_check_padded_rows_part_from_their_solo_runs(eng, models, monkeypatch):
+    # The defect: trusting every model with a padded prefill.
+    monkeypatch.setattr(
+        padding, "check_batching", lambda model, vocab_size, tables=(): (None, None)
+    )
+    res, _ = batched(eng, models["mamba"])
+    assert max(r.stats.batch_rows for r in res) == 3
+    assert [r.token_ids for r in res] != solo(eng, models["mamba"])
+
+
+def spy(monkeypatch) -> list[int]:
+    """Rows per shared prefill pass (`batch_prefill.prefill_together` calls)."""
+    from mlx_notebook.engine.local import batch
+
+    calls, real = [], batch.prefill_together
+    monkeypatch.setattr(
+        batch, "prefill_together", lambda m, g, t: (calls.append(len(g)), real(m, g, t))
+    )
+    return calls
+
+
+def test_rows_prefill_alone_then_decode_together_and_equal_their_solo_runs(
+    eng, models, monkeypatch
+):
+    path = models["mamba"]
+    shared = spy(monkeypatch)
+    res, jobs = batched(eng, path)
+    assert shared == []  # each prompt in a pass of its own
+    assert [r.token_ids for r in res] == solo(eng, path)
+    assert max(r.stats.batch_rows for r in res) == 3  # decoding is still shared
+    told = [
+        [e.message for e in j.events() if isinstance(e, Notice) and "one at a time" in e.message]
+        for j in jobs
+    ]
+    assert sum(len(t) for t in told) >= 2 and all(len(t) <= 1 for t in told)
+    notes = "\n".join(eng.info().notes)
+    assert f"batching of {path}: rows decode together; prompts prefill one at a time" in notes
+
+
+def test_a_model_that_honours_padding_still_prefills_rows_together(eng, models, monkeypatch):
+    path = models["mamba2"]
+    shared = spy(monkeypatch)
+    res, jobs = batched(eng, path)
+    assert sum(shared) >= 2  # prompts shared a pass
+    assert [r.token_ids for r in res] == solo(eng, path)
+    assert not any(
+        isinstance(e, Notice) and "one at a time" in e.message for j in jobs for e in j.events()
+    )
+    notes = "\n".join(eng.info().notes)
+    assert "short prompts prefill together (padding checked)" in notes
