@@ -44,7 +44,12 @@ def prefill_together(main, group: list[Row], tables) -> None:
         prepare_padding(caches, [len(t) for t in tokens], pad)
     governor().prefill_chunk()  # starts the meter's window
     count_pass()
-    main.model(mx.array([t + [0] * p for t, p in zip(tokens, pad)]), cache=caches)
+    # Padding repeats each row's last token: masked all the same, but a real token. Id 0
+    # may have a zero embedding (a special token), and a layer that normalizes by its
+    # input's size (Gemma 3n's) turns that into NaN, which masked attention still
+    # multiplies (0 * NaN).
+    fed = [t + [t[-1]] * p for t, p in zip(tokens, pad)]
+    main.model(mx.array(fed), cache=caches)
     if max(pad):
         finalize(caches)
     mx.eval([c.state for c in caches])
