@@ -1,4 +1,4 @@
-"""Whether a model honours padding in a batched prefill: one check per loaded model.
+"""Whether a model's passes can be shared and lengthened exactly: checked once per model.
 
 Rows whose prompts fit one chunk prefill together, right-padded to the longest, as
 mlx-lm's batched prompt processing does: each cache kind learns the rows' real
@@ -16,6 +16,9 @@ part from the row alone. Such a model's prompts prefill one at a time; its rows
 still decode together (one token per row per step: no padding there). The same
 check runs one batched step over rows prefilled alone: a model whose batched step
 parts from its rows alone (or raises) runs its rows alone.
+
+`multi_token_problem` asks the same of speculation: whether one pass over several new
+tokens gives the logits that single steps give.
 """
 
 from __future__ import annotations
@@ -98,6 +101,36 @@ def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str |
         if prefill is None and _apart(first[i], s, s):
             prefill = f"a padded row differed from the row alone ({_kinds(model)})"
     return prefill, decoding
+
+
+def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
+    """Why a pass over several new tokens differs from single steps on ``model``, or None.
+
+    Speculative decoding verifies drafts in one pass over several tokens; it equals
+    normal decoding only when that pass gives each position the logits single steps
+    would. mlx-lm's plamo3 does not: its sliding-window mask lets a multi-token pass
+    see one key more than the window its cache keeps for single steps.
+
+    Worker thread only. Costs a short prefill, one pass of `SHORT` tokens and as many
+    single steps.
+    """
+    from mlx_lm.models.cache import make_prompt_cache
+
+    step = max(1, vocab_size // (LONG + SHORT + 3))
+    ids = [(5 + i * step) % vocab_size for i in range(LONG + SHORT)]
+    for t in tables:
+        t.grow(LONG + SHORT + 1)
+    caches = [make_prompt_cache(model), make_prompt_cache(model)]
+    for c in caches:
+        model(mx.array([ids[:LONG]]), cache=c)
+    together = model(mx.array([ids[LONG:]]), cache=caches[0])[0].astype(mx.float32)
+    single = [model(mx.array([[t]]), cache=caches[1])[0, -1] for t in ids[LONG:]]
+    single = mx.stack(single).astype(mx.float32)
+    mx.eval(together, single)
+    for i in range(len(single)):
+        if _apart(together[i], single[i], single[i]):
+            return f"a pass over several tokens parts from single steps ({_kinds(model)})"
+    return None
 
 
 def _apart(x: mx.array, y: mx.array, solo: mx.array) -> bool:

@@ -226,6 +226,7 @@ class ModelState:
     suffix: SuffixIndex = field(default_factory=lambda: SuffixIndex(SUFFIX_TOKENS))
     _unbatchable: tuple | None = field(default=None, repr=False)
     _padding: tuple | None = field(default=None, repr=False)
+    _multi: tuple | None = field(default=None, repr=False)
 
     def unbatchable(self, model) -> str | None:
         """The first cache kind of ``model`` that cannot join a batch, or None (found once)."""
@@ -254,10 +255,33 @@ class ModelState:
                 self._padding = (why, why)
         return self._padding[0]
 
+    def multi_token_problem(self, main, tables=()) -> str | None:
+        """Why verifying drafts on ``main`` would change its text, or None (checked once).
+
+        Worker thread only. A check that fails to run counts as a problem.
+        """
+        if self._multi is None:
+            from .padding import multi_token_problem
+
+            try:
+                self._multi = (multi_token_problem(main.model, main.vocab_size, tables),)
+            except Exception as exc:  # noqa: BLE001 - the safe way round: no drafts
+                self._multi = (f"the check of a multi-token pass failed ({exc})",)
+        return self._multi[0]
+
     def batch_failure(self, main, tables=()) -> str | None:
         """Why ``main`` cannot run rows batched at all (its batched pass raised), or None."""
         self.padding_problem(main, tables)
         return None if self._padding is None else self._padding[1]
+
+    @property
+    def drafts(self) -> str | None:
+        """What `%mlx status` says about speculation on this model, once it is known."""
+        if self._multi is None:
+            return None
+        if self._multi[0] is None:
+            return "drafts verified in one pass (checked against single steps)"
+        return f"decodes without drafts: {self._multi[0]}"
 
     @property
     def batching(self) -> str | None:

@@ -64,6 +64,8 @@ def status_notes(states: Mapping[str, Any]) -> list[str]:
         )
         if state.batching is not None:
             notes.append(f"batching of {name}: {state.batching}")
+        if state.drafts is not None:
+            notes.append(f"speculation on {name}: {state.drafts}")
     return notes
 
 

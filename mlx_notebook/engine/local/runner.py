@@ -14,12 +14,13 @@ import mlx.core as mx
 from ..cache.prompt_cache import ModelState, PromptCache, persists
 from ..cache.sequence import CachedSequence
 from ..decoding.decode import normal_tokens
+from ..decoding.device import rope_tables
 from ..decoding.drafts import DraftContext, DraftSource, make_source
 from ..decoding.output import Output, prepare
 from ..decoding.prefill import ChunkSizer, prefill
 from ..decoding.speculative import DraftCounters, speculative_tokens
 from ..errors import Cancelled, describe, detach_frames
-from ..events import Finished, PrefillProgress
+from ..events import Finished, Notice, PrefillProgress
 from ..job import Job
 from ..replay.key import about_model
 
@@ -83,6 +84,11 @@ def run_job(
             seqs.append((draft_cache, dseq))
             ctx.draft_seq, ctx.draft_profile = dseq, draft_state.prefill
         source: DraftSource | None = make_source(req.kind, ctx)
+        if source is not None and (
+            why := main_state.multi_token_problem(main, rope_tables(main.model))
+        ):
+            job.emit(Notice(f"{main.name} decodes without drafts: {why}"))
+            source = None  # verifying drafts would change the text
         sizer = ChunkSizer(req.prefill_target_s, main_state.prefill)
         try:
             prefill(

@@ -112,3 +112,42 @@ def test_a_model_that_honours_padding_still_prefills_rows_together(eng, models, 
     )
     notes = "\n".join(eng.info().notes)
     assert "short prompts prefill together (padding checked)" in notes
+
+
+COPY = "Rivers flow to the sea; mountains rise above the clouds. " * 3
+
+
+@pytest.fixture(scope="module")
+def plamo3(tmp_path_factory):
+    return str(build_family("plamo3", tmp_path_factory.mktemp("plamo3") / "m"))
+
+
+def lookup(eng, path):
+    req = Request(COPY, model=path, chat=False, max_tokens=24, draft="lookup", lookup_ngram=1)
+    job = eng.submit(req)
+    return job.result(timeout=120), job
+
+
+def test_without_the_check_verified_drafts_change_plamo3s_text(eng, plamo3, monkeypatch):
+    # The defect: a verify pass over several tokens is not single steps on this model.
+    monkeypatch.setattr(padding, "multi_token_problem", lambda model, vocab_size, tables=(): None)
+    normal = eng.submit(Request(COPY, model=plamo3, chat=False, max_tokens=24)).result()
+    spec, _ = lookup(eng, plamo3)
+    assert spec.stats.draft_tokens_proposed > 0 and spec.token_ids != normal.token_ids
+
+
+def test_a_model_whose_multi_token_pass_differs_decodes_without_drafts(eng, plamo3, models):
+    normal = eng.submit(Request(COPY, model=plamo3, chat=False, max_tokens=24)).result()
+    spec, job = lookup(eng, plamo3)
+    assert spec.token_ids == normal.token_ids and spec.stats.draft_tokens_proposed == 0
+    told = [e.message for e in job.events() if isinstance(e, Notice)]
+    assert told == [
+        f"{plamo3} decodes without drafts: a pass over several tokens parts from single "
+        "steps (layers with RotatingKVCache)"
+    ]
+    notes = "\n".join(eng.info().notes)
+    assert f"speculation on {plamo3}: decodes without drafts" in notes
+    # A model whose passes agree keeps its drafts.
+    spec, _ = lookup(eng, models["llama"])
+    assert spec.stats.draft_tokens_proposed > 0
+    assert "drafts verified in one pass" in "\n".join(eng.info().notes)
