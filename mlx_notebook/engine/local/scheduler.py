@@ -142,7 +142,9 @@ class Scheduler:
         """Every queued, admitted and running job."""
         with self._cond:
             running = [self._running] if self._running else []
-            return list(self._queue) + running + self._admitting + list(self.batch.jobs)
+            jobs = list(self._queue) + running + self._admitting + list(self.batch.jobs)
+        # A job being admitted is in the batch already, or back in the queue to run alone.
+        return list(dict.fromkeys(jobs))
 
     def counts(self) -> tuple[Job | None, int]:
         """The job running alone (or None) and how many wait in the queue."""
