@@ -66,3 +66,11 @@ def test_the_readme_is_a_front_page():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) < 250
     assert "make demo" in "\n".join(lines) and "make test" in "\n".join(lines)
+
+
+def test_the_families_table_names_every_architecture_of_the_installed_mlx_lm():
+    from mlx_notebook.testing.families import architectures
+
+    page = (ROOT / "docs" / "guide" / "families.md").read_text()
+    named = set(re.findall(r"^\| `([^`]+)` \|", page, re.M))
+    assert named == set(architectures()), set(architectures()) ^ named

@@ -1,9 +1,12 @@
 """Every model family batches, speculates, caches and streams exactly as it decodes alone.
 
-Tiny random-weight models built from mlx-lm's own classes (`families.FAMILIES`):
-full attention, sliding windows shorter than every prompt, gated-delta, Mamba
-and convolution state, and caches nested in a ``CacheList``. The reference is
-mlx-lm's own ``generate_step`` on a separate, unpatched load.
+Tiny random-weight models built from mlx-lm's own classes: every architecture of
+the installed mlx-lm (`families.architectures`), with full attention, sliding and
+chunked windows shorter than every prompt, MLA, mixtures of experts, gated-delta,
+Mamba, RWKV and convolution state, and caches nested in a ``CacheList``. The
+curated `families.FAMILIES` run in every suite; the rest carry the ``families``
+marker (CI runs them; ``-m "not families"`` leaves them out locally). The
+reference is mlx-lm's own ``generate_step`` on a separate, unpatched load.
 """
 
 from __future__ import annotations
@@ -15,9 +18,42 @@ import pytest
 
 from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, Request, Token
-from mlx_notebook.testing.families import FAMILIES, WINDOW, build_family
+from mlx_notebook.engine.cache.caches import always_trimmable
+from mlx_notebook.testing.families import (
+    FAMILIES,
+    NOT_BUILT,
+    WINDOW,
+    architectures,
+    build_family,
+    known_configs,
+)
 
-NAMES = sorted(FAMILIES)
+CURATED = sorted(FAMILIES)
+# mlx-lm's generate_step builds step n+1 before it reads step n. On these families that
+# changes its ids: they differ from the same model decoded one evaluated step at a
+# time, and from one forward pass over the whole sequence (measured; mlx-lm 0.32.2).
+# The engine equals the step-by-step decode there, which is the reference for them.
+PIPELINED_DIFFERS = {"gemma3n", "recurrent_gemma"}
+# mlx-lm's plamo3 lets a pass over several tokens see one key more than its sliding
+# window keeps for single steps: verifying drafts would change its text, so the engine
+# decodes it without them (and says so). Measured, not listed: this set only checks it.
+NO_DRAFTS = {"plamo3"}
+_DIFFERED: dict[str, bool] = {}  # where generate_step and the stepwise decode parted
+
+
+def _every_family() -> list:
+    out = [pytest.param(f, id=f) for f in CURATED]
+    for f in architectures():
+        if f in FAMILIES:
+            continue
+        marks = [pytest.mark.families]
+        if f in NOT_BUILT:
+            marks.append(pytest.mark.skip(reason=f"{f}: {NOT_BUILT[f]}"))
+        out.append(pytest.param(f, marks=marks, id=f))
+    return out
+
+
+NAMES = _every_family()
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. Hello",
     "Rivers flow to the sea; mountains rise",
@@ -32,10 +68,30 @@ N = 3 * WINDOW  # output tokens: well past every sliding window
 UNTRIMMABLE = {"gemma3_text", "gemma4_text", "gpt_oss", "qwen3_5", "lfm2", "mamba2", "falcon_h1"}
 
 
+class _Built(dict):
+    """Model directories, built at first use; a new architecture no config builds skips."""
+
+    def __init__(self, root) -> None:
+        super().__init__()
+        self.root, self.failed = root, {}
+
+    def __missing__(self, family: str) -> str:
+        if family in self.failed:
+            pytest.skip(self.failed[family])
+        try:
+            path = str(build_family(family, self.root / family))
+        except Exception as exc:
+            if family in FAMILIES or family in known_configs():
+                raise  # a config that built before: a regression
+            self.failed[family] = f"no config builds {family} here: {type(exc).__name__}: {exc}"
+            pytest.skip(self.failed[family])
+        self[family] = path
+        return path
+
+
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("families")
-    return {f: str(build_family(f, root / f)) for f in NAMES}
+    return _Built(tmp_path_factory.mktemp("families"))
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +104,27 @@ def eng():
 _REF: dict = {}
 
 
-def reference(path: str, prompt_ids: list[int], n: int) -> list[int]:
+def reference(path: str, prompt_ids: list[int], n: int, family: str | None = None) -> list[int]:
     """mlx-lm's greedy ids (an unpatched load, its own cache and loop)."""
     from mlx_lm import load
     from mlx_lm.generate import generate_step
+    from mlx_lm.models.cache import make_prompt_cache
 
     if path not in _REF:
         _REF[path] = load(path)[0]
-    steps = generate_step(mx.array(prompt_ids), _REF[path], max_tokens=n)
-    return [int(t) for t, _ in steps]
+    model = _REF[path]
+    steps = generate_step(mx.array(prompt_ids), model, max_tokens=n)
+    ids = [int(t) for t, _ in steps]
+    if family not in PIPELINED_DIFFERS:
+        return ids
+    cache = make_prompt_cache(model)
+    model(mx.array([prompt_ids[:-1]]), cache=cache)
+    out, y = [], prompt_ids[-1]
+    for _ in range(n):
+        y = int(mx.argmax(model(mx.array([[y]]), cache=cache)[0, -1]))
+        out.append(y)
+    _DIFFERED[family] = _DIFFERED.get(family, False) or out != ids
+    return out
 
 
 def encode(eng, path, text):
@@ -78,13 +146,20 @@ def solo(eng, path, prompt, n=N, **kw):
 @pytest.mark.parametrize("family", NAMES)
 def test_greedy_equals_mlx_lm_fast_path_on_and_off(family, dirs, eng, monkeypatch):
     path = dirs[family]
+    wants = []
     for prompt in PROMPTS[:2]:
-        want = reference(path, encode(eng, path, prompt), N)
+        want = reference(path, encode(eng, path, prompt), N, family)
         assert solo(eng, path, prompt) == want, prompt
+        wants.append(want)
+    if family in PIPELINED_DIFFERS:
+        assert _DIFFERED[family], f"generate_step now agrees on {family}: drop it from the set"
+    # A model whose output ignores its prompt, or repeats one token, would check little.
+    assert wants[0] != wants[1] and max(len(set(w)) for w in wants) > 1, wants
     monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
     slow = Engine()
     try:
-        assert solo(slow, path, PROMPTS[0]) == reference(path, encode(eng, path, PROMPTS[0]), N)
+        want = reference(path, encode(eng, path, PROMPTS[0]), N, family)
+        assert solo(slow, path, PROMPTS[0]) == want
     finally:
         slow.close()
 
@@ -98,7 +173,12 @@ def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
         [Request(p, model=path, chat=False, max_tokens=N, prefill_target_s=30) for p in PROMPTS[:3]]
     )
     res = [j.result(timeout=120) for j in jobs]
-    assert max(r.stats.batch_rows for r in res) == 3
+    # What the engine found when the second row came (a kind that cannot merge, a
+    # batched pass that fails): such a model's rows run alone.
+    alone_only = (
+        eng.call(lambda: eng.scheduler.states[path].batching).result().startswith("runs alone")
+    )
+    assert max(r.stats.batch_rows for r in res) <= 1 if alone_only else 3
     assert [r.token_ids for r in res] == alone[:3]
     # Two rows join a row that is already past its window.
     long = 16 * N  # long enough to still be decoding when the others arrive, under load too
@@ -112,31 +192,49 @@ def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
     long_alone = solo(eng, path, PROMPTS[0], long)
     assert first.result(timeout=120).token_ids == long_alone
     out = [j.result(timeout=120) for j in late]
-    assert max(r.stats.batch_rows for r in out) >= 2
+    assert alone_only or max(r.stats.batch_rows for r in out) >= 2
     assert [r.token_ids for r in out] == alone[3:5]
 
 
 @pytest.mark.parametrize("family", NAMES)
 @pytest.mark.parametrize("kind", ["lookup", "suffix"])
-def test_speculation_equals_normal_decoding(family, kind, dirs, eng):
+def test_speculation_equals_normal_decoding(family, kind, dirs, eng, tmp_path):
     path = dirs[family]
     proposed = accepted = replayed = 0
-    for prompt in (COPY, PROMPTS[1]):
+    opts = dict(draft=kind, num_draft_tokens=4, lookup_ngram=1, reuse_cache=False)
+    for prompt in (COPY, PROMPTS[1], PROMPTS[3]):
         want = solo(eng, path, prompt)  # suffix: the same output is in the session index
-        opts = dict(draft=kind, num_draft_tokens=4, lookup_ngram=1, reuse_cache=False)
         r = run(eng, path, prompt, **opts)
         assert r.token_ids == want, prompt
         proposed += r.stats.draft_tokens_proposed
         accepted += r.stats.draft_tokens_accepted
         replayed += r.stats.replayed_tokens
+    drafts = eng.call(lambda: eng.scheduler.states[path].drafts).result()
+    if drafts.startswith("decodes without drafts"):  # found by the engine's own check
+        assert proposed == 0 and family in NO_DRAFTS, drafts
+        return
+    if proposed == accepted and kind == "lookup" and family not in FAMILIES:
+        # A random model that repeats itself at once: every lookup draft was right.
+        # A draft model of the family (another seed) gets some wrong: caches rewound.
+        draft = str(build_family(family, tmp_path / "draft", seed=1))
+        for prompt in (COPY, PROMPTS[1]):
+            want = solo(eng, path, prompt)
+            r = run(eng, path, prompt, **{**opts, "draft": draft, "num_draft_tokens": 3})
+            assert r.token_ids == want, prompt
+            proposed += r.stats.draft_tokens_proposed
+            accepted += r.stats.draft_tokens_accepted
+            replayed += r.stats.replayed_tokens
+        eng.call(lambda: eng.registry.unload(draft)).result()
     assert proposed > accepted  # some drafts were rejected: the caches were rewound
-    # Where the cache cannot be trimmed, rewinds restored a snapshot and replayed.
-    assert (replayed > 0) == (family in UNTRIMMABLE)
+    if family in FAMILIES:  # rewinds past what a trim can undo restored a snapshot
+        assert (replayed > 0) == (family in UNTRIMMABLE)
+    elif eng.call(lambda: always_trimmable(_cache(eng, path))).result():
+        assert replayed == 0  # every rewind was a trim
     if kind == "suffix":
         assert accepted > 0
 
 
-@pytest.mark.parametrize("family", NAMES)
+@pytest.mark.parametrize("family", CURATED)
 def test_a_draft_model_of_the_family_equals_normal_decoding(family, dirs, eng, tmp_path):
     path = dirs[family]
     draft = str(build_family(family, tmp_path / "draft", seed=1))  # the same vocabulary
@@ -185,18 +283,18 @@ def test_two_chat_turns_equal_a_fresh_engines(family, dirs, eng):
 @pytest.mark.parametrize("family", NAMES)
 def test_a_prompt_past_2048_tokens_equals_mlx_lm(family, dirs, eng):
     path = dirs[family]
-    text = (COPY + PROMPTS[0]) * 40
+    text = (COPY + PROMPTS[0]) * 23  # past 2,048 tokens, not much further: CI time
     ids = encode(eng, path, text)
     assert len(ids) > 2100
-    want = reference(path, ids, WINDOW)
+    want = reference(path, ids, WINDOW, family)
     r = eng.submit(Request(text, model=path, chat=False, max_tokens=WINDOW, batch=False))
     assert r.result(timeout=300).token_ids == want
 
 
 def test_every_family_builds_with_the_cache_it_is_named_for(dirs, eng):
     kinds = {
-        f: {type(c).__name__ for c in eng.call(lambda p=p: _cache_types(eng, p)).result()}
-        for f, p in dirs.items()
+        f: {type(c).__name__ for c in eng.call(lambda p=dirs[f]: _cache(eng, p)).result()}
+        for f in CURATED
     }
     assert "RotatingKVCache" in kinds["gemma3_text"] and "RotatingKVCache" in kinds["gpt_oss"]
     assert "ArraysCache" in kinds["qwen3_5"] and "ArraysCache" in kinds["mamba2"]
@@ -204,7 +302,7 @@ def test_every_family_builds_with_the_cache_it_is_named_for(dirs, eng):
     assert os.path.isdir(dirs["llama"])
 
 
-def _cache_types(eng, path):
+def _cache(eng, path):
     from mlx_lm.models.cache import make_prompt_cache
 
     return make_prompt_cache(eng.registry.get(path).model)

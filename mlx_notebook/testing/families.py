@@ -10,6 +10,8 @@ Sliding windows are a few tokens long so that every check runs past them.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from pathlib import Path
 
@@ -149,6 +151,115 @@ FAMILIES: dict[str, dict] = {
 }
 
 
+# Every other architecture of mlx-lm: a small config (`config`). Sizes are shrunk
+# wherever a field of that name exists; semantic fields are filled only where the
+# family has no default. Configs that needed more (layer patterns, MoE routing, nested
+# text configs) are in family_configs.json, first taken from mlx-lm's own model tests
+# (tests/test_models.py, MIT licence) and shrunk to this size.
+_SMALL = {
+    **dict.fromkeys(["hidden_size", "d_model", "n_embd"], 64),
+    **dict.fromkeys(["num_hidden_layers", "n_layer", "n_layers", "num_layers"], 2),
+    **dict.fromkeys(["intermediate_size", "ffn_dim", "n_inner"], 128),
+    **dict.fromkeys(["num_attention_heads", "n_head", "n_heads", "num_heads"], 4),
+    **dict.fromkeys(["num_key_value_heads", "n_kv_heads", "num_kv_heads"], 2),
+    **dict.fromkeys(["max_position_embeddings", "n_positions", "n_ctx"], 8192),
+    **dict.fromkeys(["num_experts", "n_routed_experts", "num_local_experts"], 4),
+    **dict.fromkeys(["n_shared_experts", "num_shared_experts"], 1),
+    **dict.fromkeys(["moe_intermediate_size", "shared_intermediate_size"], 32),
+    **dict.fromkeys(["kv_lora_rank", "q_lora_rank", "head_dim", "v_head_dim"], 16),
+    **dict.fromkeys(["qk_rope_head_dim", "qk_nope_head_dim"], 8),
+    **dict.fromkeys(["sliding_window", "attention_window_size"], WINDOW),
+    "num_experts_per_tok": 2,
+    "rope_theta": 10000.0,
+}
+_REQUIRED = {
+    **dict.fromkeys(["rms_norm_eps", "layer_norm_eps", "norm_eps", "layer_norm_epsilon"], 1e-5),
+    **dict.fromkeys(["attention_bias", "mlp_bias", "use_bias", "rope_traditional"], False),
+    **dict.fromkeys(["first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group"], 1),
+    "partial_rotary_factor": 0.5,
+    "rotary_dim": 8,
+    "hidden_act": "silu",
+    "routed_scaling_factor": 1.0,
+    "norm_topk_prob": True,
+    "tie_word_embeddings": True,
+    "rope_scaling": None,
+}
+# mlx-lm modules that are parts of models, not models.
+_PARTS = {
+    "activations", "base", "cache", "bitlinear_layers", "gated_delta", "mla", "pipeline",
+    "rope_utils", "ssm", "switch_layers",
+}  # fmt: skip
+# Architectures no config builds into a text model here, and why.
+NOT_BUILT = {
+    "bitnet": "its layers run a Metal kernel (no CPU implementation)",
+    "muse_spark": "its layers run a Metal kernel (no CPU implementation)",
+    "olmo": "needs the ai2-olmo package",
+    "prism_hadamard_qwen35": "needs a Hadamard pack file beside the weights",
+    "phi3small": "mlx-lm's own generate_step aborts the process on it on MLX's CPU backend",
+}
+
+
+def architectures() -> list[str]:
+    """Every model architecture (``model_type`` module) of the installed mlx-lm."""
+    import mlx_lm.models
+
+    root = Path(mlx_lm.models.__file__).parent
+    names = {p.stem for p in root.glob("*.py")} - _PARTS - {"__init__"}
+    return sorted(names)
+
+
+def known_configs() -> dict[str, dict]:
+    """The configs of family_configs.json (every one builds with the installed mlx-lm)."""
+    return json.loads((Path(__file__).parent / "family_configs.json").read_text())
+
+
+def config(family: str) -> dict:
+    """A small config of ``family`` (without its vocabulary, which `build_family` sets).
+
+    `FAMILIES` first, then family_configs.json, then mlx-lm's own fields filled from
+    the size table: a new architecture of a later mlx-lm gets a config to try.
+    """
+    if family in FAMILIES:
+        return dict(FAMILIES[family])
+    module = importlib.import_module(f"mlx_lm.models.{family}")
+    out = _filled(module.ModelArgs)
+    known = known_configs()
+    if family in known:
+        out.update(json.loads(json.dumps(known[family])))
+        return out
+    text = getattr(module, "TextArgs", None) or getattr(module, "TextConfig", None)
+    if "text_config" in {f.name for f in dataclasses.fields(module.ModelArgs)} and text:
+        out["text_config"] = _filled(text)  # a wrapper: its text model's own fields
+    return out
+
+
+def _filled(args) -> dict:
+    """The size table's values for ``args``'s fields; the semantic ones where required."""
+    out = {}
+    for f in dataclasses.fields(args):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name in _SMALL:
+            out[f.name] = _SMALL[f.name]
+        elif required and f.name in _REQUIRED:
+            out[f.name] = _REQUIRED[f.name]
+    return out
+
+
+def _not_zero(path: str, p):
+    """Random values for a matrix at zero; a gain of 4 for an output norm at zero.
+
+    Gemma's norms scale by ``1 + w``: at 4, the layers outweigh the tied embedding,
+    which else picks the input token again.
+    """
+    import mlx.core as mx
+
+    if p.ndim >= 2 and not mx.any(p).item():
+        return mx.random.normal(p.shape, dtype=p.dtype) * 0.5
+    if p.ndim == 1 and "post" in path and "norm" in path and not mx.any(p).item():
+        return mx.full(p.shape, 3.0, dtype=p.dtype)
+    return p
+
+
 def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.0, **over) -> Path:
     """Write a tiny random-weight model of ``family`` to ``path``.
 
@@ -156,8 +267,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     does not hinge on near-ties that chunking or batching could flip).
 
     Args:
-        family: An mlx-lm ``model_type``: a key of `FAMILIES`, or another whose whole
-            config comes in ``over``.
+        family: An mlx-lm ``model_type`` (see `architectures`); its config is `config`'s.
         path: The directory to write.
         seed: MLX's random seed for the weights.
         scale: Factor on every weight matrix.
@@ -167,7 +277,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
         The model directory, loadable with ``mlx_lm.load``.
     """
     import mlx.core as mx
-    from mlx.utils import tree_flatten, tree_map
+    from mlx.utils import tree_flatten, tree_map, tree_map_with_path
     from mlx_lm.utils import _get_classes
 
     from .tiny import SPECIALS, build_tokenizer
@@ -177,7 +287,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
     # The tokenizer's end of turn, not the family's default id (outside this vocabulary).
     ids = {"eos_token_id": vocab["<|im_end|>"], "bos_token_id": None, "pad_token_id": None}
-    cfg = {"model_type": family, "vocab_size": len(vocab), **ids, **FAMILIES.get(family, {})}
+    cfg = {"model_type": family, "vocab_size": len(vocab), **ids, **config(family)}
     cfg.update(over)
     if isinstance(cfg.get("text_config"), dict):  # a wrapper (llama4): the text model's own
         cfg["text_config"] = {"vocab_size": len(vocab), **ids, **cfg["text_config"]}
@@ -188,13 +298,14 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     model = model_class(args_class.from_dict(cfg))
     # Matrices only: norm weights and layer scalars keep their initial values.
     model.update(tree_map(lambda p: p * scale if p.ndim >= 2 else p, model.parameters()))
+    if family not in FAMILIES:  # what some families start at zero (talkie's output)
+        model.update(tree_map_with_path(_not_zero, model.parameters()))
     weights = dict(tree_flatten(model.parameters()))
     # Special tokens neither mean nor get predicted: no end of turn cuts a run short.
     specials = mx.array([vocab[s] for s in SPECIALS])
-    for key, w in weights.items():
-        if key.endswith(("embed_tokens.weight", "lm_head.weight", "embeddings.weight")):
-            if w.ndim == 2 and w.shape[0] == len(vocab):
-                w[specials] = 0.0
+    for w in weights.values():  # embeddings and output layers, whatever their names
+        if w.ndim == 2 and w.shape[0] == len(vocab):
+            w[specials] = 0.0
     mx.eval(weights)
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     (path / "config.json").write_text(json.dumps(cfg))
