@@ -167,7 +167,11 @@ def test_greedy_equals_mlx_lm_fast_path_on_and_off(family, dirs, eng, monkeypatc
 @pytest.mark.parametrize("family", NAMES)
 def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
     path = dirs[family]
-    alone = [solo(eng, path, p) for p in PROMPTS[:5]]
+    # Each prompt in one prefill pass, whatever the load: where a pass over several
+    # tokens differs from single steps (plamo3, NO_DRAFTS), the text depends on how a
+    # prompt was cut into chunks, and time-sized chunks shrink on a busy machine.
+    one = dict(prefill_target_s=30)
+    alone = [solo(eng, path, p, **one) for p in PROMPTS[:5]]
     # Three rows from the start (one shared prefill).
     jobs = eng.submit_many(
         [Request(p, model=path, chat=False, max_tokens=N, prefill_target_s=30) for p in PROMPTS[:3]]
@@ -178,18 +182,21 @@ def test_rows_batched_and_joining_equal_their_solo_runs(family, dirs, eng):
     alone_only = (
         eng.call(lambda: eng.scheduler.states[path].batching).result().startswith("runs alone")
     )
-    assert max(r.stats.batch_rows for r in res) <= 1 if alone_only else 3
+    rows = max(r.stats.batch_rows for r in res)
+    assert (rows <= 1) if alone_only else (rows == 3), rows
     assert [r.token_ids for r in res] == alone[:3]
     # Two rows join a row that is already past its window.
     long = 16 * N  # long enough to still be decoding when the others arrive, under load too
-    first = eng.submit(Request(PROMPTS[0], model=path, chat=False, max_tokens=long))
+    first = eng.submit(Request(PROMPTS[0], model=path, chat=False, max_tokens=long, **one))
     seen = 0
     for ev in first.events(detach=True):
         seen += isinstance(ev, Token)
         if seen > WINDOW + 2:
             break
-    late = [eng.submit(Request(p, model=path, chat=False, max_tokens=N)) for p in PROMPTS[3:5]]
-    long_alone = solo(eng, path, PROMPTS[0], long)
+    late = [
+        eng.submit(Request(p, model=path, chat=False, max_tokens=N, **one)) for p in PROMPTS[3:5]
+    ]
+    long_alone = solo(eng, path, PROMPTS[0], long, **one)
     assert first.result(timeout=120).token_ids == long_alone
     out = [j.result(timeout=120) for j in late]
     assert alone_only or max(r.stats.batch_rows for r in out) >= 2
