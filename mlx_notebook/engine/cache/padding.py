@@ -53,8 +53,7 @@ def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str |
     """
     from mlx_lm.models.cache import make_prompt_cache
 
-    step = max(1, vocab_size // (LONG + SHORT + 3))
-    ids = [(5 + i * step) % vocab_size for i in range(LONG + SHORT)]
+    ids = _probe(vocab_size)
     rows = [ids[:LONG], ids[LONG:]]
     for t in tables:
         t.grow(LONG + 2)
@@ -79,9 +78,8 @@ def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str |
 
     def decoded_together() -> list[mx.array]:
         cache = merge([prefilled(r) for r in rows])
-        if tables:  # the fast path's RoPE: each row's own position
-            for t in tables:
-                t.pin([len(r) - 1 for r in rows])
+        for t in tables:  # the fast path's RoPE: each row's own position
+            t.pin([len(r) - 1 for r in rows])
         try:
             logits = model(mx.array([[r[-1]] for r in rows]), cache=cache)[:, -1]
         finally:
@@ -116,8 +114,7 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     """
     from mlx_lm.models.cache import make_prompt_cache
 
-    step = max(1, vocab_size // (LONG + SHORT + 3))
-    ids = [(5 + i * step) % vocab_size for i in range(LONG + SHORT)]
+    ids = _probe(vocab_size)
     for t in tables:
         t.grow(LONG + SHORT + 1)
     caches = [make_prompt_cache(model), make_prompt_cache(model)]
@@ -131,6 +128,12 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
         if _apart(together[i], single[i], single[i]):
             return f"a pass over several tokens parts from single steps ({_kinds(model)})"
     return None
+
+
+def _probe(vocab_size: int) -> list[int]:
+    """The check's token ids: spread over the vocabulary, clear of its first ids."""
+    step = max(1, vocab_size // (LONG + SHORT + 3))
+    return [(5 + i * step) % vocab_size for i in range(LONG + SHORT)]
 
 
 def _apart(x: mx.array, y: mx.array, solo: mx.array) -> bool:
