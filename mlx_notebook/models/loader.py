@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import config
-from .spec import ModelNotFound, Spec, resolve
+from .spec import ModelCannotRun, ModelNotFound, Spec, resolve
 
 VARIANT_ENV = "MLX_NOTEBOOK_DEFAULT_VARIANT"
 
@@ -40,6 +40,7 @@ def load_spec(spec: str):
 
     Raises:
         ModelNotFound: A hub id that could not be fetched (one clear line).
+        ModelCannotRun: A model whose layers fail on this device (one clear line).
     """
     from mlx_lm import load
 
@@ -60,7 +61,25 @@ def load_spec(spec: str):
         model, tok = _load_hub(s)
         path = _hub_dir(s.key)
     _fit_dtype(model)
+    _probe(s.key, model)
     return s.key, model, tok, path
+
+
+def _probe(key: str, model) -> None:
+    """One token through the model, so a model that cannot run here fails at load.
+
+    Some layers exist for one back-end only (bitnet's and muse_spark's Metal kernels):
+    such a model is refused in one line, before any job prefills, and the registry
+    refuses it at submit from then on.
+    """
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    try:
+        mx.eval(model(mx.array([[0]]), cache=make_prompt_cache(model)))
+    except Exception as exc:  # noqa: BLE001 - whatever it is, this model cannot run here
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ModelCannotRun(key, f"cannot run on {mx.default_device()}: {line}") from None
 
 
 def _hub_dir(repo: str):

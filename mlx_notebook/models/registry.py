@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .spec import ModelCannotRun
 from .vocab import fingerprint
 
 
@@ -72,6 +73,7 @@ class Registry:
         self._lock = threading.Lock()
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         self._aliases: dict[str, str] = {}
+        self._refused: dict[str, str] = {}  # key -> why it cannot run on this device
 
     def get(self, spec: str, pin: str | None = None, canonical: bool = False) -> LoadedModel:
         """Return the loaded model for ``spec``, loading it if needed.
@@ -93,7 +95,12 @@ class Registry:
         loader = self._loader
         if loader is None:
             from .loader import load_spec as loader
-        key, model, tok, path = loader(spec)
+        try:
+            key, model, tok, path = loader(spec)
+        except ModelCannotRun as exc:
+            with self._lock:
+                self._refused[exc.key] = str(exc)
+            raise
         lm = describe(key, model, tok, path)
         with self._lock:
             self._models[key] = lm
@@ -111,6 +118,11 @@ class Registry:
             gone = self._evict(keep={name})
         self._forgotten(gone)
         return lm
+
+    def refused(self, key: str) -> str | None:
+        """Why the model loaded as ``key`` cannot run on this device, if its load said so."""
+        with self._lock:
+            return self._refused.get(key)
 
     def loaded(self, spec: str) -> bool:
         """Whether ``spec``, in any spelling, names a loaded model."""

@@ -96,6 +96,19 @@ def _hub_like(spec: str) -> bool:
     return len(parts) == 2 and all(parts)
 
 
+class ModelCannotRun(RuntimeError):
+    """A model that loads but fails its first forward pass on this device.
+
+    Attributes:
+        key: The model's canonical name.
+        reason: Why, in one line.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key, self.reason = key, reason
+
+
 class ModelUnavailable(ValueError):
     """A model spec refused at submit: nothing local by that name, and no way to fetch it."""
 

@@ -74,3 +74,28 @@ def test_file_fingerprint_matches_loaded_fingerprint(engine, dirs):
     loaded = engine.call(lambda: reg.get(dirs[0]).vocab_key).result()
     assert spec_fingerprint(dirs[0]) == loaded
     assert spec_fingerprint("some/hub-id") is None
+
+
+def test_a_model_that_cannot_run_here_is_refused_at_load_then_at_submit(engine, dirs):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    from mlx_notebook.engine import Request
+    from mlx_notebook.engine.local.checks import check_request
+    from mlx_notebook.models.loader import _probe
+    from mlx_notebook.models.spec import ModelCannotRun, ModelUnavailable
+
+    def broken():  # weights that no longer fit their layers: every device fails
+        model, tok = load(dirs[0])
+        model.model.embed_tokens.weight = mx.zeros((5, 3))
+        _probe(dirs[0], model)
+        return dirs[0], model, tok, dirs[0]
+
+    reg = Registry(loader=lambda spec: broken())
+    with pytest.raises(ModelCannotRun, match=r"cannot run on Device\((cpu|gpu)"):
+        engine.call(lambda: reg.get(dirs[0])).result()
+    assert not reg.loaded(dirs[0]) and reg.refused(dirs[0]).startswith(f"{dirs[0]}: cannot run")
+    with pytest.raises(ModelUnavailable, match="cannot run on") as err:
+        check_request(Request("Hi", model=dirs[0], chat=False), reg)
+    assert "\n" not in str(err.value)
+    assert check_request(Request("Hi", model=dirs[1], chat=False), reg).key == dirs[1]

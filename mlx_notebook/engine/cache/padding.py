@@ -8,7 +8,7 @@ padding; mamba2's scan stops at each row's length; but some recurrent layers of
 mlx-lm's models (rwkv7's, Jamba's Mamba-1 mixer, Bailing's linear attention ...)
 take no mask and carry the padding into their state.
 
-Which layers do is found by measurement, not from a list of names: two prompts of
+Which layers do is found by measurement, not from a list of names: three prompts of
 different lengths are prefilled together twice, with different padding tokens,
 and each row's next logits are compared with the row prefilled alone. A layer
 that reads its padding gives rows that depend on what the padding was, or that
@@ -27,8 +27,10 @@ import mlx.core as mx
 
 from .caches import extract, finalize, merge, prepare_padding
 
-# Prompts of the check: the short row gets as much padding as it has tokens.
-LONG, SHORT = 12, 6
+# Prompts of the check: the short row gets as much padding as it has tokens. Three
+# rows, not two: a layer that broadcasts a batch's mask over its heads by mistake
+# (mlx-lm's phi3small) raises with three rows and silently passes with two.
+LONG, SHORT, MID = 12, 6, 9
 # Logit differences are compared relative to the logits' own scale: batched and
 # single-row matrix products round differently (more so on quantized weights), while
 # padding read as tokens moves logits by a large share of their spread.
@@ -54,7 +56,7 @@ def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str |
     from mlx_lm.models.cache import make_prompt_cache
 
     ids = _probe(vocab_size)
-    rows = [ids[:LONG], ids[LONG:]]
+    rows = [ids[:LONG], ids[LONG : LONG + SHORT], ids[LONG + SHORT :]]
     for t in tables:
         t.grow(LONG + 2)
 
@@ -120,8 +122,9 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     caches = [make_prompt_cache(model), make_prompt_cache(model)]
     for c in caches:
         model(mx.array([ids[:LONG]]), cache=c)
-    together = model(mx.array([ids[LONG:]]), cache=caches[0])[0].astype(mx.float32)
-    single = [model(mx.array([[t]]), cache=caches[1])[0, -1] for t in ids[LONG:]]
+    new = ids[LONG : LONG + SHORT]
+    together = model(mx.array([new]), cache=caches[0])[0].astype(mx.float32)
+    single = [model(mx.array([[t]]), cache=caches[1])[0, -1] for t in new]
     single = mx.stack(single).astype(mx.float32)
     mx.eval(together, single)
     for i in range(len(single)):
@@ -132,8 +135,8 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
 
 def _probe(vocab_size: int) -> list[int]:
     """The check's token ids: spread over the vocabulary, clear of its first ids."""
-    step = max(1, vocab_size // (LONG + SHORT + 3))
-    return [(5 + i * step) % vocab_size for i in range(LONG + SHORT)]
+    step = max(1, vocab_size // (LONG + SHORT + MID + 3))
+    return [(5 + i * step) % vocab_size for i in range(LONG + SHORT + MID)]
 
 
 def _apart(x: mx.array, y: mx.array, solo: mx.array) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...models.registry import LoadedModel, Registry
-from ...models.spec import require_available
+from ...models.spec import ModelUnavailable, require_available
 from ...models.vocab import spec_fingerprint
 from ..decoding.prompt import check_top_k, encode_prompt, fit_context, lowered
 from ..errors import IncompatibleDraft
@@ -51,6 +51,10 @@ def check_request(request: Request, registry: Registry) -> Checked:
     if request.mode == "draft":
         draft = registry.peek(request.draft)
         draft_key = draft.name if draft is not None else require_available(request.draft, "--draft")
+    for k in (key, draft_key):  # a load already found it cannot run on this device
+        if k is not None and (why := registry.refused(k)):
+            raise ModelUnavailable(why)
+    if request.mode == "draft":
         check_draft(request, lm, draft)
     if not isinstance(request.prompt, str) and request.chat:
         require_chat_template(request.model, lm)
