@@ -1,7 +1,7 @@
 """What a schema costs, and what its fast paths buy, on the default model (greedy).
 
 Usage: python benchmarks/bench_structured.py [--rounds 5] [--tokens 48] [--rows 50]
-       [--only mask,decode,forced,choice] [--batch]
+       [--only mask,decode,forced,choice,sample] [--batch]
 
 1. mask: llguidance's allowed-token bitmask for the default model's vocabulary,
    unpacked and applied to a logits row, timed over a JSON object's generation
@@ -14,6 +14,11 @@ Usage: python benchmarks/bench_structured.py [--rounds 5] [--tokens 48] [--rows 
 4. choice: ``map`` over --rows short texts with four labels, the choice path
    (token sequences compared, forced tails free) against the same choices as a
    token-by-token mask: wall seconds per row and decode steps per row.
+5. sample: every schema of the committed real-world sample (benchmarks/schemas/,
+   see its SOURCES.md) as a job with its defaults (jump-forward on, the batch path a
+   job submitted alone takes) against the same prompt unconstrained: decode tok/s
+   per schema, the median of per-schema ratios, tokens per forward pass, and the
+   grammar's own time per pass (the job's tokens replayed through llguidance).
 
 Sides alternate in order every round; each prints median and min-max per side
 and the median of the per-round ratios.
@@ -113,6 +118,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--rows", type=int, default=50)
     ap.add_argument("--only", default="mask,decode,forced,choice")
+    ap.add_argument("--sample-tokens", type=int, default=64)
     ap.add_argument(
         "--batch", action="store_true",
         help="jobs take the batch path, as a job submitted alone does by default",
@@ -175,7 +181,86 @@ def main() -> None:
             return wall / args.rows
 
         rounds(args.rounds, {"choice": "s/row", "masked": "s/row"}, choice)
+    if "sample" in parts:
+        sample(eng, args.rounds, args.sample_tokens)
     eng.close()
+
+
+def grammar_ms(eng: Engine, schema: Schema, ids: list[int]) -> tuple[float, int]:
+    """The grammar's own milliseconds per forward pass over a replay of ``ids``, and passes.
+
+    What a job's constraint does at each pass: take the forced tokens, mask the
+    logits row, consume the sampled token.
+    """
+
+    def work():
+        import mlx.core as mx
+
+        lm = eng.registry.get("default")
+        width = lm.logits_size or lm.vocab_size
+        c = Constraint(grammar_info(lm.tokenizer, width), schema.grammar, width)
+        logits = mx.zeros((1, width))
+        spent, passes, i = 0.0, 0, 0
+        while i < len(ids):
+            t0 = time.perf_counter()
+            while i < len(ids) and c.take_forced() == ids[i]:
+                i += 1
+            if i < len(ids):
+                mx.eval(c.mask(logits))
+                c.consume([ids[i]])
+                i += 1
+            spent += time.perf_counter() - t0
+            passes += 1
+        return spent * 1e3 / max(passes, 1), passes
+
+    return eng.call(work).result()
+
+
+def sample(eng: Engine, n_rounds: int, tokens: int) -> None:
+    """Constrained against unconstrained decode on every schema of benchmarks/schemas/."""
+    import json
+    from pathlib import Path
+
+    files = sorted((Path(__file__).parent / "schemas").glob("*.json"))
+    print(f"-- {len(files)} real-world schemas: schema job (defaults) vs the same prompt free")
+    kw = dict(max_tokens=tokens, temperature=0, repetition_penalty=1, reuse_cache=False)
+    ratios, per_pass, gram, short = [], [], [], []
+    for f in files:
+        doc = json.loads(f.read_text())
+        schema = Schema.of(doc)
+        what = doc.get("title") or doc.get("description") or f.stem.split("__")[-1]
+        keys = ", ".join(list(doc.get("properties") or {})[:12])
+        prompt = f"Write an example of this as JSON: {str(what)[:120]}" + (
+            f". Fill in these fields: {keys}." if keys else "."
+        )
+        got = {"schema": [], "free": []}
+        last = None
+        for r in range(n_rounds):
+            for side in ("schema", "free") if r % 2 == 0 else ("free", "schema"):
+                res = eng.submit(Request(prompt, schema=schema if side == "schema" else None, **kw))
+                res = res.result()
+                got[side].append(res.stats.generation_tps)
+                if side == "schema":
+                    last = res
+        n, steps = len(last.token_ids), max(last.stats.decode_steps, 1)
+        if n < 4:  # a finished value in a token or two ("{}"): no decode rate to compare
+            short.append(f.stem)
+            print(f"     -  {n:3d} tokens ({last.text!r}): left out  {f.stem[:60]}")
+            continue
+        ratio = statistics.median(a / b for a, b in zip(got["schema"], got["free"]))
+        ms, passes = grammar_ms(eng, schema, last.token_ids)
+        ratios.append(ratio)
+        per_pass.append(n / steps)
+        gram.append(ms)
+        print(f"  {ratio:5.2f}x  {n:3d} tokens in {steps:3d} passes ({n / steps:4.2f}/pass), "
+              f"grammar {ms:5.2f} ms/pass, valid={last.valid}  {f.stem[:60]}")  # fmt: skip
+    q = statistics.quantiles(ratios, n=4)
+    print(f"schema / free decode tok/s: median {statistics.median(ratios):.2f}x "
+          f"(quartiles {q[0]:.2f}-{q[2]:.2f}, min {min(ratios):.2f}), {len(ratios)} of "
+          f"{len(files)} schemas ({len(short)} too short to time), {n_rounds} rounds")  # fmt: skip
+    print(f"tokens per forward pass (schema jobs): median {statistics.median(per_pass):.2f} "
+          f"({min(per_pass):.2f}-{max(per_pass):.2f}); grammar per pass: median "
+          f"{statistics.median(gram):.2f} ms ({min(gram):.2f}-{max(gram):.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Which real-world JSON Schemas the project accepts, enforces in full, or validates at the end.
 
-Usage: python benchmarks/survey_schemas.py [--show]
+Usage: python benchmarks/survey_schemas.py [--show] [--write DIR [--count 32]]
 
 The sample is every JSON Schema shipped in packages of the development environment
 (`make setup`), all public and under open licenses: JupyterLab's settings schemas
@@ -13,6 +13,10 @@ jsonschema-specifications (MIT). Each is compiled as `Schema.of` would at submit
 - annotated: accepted, with an unknown ``format``/``oneOf`` noted (validated at the end);
 - with --no-strict: refused by default, accepted with ``strict=False``;
 - refused: refused either way (the one-line reason is printed with --show).
+
+``--write DIR`` copies ``--count`` of the accepted schemas, spread evenly over the
+sorted list, into DIR with a SOURCES.md of where each came from and its license:
+the committed sample `bench_structured.py --sample` times (benchmarks/schemas/).
 """
 
 from __future__ import annotations
@@ -56,6 +60,44 @@ def sample() -> list[tuple[str, dict]]:
     return found
 
 
+LICENSES = {
+    "jupyterlab": "BSD-3-Clause",
+    "nbformat": "BSD-3-Clause",
+    "jupyter_lsp": "BSD-3-Clause",
+    "jupyter_server": "BSD-3-Clause",
+    "jsonschema_specifications": "MIT",
+}
+
+
+def write_sample(docs: list[tuple[str, dict]], out: Path, count: int) -> None:
+    """Copy ``count`` accepted schemas, spread evenly, into ``out`` with their sources."""
+    from importlib.metadata import version
+
+    ok = sorted((n, d) for n, d in docs if verdict(d)[0] in ("enforced", "annotated"))
+    step = max(1, len(ok) / count)
+    chosen = [ok[int(i * step)] for i in range(min(count, len(ok)))]
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, doc in chosen:
+        pkg, rest = name.split("/", 1)
+        file = f"{pkg}__{rest.replace('/', '__').replace('@', '').rsplit('.', 1)[0]}.json"
+        (out / file).write_text(json.dumps(doc, indent=1) + "\n")
+        rows.append(f"| `{file}` | {pkg} {version(pkg.replace('_', '-'))} | `{rest}` | "
+                    f"{LICENSES[pkg]} |")  # fmt: skip
+    (out / "SOURCES.md").write_text(
+        "# Real-world JSON Schemas: the sample `bench_structured.py --sample` times\n\n"
+        "Written by `python benchmarks/survey_schemas.py --write benchmarks/schemas "
+        f"--count {count}`: {len(chosen)} of the {len(ok)} schemas the project accepts "
+        "by default, of the public schemas shipped in the development environment's "
+        "packages, spread evenly over their sorted names. Each is unchanged, "
+        "under its package's license (jupyter-lsp's server settings are taken from "
+        "each language server's own project by jupyter-lsp).\n\n"
+        "| file | package | path in the package | license |\n| --- | --- | --- | --- |\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+
+
 def verdict(doc: dict) -> tuple[str, str]:
     try:
         s = Schema.of(doc)
@@ -71,8 +113,12 @@ def verdict(doc: dict) -> tuple[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--show", action="store_true", help="print each schema's verdict")
+    ap.add_argument("--write", type=Path, help="copy an evenly spread sample here")
+    ap.add_argument("--count", type=int, default=32, help="schemas in the sample")
     args = ap.parse_args()
     docs = sample()
+    if args.write:
+        write_sample(docs, args.write, args.count)
     counts: Counter = Counter()
     reasons: Counter = Counter()
     for name, doc in docs:

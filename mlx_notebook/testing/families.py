@@ -192,7 +192,7 @@ _PARTS = {
 # Architectures no config builds into a text model here, and why.
 NOT_BUILT = {
     # Refused at load, in one line, where there is no Metal (tests/test_families.py).
-    "bitnet": "its layers run a Metal kernel: it runs on Metal only",
+    "bitnet": "Metal only (its layers run Metal kernels): refused at load elsewhere",
     "muse_spark": "its layers run a Metal kernel (Metal only); a vision wrapper",
     "olmo": "needs the ai2-olmo package",
     "prism_hadamard_qwen35": "needs a Hadamard pack file beside the weights",
