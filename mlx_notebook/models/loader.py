@@ -68,6 +68,8 @@ def load_spec(spec: str):
 def _probe(key: str, model) -> None:
     """One token through the model, so a model that cannot run here fails at load.
 
+    The pass also measures the logits' width (`registry.describe` reads it).
+
     Some layers exist for one back-end only (bitnet's and muse_spark's Metal kernels):
     such a model is refused in one line, before any job prefills, and the registry
     refuses it at submit from then on.
@@ -76,10 +78,13 @@ def _probe(key: str, model) -> None:
     from mlx_lm.models.cache import make_prompt_cache
 
     try:
-        mx.eval(model(mx.array([[0]]), cache=make_prompt_cache(model)))
+        logits = model(mx.array([[0]]), cache=make_prompt_cache(model))
+        mx.eval(logits)
     except Exception as exc:  # noqa: BLE001 - whatever it is, this model cannot run here
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise ModelCannotRun(key, f"cannot run on {mx.default_device()}: {line}") from None
+    # The logits' width, measured: configs name it differently (phixtral's num_vocab).
+    object.__setattr__(model, "_mlxnb_logits", int(logits.shape[-1]))
 
 
 def _hub_dir(repo: str):

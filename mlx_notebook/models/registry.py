@@ -258,7 +258,9 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         fingerprint(vocab),
         len(vocab),
         context_length=int(context) if isinstance(context, int) and context > 0 else None,
-        logits_size=getattr(args, "vocab_size", None) or getattr(model, "vocab_size", None),
+        logits_size=getattr(model, "_mlxnb_logits", None)  # measured at load (`loader`)
+        or getattr(args, "vocab_size", None)
+        or getattr(model, "vocab_size", None),
         fast_path=list(getattr(model, "_mlxnb_fast", None) or []),
         defaults=_defaults(name, path),
     )

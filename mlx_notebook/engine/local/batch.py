@@ -42,9 +42,10 @@ from ..errors import describe, detach_frames
 from ..events import Finished, PrefillProgress
 from ..job import Job
 from ..replay.key import about_model
+from . import jump
 from .batch_prefill import may_prefill_together, prefill_together
 from .batch_sampling import next_tokens
-from .jump import forced_run, jumps
+from .jump import jumps
 from .row import Row
 
 
@@ -226,8 +227,8 @@ class Batch:
         rows = self.decoding
         if not rows:
             return
-        if len(rows) == 1 and jumps(rows[0]):
-            self._step_forced(rows[0], cur)
+        if any(jumps(r) for r in rows) and (len(rows) == 1 or self._pads_exactly()):
+            jump.step(self, rows, cur)  # forced tokens ride in this pass
             return
         for r in rows:
             st = r.out.stats
@@ -271,31 +272,9 @@ class Batch:
         for row in done:
             self._end(row, None)
 
-    def _step_forced(self, row: Row, cur: mx.array) -> None:
-        """A lone row under a grammar: what it forces rides in this pass (`jump`).
-
-        Fed through the row's own cache, as a prefill chunk is.
-        """
-        fed, done = forced_run(row, int(cur.item()))
-        if done:  # nothing left to sample: no pass
-            self._end(row, None)
-            return
-        st = row.out.stats
-        st.batch_rows = max(st.batch_rows, 1)
-        st.decode_steps += 1
-        st.step_rows += 1
-        for t in self._tables:
-            t.grow(len(row.seq.tokens) + len(fed))
-        count_pass()
-        logits = self.main.model(mx.array([fed], dtype=mx.uint32), cache=self._cache)[:, -1, :]
-        if row.setup.processors and len(fed) > 1:  # they see every token fed
-            row.context = mx.concatenate([row.context, mx.array(fed[:-1], dtype=mx.uint32)])
-        # A seeded draw is keyed by the position of the last token fed, as in `_step`.
-        row.seq.record(fed[:-1])
-        self._pending = next_tokens([row], mx.array(fed[-1:], dtype=mx.uint32), logits)
-        mx.async_eval(self._pending)
-        governor().step()
-        row.seq.record(fed[-1:])
+    def _pads_exactly(self) -> bool:
+        """Whether rows may feed different numbers of tokens in one padded pass."""
+        return self.decoding[0].state.padding_problem(self.main, self._tables) is None
 
     def _advance_constraints(self, rows: list[Row], values: list[int]) -> None:
         """Feed each constrained row's grammar the token this step fed, before its mask.

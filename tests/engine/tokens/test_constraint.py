@@ -180,6 +180,48 @@ def test_a_lone_batch_row_feeds_forced_tokens_in_its_next_pass(engine, tiny_dir)
     assert r.stats.decode_steps == len(r.token_ids) + 1
 
 
+def test_batched_rows_feed_forced_tokens_in_their_next_pass(engine, tiny_dir):
+    # Rows sharing steps each feed what their grammar forces in the shared pass (the
+    # rows right-padded to the longest), with the texts and passes of jobs alone.
+    plain = dataclasses.replace(Schema.of(PERSON), fast=False)
+    kinds = [PERSON, None, PERSON, plain]
+    alone = [run(engine, tiny_dir, p, batch=False, schema=k) for p, k in zip(PROMPTS, kinds)]
+    jobs = engine.submit_many(
+        [
+            Request(p, model=tiny_dir, chat=False, max_tokens=150, temperature=0,
+                    prefill_target_s=30, schema=k)
+            for p, k in zip(PROMPTS, kinds)
+        ]
+    )  # fmt: skip
+    rows = [j.result(timeout=120) for j in jobs]
+    assert min(r.stats.batch_rows for r in rows) == 4  # every row shared steps
+    assert [r.token_ids for r in rows] == [a.token_ids for a in alone]
+    for i in (0, 2):
+        forced = replay(engine, tiny_dir, PERSON, rows[i].token_ids)
+        assert forced >= 8, forced
+        # One pass per sampled token, as alone: forced ones rode in the shared passes.
+        assert rows[i].stats.decode_steps == len(rows[i].token_ids) - forced
+        assert rows[i].stats.decode_steps == alone[i].stats.decode_steps
+
+
+def test_speculative_jobs_feed_forced_tokens_in_their_next_pass(engine, tiny_dir):
+    plain = dataclasses.replace(Schema.of(PERSON), fast=False)
+    for p in PROMPTS[:3]:
+        one_by_one = run(engine, tiny_dir, p, batch=False, schema=plain)  # every token masked
+        forced = replay(engine, tiny_dir, PERSON, one_by_one.token_ids)
+        assert forced >= 8, forced
+        for kw in (dict(draft="lookup", lookup_ngram=1), dict(draft_kind="suffix")):
+            r = run(engine, tiny_dir, p, num_draft_tokens=4, **kw)
+            assert r.token_ids == one_by_one.token_ids, kw
+            assert r.stats.draft_tokens_proposed > 0, kw
+            # A pass per token neither forced nor an accepted draft: at most one per
+            # sampled token, exactly that when no draft was taken.
+            sampled = len(r.token_ids) - forced
+            assert r.stats.decode_steps <= sampled, kw
+            if r.stats.draft_tokens_accepted == 0:
+                assert r.stats.decode_steps == sampled, kw
+
+
 OPTIONS = ["positive", "negative", "neutral", "pos", "mixed feelings"]
 MASKED = dataclasses.replace(Schema.choice(OPTIONS), fast=False)  # token by token
 
