@@ -224,7 +224,7 @@ def sample(eng: Engine, n_rounds: int, tokens: int) -> None:
     files = sorted((Path(__file__).parent / "schemas").glob("*.json"))
     print(f"-- {len(files)} real-world schemas: schema job (defaults) vs the same prompt free")
     kw = dict(max_tokens=tokens, temperature=0, repetition_penalty=1, reuse_cache=False)
-    ratios, per_pass, gram, short = [], [], [], []
+    ratios, per_pass, gram, short, step_ratios = [], [], [], [], []
     for f in files:
         doc = json.loads(f.read_text())
         schema = Schema.of(doc)
@@ -234,30 +234,39 @@ def sample(eng: Engine, n_rounds: int, tokens: int) -> None:
             f". Fill in these fields: {keys}." if keys else "."
         )
         got = {"schema": [], "free": []}
+        per_step = {"schema": [], "free": []}  # seconds per forward pass after the first
         last = None
         for r in range(n_rounds):
             for side in ("schema", "free") if r % 2 == 0 else ("free", "schema"):
                 res = eng.submit(Request(prompt, schema=schema if side == "schema" else None, **kw))
-                res = res.result()
-                got[side].append(res.stats.generation_tps)
+                st = res.result().stats
+                got[side].append(st.generation_tps)
+                if st.generation_tps:
+                    decode_s = (st.generation_tokens - 1) / st.generation_tps
+                    per_step[side].append(decode_s / max(st.decode_steps - 1, 1))
                 if side == "schema":
-                    last = res
+                    last = res.result()
         n, steps = len(last.token_ids), max(last.stats.decode_steps, 1)
         if n < 4:  # a finished value in a token or two ("{}"): no decode rate to compare
             short.append(f.stem)
             print(f"     -  {n:3d} tokens ({last.text!r}): left out  {f.stem[:60]}")
             continue
         ratio = statistics.median(a / b for a, b in zip(got["schema"], got["free"]))
+        step_ratio = statistics.median(per_step["schema"]) / statistics.median(per_step["free"])
         ms, passes = grammar_ms(eng, schema, last.token_ids)
         ratios.append(ratio)
+        step_ratios.append(step_ratio)
         per_pass.append(n / steps)
         gram.append(ms)
-        print(f"  {ratio:5.2f}x  {n:3d} tokens in {steps:3d} passes ({n / steps:4.2f}/pass), "
+        print(f"  {ratio:5.2f}x (pass {step_ratio:4.2f}x)  {n:3d} tokens in {steps:3d} passes "
+              f"({n / steps:4.2f}/pass), "
               f"grammar {ms:5.2f} ms/pass, valid={last.valid}  {f.stem[:60]}")  # fmt: skip
     q = statistics.quantiles(ratios, n=4)
     print(f"schema / free decode tok/s: median {statistics.median(ratios):.2f}x "
           f"(quartiles {q[0]:.2f}-{q[2]:.2f}, min {min(ratios):.2f}), {len(ratios)} of "
           f"{len(files)} schemas ({len(short)} too short to time), {n_rounds} rounds")  # fmt: skip
+    print(f"seconds per forward pass, schema / free: median {statistics.median(step_ratios):.2f}x "
+          f"({min(step_ratios):.2f}-{max(step_ratios):.2f})")  # fmt: skip
     print(f"tokens per forward pass (schema jobs): median {statistics.median(per_pass):.2f} "
           f"({min(per_pass):.2f}-{max(per_pass):.2f}); grammar per pass: median "
           f"{statistics.median(gram):.2f} ms ({min(gram):.2f}-{max(gram):.2f})")  # fmt: skip

@@ -14,9 +14,10 @@ jsonschema-specifications (MIT). Each is compiled as `Schema.of` would at submit
 - with --no-strict: refused by default, accepted with ``strict=False``;
 - refused: refused either way (the one-line reason is printed with --show).
 
-``--write DIR`` copies ``--count`` of the accepted schemas, spread evenly over the
-sorted list, into DIR with a SOURCES.md of where each came from and its license:
-the committed sample `bench_structured.py --sample` times (benchmarks/schemas/).
+``--write DIR`` copies ``--count`` of the accepted schemas that have properties of
+their own, spread evenly over the sorted list, into DIR with a SOURCES.md of where
+each came from and its license: the committed sample `bench_structured.py --sample`
+times (benchmarks/schemas/).
 """
 
 from __future__ import annotations
@@ -73,7 +74,14 @@ def write_sample(docs: list[tuple[str, dict]], out: Path, count: int) -> None:
     """Copy ``count`` accepted schemas, spread evenly, into ``out`` with their sources."""
     from importlib.metadata import version
 
-    ok = sorted((n, d) for n, d in docs if verdict(d)[0] in ("enforced", "annotated"))
+    # Accepted, and with room for a value: a settings schema with no properties of its
+    # own (JupyterLab's menus-only plugins) admits only "{}", which times nothing.
+    ok = sorted(
+        (n, d)
+        for n, d in docs
+        if verdict(d)[0] in ("enforced", "annotated")
+        and (d.get("properties") or d.get("type") not in ("object", None))
+    )
     step = max(1, len(ok) / count)
     chosen = [ok[int(i * step)] for i in range(min(count, len(ok)))]
     out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +96,8 @@ def write_sample(docs: list[tuple[str, dict]], out: Path, count: int) -> None:
         "# Real-world JSON Schemas: the sample `bench_structured.py --sample` times\n\n"
         "Written by `python benchmarks/survey_schemas.py --write benchmarks/schemas "
         f"--count {count}`: {len(chosen)} of the {len(ok)} schemas the project accepts "
-        "by default, of the public schemas shipped in the development environment's "
+        "by default that have properties of their own (a schema of none admits only "
+        "`{}`), of the public schemas shipped in the development environment's "
         "packages, spread evenly over their sorted names. Each is unchanged, "
         "under its package's license (jupyter-lsp's server settings are taken from "
         "each language server's own project by jupyter-lsp).\n\n"
