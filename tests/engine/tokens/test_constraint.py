@@ -202,6 +202,9 @@ def test_batched_rows_feed_forced_tokens_in_their_next_pass(engine, tiny_dir):
         # One pass per sampled token, as alone: forced ones rode in the shared passes.
         assert rows[i].stats.decode_steps == len(rows[i].token_ids) - forced
         assert rows[i].stats.decode_steps == alone[i].stats.decode_steps
+        # The text of every token masked and fed one by one.
+        one_by_one = run(engine, tiny_dir, PROMPTS[i], batch=False, schema=plain)
+        assert rows[i].token_ids == one_by_one.token_ids
 
 
 def test_speculative_jobs_feed_forced_tokens_in_their_next_pass(engine, tiny_dir):
