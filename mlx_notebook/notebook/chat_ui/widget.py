@@ -104,6 +104,9 @@ class ChatUI(anywidget.AnyWidget):
         clock=time.monotonic,
         **options,
     ) -> None:
+        from ..hosts import prepare
+
+        prepare()  # an anywidget: Colab needs its custom widget manager first
         unknown = set(options) - REQUEST_FIELDS - _CHAT_ARGS
         if unknown:
             raise ValueError(f"ChatUI: unknown option(s): {', '.join(sorted(unknown))}")

@@ -363,6 +363,7 @@ class MLXNotebook(Magics):
 
 def load(ipython) -> None:
     """Register the magics and their settings."""
+    from .. import hosts
     from ..evaluate.cell import EvaluateMagics
     from .chat import ChatMagics
 
@@ -376,6 +377,7 @@ def load(ipython) -> None:
         ipython.configurables.append(magics)
     manners.install(ipython)
     formatters.install(ipython)
+    hosts.prepare()  # Colab: its custom widget manager, for the chat window
 
 
 def unload(ipython) -> None:
