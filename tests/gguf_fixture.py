@@ -28,8 +28,11 @@ def unpermute(w, n_head):
     )
 
 
-def build_tiny_gguf(path: Path, arch="llama", seed=0):
-    """Returns (gguf_path, hf_weights): the float32 weights a correct loader must reproduce."""
+def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False):
+    """Returns (gguf_path, hf_weights): the float32 weights a correct loader must reproduce.
+
+    ``float32``: every tensor unquantized (a float32 GGUF), else Q4_1 and Q8_0 as above.
+    """
     import gguf
 
     tok_dir = path.parent / (path.stem + "-tok")
@@ -52,7 +55,7 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0):
 
     def put(hf_name, gg_name, w, qtype=None, perm_heads=None):
         stored = permute(w, perm_heads) if perm_heads else w
-        if qtype is None:
+        if qtype is None or float32:
             gg[gg_name] = (stored, None)
             deq = stored
         else:

@@ -70,7 +70,9 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
     if out.parent.is_dir():
         remove_stale(out.parent)  # on a cache hit too: leftovers can be hundreds of MB
     if (out / "config.json").is_file():
-        return out
+        if not _broken(out):
+            return out
+        shutil.rmtree(out, ignore_errors=True)  # an older converter's: converted again
     out.parent.mkdir(parents=True, exist_ok=True)
     # The owner's pid in the name lets a later process tell a live conversion from
     # the leftovers of a killed one.
@@ -148,12 +150,20 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     quant = _quantization(weights, config)
     if variant == "f32":
         weights = _dequantize_all(weights, quant)
-    else:
+    elif quant:  # a float GGUF has none: "quantization" would make mlx-lm quantize
         config["quantization"] = quant
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
     write_tokenizer(md, out)
     # config.json last: its presence marks a complete directory.
     (out / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def _broken(out: Path) -> bool:
+    """Whether a cached conversion cannot load: a float GGUF once got ``"quantization": {}``."""
+    try:
+        return json.loads((out / "config.json").read_text()).get("quantization") == {}
+    except (OSError, ValueError):
+        return True
 
 
 def _rename(name: str) -> str:

@@ -65,6 +65,29 @@ def test_converted_logits_equal_source_weights_logits(engine, cache, tiny_gguf, 
         assert q["model.layers.0.self_attn.q_proj"] == {"group_size": 32, "bits": 4}
 
 
+def test_a_float32_gguf_loads_and_an_unloadable_cached_conversion_is_redone(
+    engine, cache, tmp_path
+):
+    path, hf, cfg = build_tiny_gguf(tmp_path / "f32.gguf", float32=True)
+    ids = [5, 17, 42, 99, 3, 250, 7, 64]
+
+    def run():
+        from mlx_lm import load
+
+        out = conv.convert_gguf(path, "q")  # the default variant: its own precision
+        model, _ = load(str(out))
+        return out, logits_of(model, ids), logits_of(reference_model(hf, cfg), ids)
+
+    out, ours, ref = engine.call(run).result()
+    assert "quantization" not in json.loads((out / "config.json").read_text())
+    np.testing.assert_allclose(ours, ref, atol=1e-3 * np.abs(ref).max())
+    # What the converter wrote before: a cached directory mlx-lm cannot load.
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "quantization": {}}))
+    again = conv.convert_gguf(path, "q")
+    assert again == out and "quantization" not in json.loads((out / "config.json").read_text())
+
+
 def test_wrong_rope_order_would_differ(engine, cache, tiny_gguf):
     # Guards the test above: un-permuting Q/K with traditional RoPE must not match.
     path, hf, cfg = tiny_gguf
