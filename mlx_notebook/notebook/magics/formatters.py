@@ -4,7 +4,9 @@ Registered with IPython by type name when the extension loads, so nothing heavy 
 imported until such a value is shown: a `Result` (`mlx_notebook.generate`) as the
 document a ``%%generate`` cell ends as, `mlx_notebook.score`'s `TokenTable` as the
 token inspector, an evaluation (`EvalResult`, or the `EvalRun` that ``%%evaluate -o``
-binds) as its matrix, summary and chart.
+binds) as its matrix, summary and chart, a `MapResult` (`mlx_notebook.map`) as its
+table, a `CompareResult` (`mlx_notebook.compare`) as its verdict and runs. Model output
+is escaped in every one.
 """
 
 from __future__ import annotations
@@ -42,11 +44,50 @@ def evaluation_html(value) -> str:
     return matrix_html(value)
 
 
+def map_html(res) -> str:
+    """A `MapResult` as its table: the rows as they stand (a running map does not block)."""
+    from ..views.render import STYLE, escape
+
+    now = res.snapshot()
+    head = f'<div class="hdr">map · {escape(now.summary())}</div>'
+    try:  # pandas escapes every cell (model output is text, never markup)
+        table = now.to_frame().to_html(max_rows=60, escape=True, border=0)
+    except ImportError:  # pandas is optional: the texts alone
+        cells = "".join(
+            f"<tr><td>{escape(str(r.prompt))}</td><td>{escape(r.text)}</td>"
+            f"<td>{escape(str(r.finish_reason))}</td></tr>"
+            for r in now.rows
+        )
+        table = f"<table><tr><th>prompt</th><th>text</th><th>finish</th></tr>{cells}</table>"
+    return f'{STYLE}<div class="mlxnb">{head}{table}</div>'
+
+
+def compare_html(res) -> str:
+    """A `CompareResult` as its verdict, figures, where the runs part, runs and acceptance."""
+    from ..views.charts import position_chart, runs_table
+    from ..views.compare import fork_line
+    from ..views.render import STYLE, escape
+
+    line = escape(res.verdict_line()) if res.verdict is not None else "Compare: no pair ended"
+    parts = [
+        f'<div class="verdict">{line}</div>',
+        f'<div class="legend">{escape(res.figures_line())}</div>',
+        fork_line(res),
+    ]
+    if res.runs:
+        parts.append(runs_table(res.rows()))
+    if res.proposed:
+        parts.append(position_chart(res.acceptance_by_position))
+    return f'{STYLE}<div class="mlxnb mlxnb-compare">{"".join(parts)}</div>'
+
+
 FORMATTERS = {
     ("mlx_notebook.engine.job", "Result"): result_html,
     ("mlx_notebook.engine.token_records", "TokenTable"): table_html,
     ("mlx_notebook.evaluation.result", "EvalResult"): evaluation_html,
     ("mlx_notebook.evaluation.run", "EvalRun"): evaluation_html,
+    ("mlx_notebook.mapping.result", "MapResult"): map_html,
+    ("mlx_notebook.measure.compare_result", "CompareResult"): compare_html,
 }
 
 

@@ -420,6 +420,20 @@ def test_the_cache_setting_starts_as_the_environment_says(magics):
     assert magics.cache == os.environ["MLX_NOTEBOOK_RESULT_CACHE"] == "off"  # the suite's
 
 
+def test_a_map_and_a_compare_made_in_python_show_their_views(ip, tiny_dir):
+    formatter = ip.display_formatter.formatters["text/html"]  # (a test shell: not enabled)
+    res = mlx_notebook.map(["<img src=x onerror=alert(1)>", "Two"], "{item}", model=tiny_dir,
+                           max_tokens=4, chat=False)  # fmt: skip
+    html = formatter.lookup(res)(res)
+    assert "map · 2 rows: 2 done" in html and "<table" in html
+    assert "<img" not in html and "&lt;img" in html  # prompts and texts are never markup
+    cmp = mlx_notebook.compare("Hello there", model=tiny_dir, repeats=2, max_tokens=8,
+                               chat=False)  # fmt: skip
+    html = formatter.lookup(cmp)(cmp)
+    assert 'class="verdict"' in html and "<table" in html and html.count("<tr>") >= 5
+    assert "Compare(" not in html  # a view, not the dataclass repr
+
+
 def test_a_result_made_in_python_shows_as_its_document(ip, tiny_dir):
     res = mlx_notebook.generate("<b>Hi</b>", model=tiny_dir, max_tokens=6, chat=False)
     formatter = ip.display_formatter.formatters["text/html"]  # (a test shell: not enabled)
