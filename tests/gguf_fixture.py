@@ -28,10 +28,25 @@ def unpermute(w, n_head):
     )
 
 
-def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False):
+def q6_k(rows: int, cols: int, rng) -> np.ndarray:
+    """Random Q6_K blocks (``cols`` a multiple of 256) with modest scales: raw bytes."""
+    import gguf
+
+    _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q6_K]
+    raw = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
+    raw[..., 192:208] = (
+        rng.integers(-6, 7, size=(rows, cols // 256, 16)).astype(np.int8).view(np.uint8)
+    )  # the 16 sub-block scales (int8)
+    raw[..., 208:210] = np.frombuffer(np.float16(0.004).tobytes(), dtype=np.uint8)  # d
+    return raw.reshape(rows, -1)
+
+
+def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False, q6k_embedding=False):
     """Returns (gguf_path, hf_weights): the float32 weights a correct loader must reproduce.
 
     ``float32``: every tensor unquantized (a float32 GGUF), else Q4_1 and Q8_0 as above.
+    ``q6k_embedding``: the token embedding in Q6_K, as llama.cpp's quantizer writes it
+    (the model is 256 wide: a K-quant's rows are whole blocks of 256).
     """
     import gguf
 
@@ -41,7 +56,7 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False):
     vocab = tj["model"]["vocab"]
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
-    cfg = tiny_config(len(tokens))
+    cfg = tiny_config(len(tokens), **({"hidden_size": 256} if q6k_embedding else {}))
     E, L, F = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = E // H
@@ -64,7 +79,12 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False):
             deq = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(stored.shape)
         hf[hf_name] = unpermute(deq, perm_heads) if perm_heads else deq
 
-    put("model.embed_tokens.weight", "token_embd.weight", r(len(tokens), E) * 5, Q8)
+    if q6k_embedding:
+        raw = q6_k(len(tokens), E, rng)
+        gg["token_embd.weight"] = (raw, T.Q6_K)
+        hf["model.embed_tokens.weight"] = gguf.quants.dequantize(raw, T.Q6_K)
+    else:
+        put("model.embed_tokens.weight", "token_embd.weight", r(len(tokens), E) * 5, Q8)
     put("model.norm.weight", "output_norm.weight", 1 + r(E))
     for i in range(L):
         p, b = f"model.layers.{i}.", f"blk.{i}."

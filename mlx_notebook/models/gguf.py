@@ -20,7 +20,7 @@ from .. import config
 from .gguf_tokenizer import _scalar, write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
-VERSION = "1"  # bump when the output format changes
+VERSION = "2"  # bump when the output format changes (2: K-quants stored 8-bit)
 TMP_TAG = "pid"
 _TMP_OWNER = re.compile(rf"^\..+-[0-9a-f]{{16}}\.{TMP_TAG}(\d+)\.")
 _TMP_LEGACY = re.compile(r"^\..+-[0-9a-f]{16}\.")
@@ -145,8 +145,11 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
             f"GGUF architecture {arch!r} is not supported: only 'llama' can be converted "
             f"({gguf.name})"
         )
+    kquants = {_rename(k) for k, t in _tensor_types(gguf).items() if t in _K_QUANTS}
     weights = {_rename(k): v for k, v in weights.items() if not k.startswith("rope_freqs")}
     config = _config(md, weights)
+    if variant != "f32":
+        _requantize(weights, kquants)
     quant = _quantization(weights, config)
     if variant == "f32":
         weights = _dequantize_all(weights, quant)
@@ -156,6 +159,74 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     write_tokenizer(md, out)
     # config.json last: its presence marks a complete directory.
     (out / "config.json").write_text(json.dumps(config, indent=1))
+
+
+# GGML's K-quant types (Q2_K .. Q8_K): MLX's GGUF reader dequantizes them to float16,
+# which a CPU load then widens to float32 (4 bytes a weight, against 0.8 in a Q6_K).
+_K_QUANTS = {10, 11, 12, 13, 14, 15}
+_KQ_GROUP, _KQ_BITS = 32, 8  # MLX's affine 8-bit: finer than any K-quant, fast path's layout
+
+
+def _requantize(weights: dict, names: set) -> None:
+    """Store K-quant matrices (a token embedding in Q6_K, say) as MLX 8-bit, not float.
+
+    1.25 bytes a weight once loaded on the CPU (scales in float32) instead of 4, in
+    the quantized layout the fast path computes; 8 bits over groups of 32 keep each of
+    the K-quant's values within about 1/255 of its group's range (a Q6_K's own step
+    is 1/63 of its 16 values' range).
+    """
+    import mlx.core as mx
+
+    for name in names:
+        w = weights.get(name)
+        if w is None or w.ndim != 2 or w.shape[-1] % _KQ_GROUP or not name.endswith(".weight"):
+            continue
+        module = name[: -len(".weight")]
+        q, scales, biases = mx.quantize(w.astype(mx.float32), group_size=_KQ_GROUP, bits=_KQ_BITS)
+        weights[name], weights[f"{module}.scales"], weights[f"{module}.biases"] = q, scales, biases
+
+
+def _tensor_types(path: Path) -> dict[str, int]:
+    """Each tensor's GGML type id, from the file's header (MLX's reader does not say)."""
+    import struct
+
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    with open(path, "rb") as f:
+
+        def u32() -> int:
+            return struct.unpack("<I", f.read(4))[0]
+
+        def u64() -> int:
+            return struct.unpack("<Q", f.read(8))[0]
+
+        def skip(vtype: int) -> None:
+            if vtype == 8:  # a string
+                f.seek(u64(), 1)
+            elif vtype == 9:  # an array: its item type, length, items
+                item, n = u32(), u64()
+                if item in scalar:
+                    f.seek(scalar[item] * n, 1)
+                else:
+                    for _ in range(n):
+                        skip(item)
+            else:
+                f.seek(scalar[vtype], 1)
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path.name}: not a GGUF file")
+        u32()  # version
+        n_tensors, n_kv = u64(), u64()
+        for _ in range(n_kv):
+            f.seek(u64(), 1)  # the key
+            skip(u32())
+        types = {}
+        for _ in range(n_tensors):
+            name = f.read(u64()).decode()
+            f.seek(8 * u32(), 1)  # dims
+            types[name] = u32()
+            u64()  # offset
+        return types
 
 
 def _broken(out: Path) -> bool:

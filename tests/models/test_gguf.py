@@ -88,6 +88,39 @@ def test_a_float32_gguf_loads_and_an_unloadable_cached_conversion_is_redone(
     assert again == out and "quantization" not in json.loads((out / "config.json").read_text())
 
 
+def test_a_k_quant_embedding_is_stored_8_bit_not_float(engine, cache, tmp_path):
+    # llama.cpp's quantizer writes the token embedding in Q6_K; MLX's reader gives it
+    # back as float16, which a CPU load widened to float32: 4 bytes a weight.
+    path, hf, cfg = build_tiny_gguf(tmp_path / "q6k.gguf", q6k_embedding=True)
+    ids = [5, 17, 42, 99, 3, 250, 7, 64]
+
+    def run():
+        import mlx.core as mx
+        from mlx_lm import load
+
+        out = conv.convert_gguf(path, "q")
+        model, _ = load(str(out))
+        e = model.model.embed_tokens
+        deq = mx.dequantize(e.weight, e.scales, e.biases, group_size=32, bits=8)
+        raw = mx.load(str(path))["token_embd.weight"]
+        return (out, type(e).__name__, np.array(deq), str(raw.dtype),
+                logits_of(model, ids), logits_of(reference_model(hf, cfg), ids))  # fmt: skip
+
+    out, kind, deq, raw_dtype, ours, ref = engine.call(run).result()
+    assert raw_dtype == "mlx.core.float16"  # what MLX's reader makes of Q6_K
+    q = json.loads((out / "config.json").read_text())["quantization"]
+    assert q["model.embed_tokens"] == {"group_size": 32, "bits": 8} and kind == "QuantizedEmbedding"
+    # Each weight within an 8-bit step of its group of 32 (MLX's affine rounding keeps
+    # the group's edge exact, which may widen its step a little).
+    want = hf["model.embed_tokens.weight"]
+    groups = want.reshape(want.shape[0], -1, 32)
+    step = (groups.max(-1) - groups.min(-1)) / 255
+    err = np.abs(deq - want).reshape(groups.shape).max(-1)
+    assert (err <= step * 1.05 + 1e-4).all(), float((err / step).max())
+    # The logits move with those errors, on this random model by a few % of their range.
+    np.testing.assert_allclose(ours, ref, atol=0.1 * np.abs(ref).max())
+
+
 def test_wrong_rope_order_would_differ(engine, cache, tiny_gguf):
     # Guards the test above: un-permuting Q/K with traditional RoPE must not match.
     path, hf, cfg = tiny_gguf
