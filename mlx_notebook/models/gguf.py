@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -46,11 +47,11 @@ def cache_root() -> Path:
     return config.cache_root()
 
 
-def cache_path(gguf: Path, variant: str) -> Path:
+def cache_path(gguf: Path, variant: str, version: str = VERSION) -> Path:
     """Where the conversion of ``gguf`` lives: keyed by path, size and mtime."""
     gguf = Path(gguf).resolve()
     st = gguf.stat()
-    ident = f"{gguf}|{st.st_size}|{st.st_mtime_ns}|{variant}|{VERSION}"
+    ident = f"{gguf}|{st.st_size}|{st.st_mtime_ns}|{variant}|{version}"
     key = hashlib.sha1(ident.encode()).hexdigest()[:16]
     return cache_root() / "gguf" / f"{gguf.stem}-{variant}-{key}"
 
@@ -60,8 +61,10 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
 
     Args:
         gguf: Path to a llama-architecture ``.gguf`` file.
-        variant: ``"q"`` keeps each tensor's own quantization; ``"f32"`` dequantizes
-            everything to float32 (fastest on x86 CPUs with OpenBLAS).
+        variant: ``"q"`` keeps each tensor's own quantization where MLX reads it
+            (Q4_0, Q4_1, Q8_0) and stores K-quants as MLX 8-bit (`_requantize`);
+            ``"f32"`` dequantizes everything to float32 (fastest on x86 CPUs with
+            OpenBLAS).
 
     Raises:
         ValueError: For other architectures (the message names it).
@@ -69,6 +72,8 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
     out = cache_path(Path(gguf), variant)
     if out.parent.is_dir():
         remove_stale(out.parent)  # on a cache hit too: leftovers can be hundreds of MB
+        for old in range(1, int(VERSION)):  # this file's conversions by older versions
+            shutil.rmtree(cache_path(Path(gguf), variant, str(old)), ignore_errors=True)
     if (out / "config.json").is_file():
         if not _broken(out):
             return out
@@ -145,7 +150,10 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
             f"GGUF architecture {arch!r} is not supported: only 'llama' can be converted "
             f"({gguf.name})"
         )
-    kquants = {_rename(k) for k, t in _tensor_types(gguf).items() if t in _K_QUANTS}
+    try:
+        kquants = {_rename(k) for k, t in _tensor_types(gguf).items() if t in _K_QUANTS}
+    except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
+        kquants = set()  # a header this reader does not know: K-quants stay float
     weights = {_rename(k): v for k, v in weights.items() if not k.startswith("rope_freqs")}
     config = _config(md, weights)
     if variant != "f32":
@@ -188,8 +196,6 @@ def _requantize(weights: dict, names: set) -> None:
 
 def _tensor_types(path: Path) -> dict[str, int]:
     """Each tensor's GGML type id, from the file's header (MLX's reader does not say)."""
-    import struct
-
     scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
     with open(path, "rb") as f:
@@ -213,9 +219,8 @@ def _tensor_types(path: Path) -> dict[str, int]:
             else:
                 f.seek(scalar[vtype], 1)
 
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{path.name}: not a GGUF file")
-        u32()  # version
+        if f.read(4) != b"GGUF" or u32() not in (2, 3):  # v1: 32-bit lengths; big-endian
+            raise ValueError(f"{path.name}: not a little-endian GGUF v2/v3 file")
         n_tensors, n_kv = u64(), u64()
         for _ in range(n_kv):
             f.seek(u64(), 1)  # the key

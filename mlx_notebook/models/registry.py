@@ -142,13 +142,19 @@ class Registry:
             return self._models.get(key)
 
     def unload(self, spec: str | None = None) -> list[str]:
-        """Forget one model (or all); return the names unloaded."""
+        """Forget one model (or all); return the names unloaded.
+
+        A model refused at load (`refused`) may be tried again after this.
+        """
         with self._lock:
             if spec is None:
                 names = list(self._models)
+                self._refused.clear()
             else:
                 key = self._aliases.get(spec, spec)
                 names = [key] if key in self._models else []
+                self._refused.pop(key, None)
+                self._refused.pop(_canonical(spec), None)
             for n in names:
                 del self._models[n]
             self._aliases = {a: k for a, k in self._aliases.items() if k in self._models}

@@ -84,8 +84,12 @@ def test_a_float32_gguf_loads_and_an_unloadable_cached_conversion_is_redone(
     # What the converter wrote before: a cached directory mlx-lm cannot load.
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "quantization": {}}))
+    older = conv.cache_path(path, "q", version="1")  # where the old converter put it
+    older.mkdir(parents=True)
+    (older / "config.json").write_text(json.dumps({**config, "quantization": {}}))
     again = conv.convert_gguf(path, "q")
     assert again == out and "quantization" not in json.loads((out / "config.json").read_text())
+    assert not older.exists()  # an older version's conversion of this file is gone
 
 
 def test_a_k_quant_embedding_is_stored_8_bit_not_float(engine, cache, tmp_path):

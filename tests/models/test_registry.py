@@ -99,3 +99,6 @@ def test_a_model_that_cannot_run_here_is_refused_at_load_then_at_submit(engine, 
         check_request(Request("Hi", model=dirs[0], chat=False), reg)
     assert "\n" not in str(err.value)
     assert check_request(Request("Hi", model=dirs[1], chat=False), reg).key == dirs[1]
+    reg.unload(dirs[0])  # `%mlx unload`: tried again at the next load
+    assert reg.refused(dirs[0]) is None
+    assert check_request(Request("Hi", model=dirs[0], chat=False), reg).key == dirs[0]

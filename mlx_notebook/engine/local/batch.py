@@ -31,8 +31,9 @@ import time
 from collections.abc import Callable
 
 import mlx.core as mx
+from mlx_lm.models.cache import BatchRotatingKVCache
 
-from ..cache.caches import extract, merge
+from ..cache.caches import extract, layers, merge
 from ..cache.prompt_cache import ModelState
 from ..cache.sequence import CachedSequence, count_pass
 from ..decoding.device import governor, rope_tables
@@ -227,7 +228,7 @@ class Batch:
         rows = self.decoding
         if not rows:
             return
-        if any(jumps(r) for r in rows) and (len(rows) == 1 or self._pads_exactly()):
+        if any(jumps(r) for r in rows) and self._jumps_exactly(rows):
             jump.step(self, rows, cur)  # forced tokens ride in this pass
             return
         for r in rows:
@@ -272,9 +273,22 @@ class Batch:
         for row in done:
             self._end(row, None)
 
-    def _pads_exactly(self) -> bool:
-        """Whether rows may feed different numbers of tokens in one padded pass."""
-        return self.decoding[0].state.padding_problem(self.main, self._tables) is None
+    def _jumps_exactly(self, rows: list[Row]) -> bool:
+        """Whether rows may feed several tokens in a pass, padded to the longest, exactly.
+
+        Not where a pass over several tokens differs from single steps (plamo3), nor
+        where layers read their padding, nor with mlx-lm's batched sliding window: once
+        it has wrapped, its mask for a pass of several tokens is one key off (it hides a
+        short row's first kept token), so batched rows there take a token a step.
+        """
+        state = rows[0].state
+        if state.multi_token_problem(self.main, self._tables) is not None:
+            return False
+        if len(rows) == 1:
+            return True
+        if state.padding_problem(self.main, self._tables) is not None:
+            return False
+        return not any(isinstance(c, BatchRotatingKVCache) for c in layers(self._cache))
 
     def _advance_constraints(self, rows: list[Row], values: list[int]) -> None:
         """Feed each constrained row's grammar the token this step fed, before its mask.

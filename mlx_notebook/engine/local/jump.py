@@ -6,8 +6,8 @@ a row's grammar forces tokens, the row feeds the token it sampled last step and 
 every token its grammar forces (written out one by one: the output reads the grammar's
 state as it goes), and the other rows feed their one token. The rows' inputs are
 right-padded to the longest in one pass, as rows prefilled together are
-(`batch_prefill`), and each row samples from the logits at its own last token. A model
-whose layers read their padding (`cache.padding`) keeps one token a step instead.
+(`batch_prefill`), and each row samples from the logits at its own last token. Where
+that would not be exact (see `Batch._jumps_exactly`), rows keep one token a step.
 """
 
 from __future__ import annotations
@@ -59,13 +59,16 @@ def step(batch, rows: list[Row], cur: mx.array) -> None:
         rows: Its decoding rows, in the cache's order.
         cur: The tokens this step feeds, one per row (sampled last step).
     """
-    feeds = {}
+    feeds, ended = {}, []
     for row, v in zip(rows, cur.tolist()):
         fed, done = feed(row, v)
-        if done:  # nothing left to sample: it leaves before the pass
-            batch._end(row, None)
+        if done:
+            ended.append(row)
         else:
             feeds[id(row)] = fed
+    for row in ended:  # nothing left to sample: it leaves before the pass
+        if row in batch.rows:  # (a failed leave ends every row of the batch)
+            batch._end(row, None)
     rows = batch.decoding  # those left, in the cache's order
     if not rows:
         batch._pending = None
@@ -84,7 +87,16 @@ def step(batch, rows: list[Row], cur: mx.array) -> None:
         prepare_padding(batch._cache, lengths, pad)
     count_pass()
     inp = mx.array([f + [f[-1]] * p for f, p in zip(fed, pad)], dtype=mx.uint32)
-    logits = batch.main.model(inp, cache=batch._cache)
+    # A token a row (nothing forced this step): the fast path's RoPE rows, taken once,
+    # as in a plain batched step.
+    pinned = batch._tables if len(rows) > 1 and max(lengths) == 1 else []
+    for t in pinned:
+        t.pin([len(r.seq.tokens) for r in rows])
+    try:
+        logits = batch.main.model(inp, cache=batch._cache)
+    finally:
+        for t in pinned:
+            t.pin(None)
     if max(pad):
         finalize(batch._cache)
     logits = logits[mx.arange(len(rows)), mx.array(lengths) - 1]  # each row's last token

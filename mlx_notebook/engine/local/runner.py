@@ -89,6 +89,11 @@ def run_job(
         ):
             job.emit(Notice(f"{main.name} decodes without drafts: {why}"))
             source = None  # verifying drafts would change the text
+        c = setup.constraint
+        if getattr(c, "jump", False) and main_state.multi_token_problem(
+            main, rope_tables(main.model)
+        ):
+            c.jump = False  # forced tokens fed together would change it too: one a step
         sizer = ChunkSizer(req.prefill_target_s, main_state.prefill)
         try:
             prefill(
