@@ -374,3 +374,34 @@ def test_a_model_whose_cache_cannot_batch_runs_its_jobs_alone_in_order(engine, t
         fin = evs[-1]
         assert fin.finish_reason == "length" and fin.stats.batch_rows == 0
     assert model.calls >= 3 * 6  # no shared steps: each job's steps are its own
+
+
+def test_mlx_lm_batched_window_hides_a_key_from_a_multi_token_pass_once_wrapped():
+    # Why batched rows on a sliding window take a token a step (`Batch._jumps_exactly`):
+    # mlx-lm 0.32's BatchRotatingKVCache, once wrapped, builds the mask of a pass over
+    # several tokens one key off, hiding a short row's first kept key. When mlx-lm fixes
+    # it this test fails: then batched rows there may feed forced tokens together too.
+    import mlx.core as mx
+    from mlx_lm.models.cache import BatchRotatingKVCache, RotatingKVCache
+
+    def kv(ids):  # keys whose features are their token ids
+        return mx.broadcast_to(mx.array(ids, dtype=mx.float32)[None, None, :, None],
+                               (1, 1, len(ids), 2)) + 0  # fmt: skip
+
+    caches = []
+    for row in (list(range(100, 108)), list(range(200, 203))):  # 8 and 3 tokens, window 8
+        c = RotatingKVCache(max_size=8)
+        c.update_and_fetch(kv(row), kv(row))
+        caches.append(c)
+    batch = BatchRotatingKVCache.merge(caches)
+    for step in range(3):  # single steps: the buffer wraps
+        k = mx.concatenate([kv([108 + step]), kv([203 + step])])
+        batch.update_and_fetch(k, k)
+    mask = batch.make_mask(3)
+    k3 = mx.concatenate([kv([111, 112, 113]), kv([206, 207, 208])])
+    keys, _ = batch.update_and_fetch(k3, k3)
+    mask = mx.broadcast_to(mask, (2, 1, 3, keys.shape[2]))
+    ids, seen = keys[1, 0, :, 0].tolist(), mask[1, 0, 0].tolist()
+    visible = [int(i) for i, ok in zip(ids, seen) if ok]
+    # Token 206 of the short row, window 8: a single step sees keys 200..206.
+    assert visible == list(range(201, 207))  # 200 hidden: the defect
