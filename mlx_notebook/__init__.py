@@ -196,9 +196,11 @@ def Panel(**traits):  # noqa: N802 - reads as the widget class it returns
 
 def load_ipython_extension(ipython) -> None:
     """Register ``%%generate`` and ``%mlx`` (imports IPython only now)."""
+    from .notebook.hosts import prepare
     from .notebook.magics.generate import load
 
     load(ipython)
+    prepare()  # Colab: its custom widget manager, for the chat window
 
 
 def unload_ipython_extension(ipython) -> None:

@@ -363,7 +363,6 @@ class MLXNotebook(Magics):
 
 def load(ipython) -> None:
     """Register the magics and their settings."""
-    from .. import hosts
     from ..evaluate.cell import EvaluateMagics
     from .chat import ChatMagics
 
@@ -377,7 +376,6 @@ def load(ipython) -> None:
         ipython.configurables.append(magics)
     manners.install(ipython)
     formatters.install(ipython)
-    hosts.prepare()  # Colab: its custom widget manager, for the chat window
 
 
 def unload(ipython) -> None:
