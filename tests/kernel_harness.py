@@ -1,5 +1,6 @@
 """A real Jupyter kernel driven through jupyter_client, acting as a widget frontend."""
 
+import json
 import os
 import queue
 import threading
@@ -32,6 +33,8 @@ class Harness:
         self.kc.wait_for_ready(timeout=startup_timeout)
         self.state = {}  # comm_id -> latest widget state
         self.updates = []  # (time, comm_id, changed state)
+        self.live_msgs = []  # (comm_id, kind, bytes): what each live view was sent
+        self._blocks = {}  # comm_id -> a live view's HTML blocks, as its script holds them
         self.outputs = {}  # parent msg_id -> list of iopub messages
         self.displays = {}  # display_id -> latest data bundle (display or update)
         self._stop = threading.Event()
@@ -56,11 +59,36 @@ class Harness:
                     if did:
                         self.displays[did] = content["data"]
                 if kind == "comm_open" and content.get("target_name") == "jupyter.widget":
-                    self.state[content["comm_id"]] = dict(content["data"].get("state", {}))
+                    state = dict(content["data"].get("state", {}))
+                    if state.get("kind") == "live":  # a live view: its HTML comes as deltas
+                        self._blocks[content["comm_id"]] = list(state.get("initial", []))
+                        state["value"] = "".join(state.get("initial", []))
+                    self.state[content["comm_id"]] = state
                 elif kind == "comm_msg" and content["data"].get("method") == "update":
                     cid = content["comm_id"]
                     self.state.setdefault(cid, {}).update(content["data"]["state"])
                     self.updates.append((time.monotonic(), cid, content["data"]["state"]))
+                elif kind == "comm_msg" and content["comm_id"] in self._blocks:
+                    self._live(content["comm_id"], content["data"].get("content") or {})
+
+    def _live(self, cid, msg):
+        """Fold a live view's message as its script does (``widget.js``)."""
+        from mlx_notebook.notebook.live.delta import apply
+
+        self.live_msgs.append((cid, msg.get("kind"), len(json.dumps(msg))))
+        if msg.get("kind") == "full":
+            self._blocks[cid] = list(msg["blocks"])
+        elif msg.get("kind") == "delta":
+            self._blocks[cid] = apply(self._blocks[cid], msg["ops"], msg["count"])
+        else:
+            return
+        value = "".join(self._blocks[cid])
+        self.state[cid]["value"] = value
+        self.updates.append((time.monotonic(), cid, {"value": value}))
+
+    def views(self):
+        """Comm ids of the live views (generation, table, comparison) opened so far."""
+        return self.widgets("AnyModel", kind="live")
 
     def execute(self, code, timeout=60, wait=True):
         msg_id = self.kc.execute(code)
@@ -177,20 +205,19 @@ class Harness:
         raise TimeoutError(f"timed out after {timeout} s waiting for: {what}")
 
     def new_view(self, before, timeout=30):
-        """The ``(html, stop_button)`` comm ids of a view opened since ``before`` (both arrived)."""
+        """``(view, view)``: a live view opened since ``before`` (its HTML, and its Stop)."""
 
         def found():
-            htmls = [c for c in self.widgets("HTMLModel") if c not in before]
-            stops = [c for c in self.widgets("ButtonModel", description="Stop") if c not in before]
-            return (htmls[0], stops[0]) if htmls and stops else None
+            views = [c for c in self.views() if c not in before]
+            return (views[0], views[0]) if views else None
 
-        return self.wait_for("a view and its Stop button", found, timeout)
+        return self.wait_for("a live view", found, timeout)
 
-    def click(self, cid):
-        """What a browser sends when the button is clicked."""
+    def click(self, cid, button="stop"):
+        """What a browser sends when a button is clicked (a live view's: which one)."""
+        content = {"event": "click", "button": button}
         msg = self.kc.session.msg(
-            "comm_msg",
-            {"comm_id": cid, "data": {"method": "custom", "content": {"event": "click"}}},
+            "comm_msg", {"comm_id": cid, "data": {"method": "custom", "content": content}}
         )
         self.kc.shell_channel.send(msg)
 

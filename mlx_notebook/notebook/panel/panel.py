@@ -375,7 +375,7 @@ class Panel(PanelControls, widgets.VBox):
 
     def _show(self, view: LiveView) -> None:
         self._view = view
-        view.stop_button.layout.display = "none"  # one Stop: the panel's own
+        view.live.can_stop = False  # one Stop: the panel's own
         self.output.children = [view.widget]  # replaces the last view, chart and all
 
     def _record(self, req: Request, res: Result, mode: str, k: int | None = None) -> None:

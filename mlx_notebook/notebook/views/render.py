@@ -165,32 +165,37 @@ class ViewState:
         return f"{self.model} · {mode} · {self.state_label()}{self.live_figures()}"
 
     def html(self, style: bool = True) -> str:
-        """The whole view as one HTML string (one widget update per refresh)."""
+        """The whole view as one HTML string."""
+        return "".join(self.blocks(style))
+
+    def blocks(self, style: bool = True) -> list[str]:
+        """The view in fixed slots (style, header, notes, progress, thinking, text, end).
+
+        A live view sends each slot's change on its own: the header's figures and the
+        text's new end make two small splices, not one spanning the whole text.
+        """
         mode = self.mode if self.mode == "normal" else f"{self.mode}, k={self.k}"
         icon = '<span class="bad"></span>' if self.failed else ""
-        parts = [
-            STYLE if style else "",
-            '<div class="mlxnb">',
-            f'<div class="hdr">{escape(self.model)} · {escape(mode)} · '
+        head = (
+            f'<div class="mlxnb"><div class="hdr">{escape(self.model)} · {escape(mode)} · '
             f'{icon}<span class="state">{escape(self.state_label())}</span>'
-            f"{escape(self.live_figures())}</div>",
-        ]
-        parts += [f'<div class="note">{escape(n)}</div>' for n in self.notices]
+            f"{escape(self.live_figures())}</div>"
+        )
+        notes = "".join(f'<div class="note">{escape(n)}</div>' for n in self.notices)
+        progress = ""
         if self.prefill and not self.tokens and self.finished is None:
-            parts.append(self._progress_html())
-        if self.reasoning:
-            parts.append(self.thinking_html())
-        if self.text or self.finished is None:
-            parts.append(self.body_html())
+            progress = self._progress_html()
+        thinking = self.thinking_html() if self.reasoning else ""
+        body = self.body_html() if self.text or self.finished is None else ""
+        end = ""
         f = self.finished
         if f is not None and f.finish_reason == "error":
-            parts.append(f'<div class="err">{escape(f.error or "error")}</div>')
+            end = f'<div class="err">{escape(f.error or "error")}</div>'
         elif f is not None:
-            parts.append(f'<div class="stats">{escape(stats_line(f))}</div>')
+            end = f'<div class="stats">{escape(stats_line(f))}</div>'
             if f.stats.replayed:  # said in the page only: the saved text stays the run's
-                parts.append(f'<div class="stats replayed">{escape(replayed_note(f.stats))}</div>')
-        parts.append("</div>")
-        return "".join(parts)
+                end += f'<div class="stats replayed">{escape(replayed_note(f.stats))}</div>'
+        return [STYLE if style else "", head, notes, progress, thinking, body, end + "</div>"]
 
     def plain(self) -> str:
         """The view as plain text: header, notices, the exact text, stats or error."""

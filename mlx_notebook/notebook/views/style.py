@@ -20,9 +20,6 @@ _FG = "var(--jp-content-font-color1, inherit)"
 _UI = "var(--jp-ui-font-color1, inherit)"
 
 CSS = f"""
-.mlxnb-view{{position:relative}}
-.mlxnb-view>.mlxnb-stop{{position:absolute;top:0;right:0;z-index:1;gap:4px}}
-.mlxnb-view .hdr{{padding-right:84px}}
 .mlxnb{{font-family:var(--jp-content-font-family,system-ui,sans-serif);font-size:13px;
 color:{_FG};line-height:1.45}}
 .mlxnb .hdr{{font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;color:{_UI};

@@ -14,11 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-import ipywidgets as widgets
-
 from ...engine.events import Event, Finished
 from ...engine.job import Job
 from .render import ViewState
+from .style import STYLE
 
 log = logging.getLogger("mlx_notebook")
 
@@ -30,7 +29,7 @@ class Renderer(Protocol):
         """Fold event ``ev`` of job number ``index``."""
 
     def html(self) -> str:
-        """The whole view."""
+        """The whole view (a renderer may also offer ``blocks()``: the same, in slots)."""
 
     def plain(self) -> str:
         """The whole view as plain text."""
@@ -40,7 +39,7 @@ class Renderer(Protocol):
 
 
 class LiveView:
-    """One HTML widget with a compact Stop button beside it, following one or more jobs.
+    """One live widget (HTML sent as deltas, a compact Stop beside it) following jobs.
 
     Args:
         renderer: What to show.
@@ -71,43 +70,23 @@ class LiveView:
         self.document = None
         self._final = False  # the final refresh ran: a later `display` shows the end
         self._doc_lock = threading.Lock()  # `display` and `finish` on different threads
-        self.html = widgets.HTML(value=renderer.html(), layout=widgets.Layout(flex="1 1 auto"))
-        self.stop_button = widgets.Button(
-            description="Stop",
-            icon="stop",
-            tooltip="Stop generating (keeps the text so far)",
-            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto"),
-        )
-        self.stop_button.on_click(lambda _b: self.stop())
-        # Shown once the job's tokens carry records (``--logprobs``): the text, or
-        # the text tinted by each token's probability.
-        self.inspect_button = widgets.ToggleButton(
-            value=bool(getattr(renderer, "inspecting", False)),
-            description="Inspect",
-            icon="eye",
-            tooltip="Tint each token by its probability (hover a token for its alternatives)",
-            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
-        )
-        self.inspect_button.observe(self._toggle_inspect, "value")
-        # Shown while a thinking model reasons and has not begun its answer.
-        self.think_button = widgets.Button(
-            description="Stop thinking",
-            icon="forward",
-            tooltip="End the reasoning here: the model answers now",
-            layout=widgets.Layout(width="auto", height="26px", flex="0 0 auto", display="none"),
-        )
-        self.think_button.on_click(lambda _b: self.end_thinking())
-        # Top right, over the header's free end: the text never re-wraps around them.
-        self.controls = widgets.HBox(
-            [self.think_button, self.inspect_button, self.stop_button],
-            layout=widgets.Layout(width="auto", flex="0 0 auto"),
-        )
-        self.controls.add_class("mlxnb-stop")
-        self.widget = widgets.HBox(
-            [self.html, self.controls],
-            layout=widgets.Layout(align_items="flex-start", width="100%"),
-        )
-        self.widget.add_class("mlxnb-view")
+        self._refresh_lock = threading.RLock()
+        from ..live.widget import LiveWidget
+
+        # One anywidget: the HTML as blocks updated by deltas, and its buttons.
+        self.live = LiveWidget(self._blocks())
+        self.widget = self.live  # what is displayed (a caller may wrap it in a box)
+        self.live.on_click("stop", self.stop)
+        self.live.on_click("think", self.end_thinking)
+        self.live.on_click("inspect", self._toggle_inspect)
+        self.live.inspecting = bool(getattr(renderer, "inspecting", False))
+
+    def _blocks(self) -> list[str]:
+        blocks = getattr(self.renderer, "blocks", None)
+        blocks = blocks() if blocks is not None else [self.renderer.html()]
+        if blocks and blocks[0].startswith(STYLE):  # the widget carries the stylesheet
+            blocks[0] = blocks[0][len(STYLE) :]
+        return blocks
 
     def display(self) -> LiveView:
         """Show the view as a cell output that ends as a saved document."""
@@ -175,7 +154,7 @@ class LiveView:
     @property
     def stopping(self) -> bool:
         """Whether Stop was pressed."""
-        return self.stop_button.disabled
+        return self.live.stopping
 
     def push(self, ev: Event, index: int = 0) -> None:
         """Listener, called on the worker thread: append only, never touch widgets."""
@@ -186,7 +165,7 @@ class LiveView:
 
     def stop(self) -> None:
         """What the Stop button does: cancel every job (never blocks)."""
-        self.stop_button.disabled = True
+        self.live.stopping = True
         self.renderer.set_stopping()
         self._dirty = True
         for job in list(self._jobs):
@@ -194,14 +173,14 @@ class LiveView:
 
     def end_thinking(self) -> None:
         """What "Stop thinking" does: every job answers now (never blocks)."""
-        self.think_button.disabled = True
-        self.think_button.description = "answering…"
+        self.live.thinking_ended = True
         for job in list(self._jobs):
             job.end_thinking()
 
-    def _toggle_inspect(self, change) -> None:
+    def _toggle_inspect(self) -> None:
         # A click (main thread): no MLX work, only the renderer's mode and a redraw.
-        self.renderer.set_inspect(bool(change["new"]))
+        self.live.inspecting = not self.live.inspecting
+        self.renderer.set_inspect(self.live.inspecting)
         self.invalidate()
 
     def touch(self) -> None:
@@ -234,9 +213,8 @@ class LiveView:
                 self.on_done()
             except Exception:  # a failing callback must not lose the final text
                 log.exception("mlx_notebook: a view's on_done callback failed")
-        # The button hides but keeps its room: the text does not re-wrap at the end.
-        self.stop_button.layout.visibility = "hidden"
-        self.inspect_button.layout.visibility = "hidden"  # the document folds the inspection
+        # The buttons hide but keep their room: the text does not re-wrap at the end.
+        self.live.ended = True  # the document folds the inspection
         with self._doc_lock:
             self._final = True
             if self.document is not None:
@@ -259,21 +237,24 @@ class LiveView:
 
     def refresh(self) -> bool:
         """Fold new events and send at most one update; return whether one was sent."""
+        with self._refresh_lock:  # the refresh thread, and a click's redraw
+            return self._refresh()
+
+    def _refresh(self) -> bool:
         n = len(self._events)
         sent = False
         if n != self._seen or self._dirty:  # nothing new: no re-render, no message
             for index, ev in self._events[self._seen : n]:
                 self.renderer.apply_from(index, ev)
             self._seen, self._dirty = n, False
-            html = self.renderer.html()
-            sent = html != self.html.value
+            sent = self.live.show(self._blocks())
             if sent:
-                self.html.value = html
                 self.updates += 1
-            if getattr(self.renderer, "inspectable", False) and not self.done:
-                self.inspect_button.layout.display = None
-            thinking = bool(getattr(self.renderer, "thinking", False)) and not self.done
-            self.think_button.layout.display = None if thinking else "none"
+            with self.live.hold_sync():
+                if getattr(self.renderer, "inspectable", False) and not self.done:
+                    self.live.can_inspect = True
+                thinking = bool(getattr(self.renderer, "thinking", False)) and not self.done
+                self.live.can_end_thinking = thinking
         return sent
 
     def _ipython_display_(self) -> None:
@@ -325,6 +306,12 @@ class StatesRenderer:
     def html(self) -> str:
         """Render the first (usually only) job."""
         return self.states[0].html()
+
+    def blocks(self) -> list[str]:
+        """The first job in slots (see `ViewState.blocks`); one slot where `html` is overridden."""
+        if type(self).html is not StatesRenderer.html:
+            return [self.html()]
+        return self.states[0].blocks()
 
     def plain(self) -> str:
         """The first job as plain text."""

@@ -14,7 +14,8 @@ def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
     job = Job(Request("x"), 1)
     view = generation_view(ViewState(fmt="text"), refresh_hz=20).attach(job)
     values = []
-    view.html.observe(lambda ch: values.append(time.monotonic()), names="value")
+    send = view.live.send
+    view.live.send = lambda msg: (values.append(time.monotonic()), send(msg))
     pieces = [f"tok{i} " for i in range(1500)]
 
     def produce():  # a worker emitting 1000 tokens/s
@@ -33,25 +34,22 @@ def test_refreshes_at_most_refresh_hz_and_final_holds_everything():
     # between refreshes, so slower only means fewer updates.
     assert view.updates <= 20 * elapsed + 2, (view.updates, elapsed)
     assert view.updates >= 2  # it did stream
-    assert "tok1499" in view.html.value and "done" in view.html.value
-    assert view.stop_button.layout.visibility == "hidden"  # no button to press remains
+    assert "tok1499" in view.live.value and "done" in view.live.value
+    assert view.live.ended  # no button to press remains
 
 
 def test_stop_button_cancels_and_marks_stopped():
     job = Job(Request("x"), 1)
     view = generation_view(ViewState(), start_thread=False).attach(job)
     job.emit(Started())
-    view.stop_button.click()
-    assert job.cancelled and view.stop_button.disabled
+    view.live.click("stop")
+    assert job.cancelled and view.live.stopping
     view.refresh()
-    assert "stopping" in view.html.value
+    assert "stopping" in view.live.value
     job.emit(Finished("partial", "cancelled"))
     view.finish()
-    assert "stopped" in view.html.value and "partial" in view.html.value
-    # The button keeps its room, hidden: the text does not re-wrap when it goes.
-    assert view.widget.children == (view.html, view.controls)
-    assert view.controls.children == (view.think_button, view.inspect_button, view.stop_button)
-    assert view.stop_button.layout.visibility == "hidden"
+    assert "stopped" in view.live.value and "partial" in view.live.value
+    assert view.live.ended  # the buttons hide (the script keeps their room)
 
 
 def test_no_update_when_nothing_changed():
@@ -71,22 +69,22 @@ def test_inspect_toggle_shows_once_tokens_carry_records_and_switches_the_text():
     job.emit(Started())
     job.emit(Token("plain ", 5, False, 0))
     view.refresh()
-    assert view.inspect_button.layout.display == "none"  # nothing recorded: no toggle
+    assert not view.live.can_inspect  # nothing recorded: no toggle
     rec = TokenRecord(1, 6, "<b>odd</b>", -3.0, 4, 2.0, (("x", 7, -0.1),), "model", -3.0)
     job.emit(Token("<b>odd</b>", 6, False, 1, info=rec))
     view.refresh()
-    assert view.inspect_button.layout.display is None and not view.inspect_button.value
-    assert 'class="tk b' not in view.html.value
-    view.inspect_button.value = True  # a click: the text comes back tinted
-    assert 'class="tk b4"' in view.html.value and "&lt;b&gt;odd" in view.html.value
-    view.inspect_button.value = False
-    assert 'class="tk b' not in view.html.value
+    assert view.live.can_inspect and not view.live.inspecting
+    assert 'class="tk b' not in view.live.value
+    view.live.click("inspect")  # the text comes back tinted
+    assert 'class="tk b4"' in view.live.value and "&lt;b&gt;odd" in view.live.value
+    view.live.click("inspect")
+    assert 'class="tk b' not in view.live.value
     job.emit(Finished("plain <b>odd</b>", "stop"))
     view.finish()
     # The document keeps the inspection one click away (a <details>, no script).
-    assert view.html.value.count('<details class="insp-fold">') == 1
-    assert "inspect 1 token</summary>" in view.html.value and "<b>odd" not in view.html.value
-    assert view.inspect_button.layout.visibility == "hidden"
+    assert view.live.value.count('<details class="insp-fold">') == 1
+    assert "inspect 1 token</summary>" in view.live.value and "<b>odd" not in view.live.value
+    assert view.live.ended
 
 
 def test_stop_thinking_shows_while_reasoning_and_asks_the_job():
@@ -94,15 +92,15 @@ def test_stop_thinking_shows_while_reasoning_and_asks_the_job():
     view = generation_view(ViewState(), start_thread=False).attach(job)
     job.emit(Started())
     view.refresh()
-    assert view.think_button.layout.display == "none"
+    assert not view.live.can_end_thinking
     job.emit(Token("", 5, False, 0, reasoning="Rivers"))
     view.refresh()
-    assert view.think_button.layout.display is None and not job.thinking_ended
-    view.think_button.click()
-    assert job.thinking_ended and view.think_button.disabled
+    assert view.live.can_end_thinking and not job.thinking_ended
+    view.live.click("think")
+    assert job.thinking_ended and view.live.thinking_ended
     job.emit(Token(" Paris", 6, False, 1))
     view.refresh()
-    assert view.think_button.layout.display == "none"  # the answer has begun
+    assert not view.live.can_end_thinking  # the answer has begun
 
 
 def test_the_final_refresh_renders_state_that_changed_after_the_last_event():
@@ -128,11 +126,11 @@ def test_the_final_refresh_renders_state_that_changed_after_the_last_event():
     job.emit(Started())
     job.emit(Finished("", "length"))
     view.refresh()
-    assert view.html.value == "running"  # every event is rendered
+    assert view.live.value == "running"  # every event is rendered
     renderer.final = True  # pacing ends: no event says so
     view.seal()
     view.finish()
-    assert view.html.value == "verdict"
+    assert view.live.value == "verdict"
 
 
 def test_a_view_shown_after_its_jobs_ended_shows_and_saves_the_final_text(ipshell):

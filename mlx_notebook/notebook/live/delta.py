@@ -1,0 +1,63 @@
+"""Deltas between two renders of a view, as splices a browser applies to its copy.
+
+A view is a list of HTML blocks (header, text, stats, ...). From one refresh to
+the next, usually the header's figures change and the text grows at its end, so
+each changed block is sent as one splice: where the change starts, how much of
+the old block it replaces and what goes there. Offsets count UTF-16 code units,
+as JavaScript strings do, so a splice lands on the same characters in the
+browser whatever the text holds (emoji are two units there, one here).
+"""
+
+from __future__ import annotations
+
+Op = tuple[int, int, int, str]  # block index, start, length replaced, replacement
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix, by halving (slices compare at C speed)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _units(s: str) -> int:
+    """Length of ``s`` in UTF-16 code units."""
+    return len(s.encode("utf-16-le")) // 2
+
+
+def splice(old: str, new: str) -> tuple[int, int, str] | None:
+    """The one splice that turns ``old`` into ``new`` (offsets in UTF-16 units); None if equal."""
+    if old == new:
+        return None
+    p = _common_prefix(old, new)
+    room = min(len(old), len(new)) - p  # a suffix never overlaps the prefix
+    s = _common_prefix(old[::-1][:room], new[::-1][:room]) if room else 0
+    start = _units(old[:p])
+    return start, _units(old[p : len(old) - s]), new[p : len(new) - s]
+
+
+def diff(old: list[str], new: list[str]) -> list[Op]:
+    """Splices turning the blocks ``old`` into ``new`` (blocks past ``len(new)`` are dropped)."""
+    ops = []
+    for i, block in enumerate(new):
+        was = old[i] if i < len(old) else ""
+        sp = splice(was, block)
+        if sp is not None:
+            ops.append((i, *sp))
+    return ops
+
+
+def apply(blocks: list[str], ops: list, count: int) -> list[str]:
+    """What the browser does with a delta (the reference for tests; see ``widget.js``)."""
+    out = list(blocks[:count]) + [""] * max(0, count - len(blocks))
+    for i, start, cut, put in ops:
+        raw = out[i].encode("utf-16-le")
+        out[i] = (raw[: 2 * start] + put.encode("utf-16-le") + raw[2 * (start + cut) :]).decode(
+            "utf-16-le"
+        )
+    return out

@@ -1,0 +1,95 @@
+// The live view (anywidget). Its HTML is built by the kernel from escaped text;
+// here it is only kept and shown. Messages: {kind: "full", seq, blocks} and
+// {kind: "delta", seq, ops: [[block, start, cut, put], ...], count}, in order;
+// a copy that misses one asks {kind: "sync"} and waits for the next "full".
+// Clicks go back as {event: "click", button: "stop" | "inspect" | "think"}.
+
+// Each view keeps its own copy: anywidget hands `initialize` and each `render` a
+// different model object, so a copy kept by model would never see a message.
+export function newCopy(model) {
+  return { blocks: [...(model.get("initial") || [])], seq: 0, waiting: false, draw: () => {} };
+}
+
+export function receive(c, model, msg) {
+  if (msg.kind === "full") {
+    c.blocks = [...msg.blocks];
+    c.seq = msg.seq;
+    c.waiting = false;
+  } else if (msg.kind === "delta") {
+    if (c.waiting) return;
+    if (msg.seq !== c.seq + 1) {
+      c.waiting = true; // missed one: the whole view comes at the next refresh
+      model.send({ kind: "sync" });
+      return;
+    }
+    for (const [i, start, cut, put] of msg.ops) {
+      const b = c.blocks[i] ?? "";
+      c.blocks[i] = b.slice(0, start) + put + b.slice(start + cut);
+    }
+    c.blocks.length = msg.count;
+    for (let i = 0; i < msg.count; i++) c.blocks[i] ??= "";
+    c.seq = msg.seq;
+  } else {
+    return;
+  }
+  c.draw();
+}
+
+function button(label, title, name, model) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "lv-btn";
+  b.textContent = label;
+  b.title = title;
+  b.addEventListener("click", () => model.send({ event: "click", button: name }));
+  return b;
+}
+
+export default {
+  render({ model, el }) {
+    const c = newCopy(model);
+    const onMsg = (msg) => receive(c, model, msg);
+    model.on("msg:custom", onMsg);
+    const root = document.createElement("div");
+    root.className = "mlxnb-view";
+    const body = document.createElement("div");
+    body.className = "mlxnb-body";
+    const bar = document.createElement("div");
+    bar.className = "mlxnb-stop";
+    const think = button("Stop thinking", "End the reasoning here: the model answers now", "think", model);
+    const inspect = button("Inspect", "Tint each token by its probability (hover a token for its alternatives)", "inspect", model);
+    const stop = button("Stop", "Stop generating (keeps the text so far)", "stop", model);
+    bar.append(think, inspect, stop);
+    root.append(body, bar);
+    el.append(root);
+
+    let shown = null;
+    const draw = () => {
+      const html = c.blocks.join("");
+      if (html !== shown) {
+        body.innerHTML = html; // built from escaped text by the kernel
+        shown = html;
+      }
+    };
+    const controls = () => {
+      stop.hidden = !model.get("can_stop");
+      stop.disabled = model.get("stopping");
+      inspect.hidden = !model.get("can_inspect");
+      inspect.setAttribute("aria-pressed", String(model.get("inspecting")));
+      think.hidden = !model.get("can_end_thinking");
+      think.disabled = model.get("thinking_ended");
+      think.textContent = model.get("thinking_ended") ? "answering…" : "Stop thinking";
+      bar.classList.toggle("ended", model.get("ended"));
+    };
+    c.draw = draw;
+    draw();
+    controls();
+    const names = ["can_stop", "stopping", "can_inspect", "inspecting", "can_end_thinking",
+      "thinking_ended", "ended"];
+    for (const n of names) model.on(`change:${n}`, controls);
+    return () => {
+      model.off("msg:custom", onMsg);
+      for (const n of names) model.off(`change:${n}`, controls);
+    };
+  },
+};
