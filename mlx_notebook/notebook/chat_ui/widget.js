@@ -1,4 +1,5 @@
-// ChatUI's view (anywidget). It draws HTML the kernel built from escaped text, and
+// ChatUI's view (anywidget; copy.js comes first in the same module). It draws HTML
+// the kernel built from escaped text (the streaming reply as deltas), and
 // sends each click or key as one message: {type: "send" | "stop" | "stop_thinking" |
 // "regenerate" | "edit" | "delete" | "new", ...}. No model output is interpreted here.
 
@@ -93,7 +94,10 @@ function render({ model, el }) {
     const bubble = kept && settled.querySelector(`.turn.user[data-i="${kept.i}"]`);
     if (bubble && bubble.dataset.raw === kept.was) startEdit(bubble, kept.i, kept);
   });
-  const drawLive = () => follow(() => { live.innerHTML = model.get("live"); });
+  // The streaming reply comes as deltas (`receive`, from copy.js before this script).
+  const copy = newCopy(model);
+  const drawLive = () => follow(() => { live.innerHTML = copy.blocks.join(""); });
+  copy.draw = drawLive;
   const drawBusy = () => {
     const busy = model.get("busy");
     input.readOnly = busy; // not disabled: the focus stays in the box
@@ -189,9 +193,10 @@ function render({ model, el }) {
 
   const onCustom = (msg) => {
     if (msg && msg.type === "restore" && !input.value) input.value = msg.text;
+    if (msg && msg.type === "live") receive(copy, model, msg);
   };
   const handlers = [
-    ["change:transcript", drawSettled], ["change:live", drawLive],
+    ["change:transcript", drawSettled],
     ["change:busy", drawBusy], ["change:thinking", drawBusy],
     ["change:status", drawStatus], ["change:title", drawTitle],
     ["change:system", drawSettings], ["msg:custom", onCustom],

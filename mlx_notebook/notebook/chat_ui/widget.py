@@ -27,9 +27,10 @@ from traitlets import Bool, Float, Int, Unicode, observe
 from ...chat.conversation import REQUEST_FIELDS, Chat, ChatBusy, ChatTurn
 from ...engine.events import Finished
 from ...engine.request import DEFAULT_MAX_TOKENS
+from ..live.delta import Deltas
 from ..views.document import Snapshot
 from ..views.render import ViewState
-from ..views.transcript import bubble_html, transcript_html
+from ..views.transcript import bubble_parts, transcript_html
 
 log = logging.getLogger("mlx_notebook")
 _HERE = Path(__file__).parent
@@ -74,14 +75,11 @@ class ChatUI(anywidget.AnyWidget):
         ValueError: An unknown option.
     """
 
-    _esm = (_HERE / "widget.js").read_text()
+    _esm = (_HERE.parent / "live" / "copy.js").read_text() + (_HERE / "widget.js").read_text()
     _css = (_HERE / "widget.css").read_text()
 
     title = Unicode("", help="The header: the conversation's name and model.").tag(sync=True)
     transcript = Unicode("", help="The settled messages as HTML bubbles.").tag(sync=True)
-    live = Unicode("", help="The reply streaming now as an HTML bubble; empty if none.").tag(
-        sync=True
-    )
     status = Unicode("", help="A line under the bubbles: a refusal or an error.").tag(sync=True)
     busy = Bool(False, help="A reply is streaming: the input waits, Stop shows.").tag(sync=True)
     thinking = Bool(False, help="The reply is still reasoning: Stop thinking shows.").tag(sync=True)
@@ -121,6 +119,7 @@ class ChatUI(anywidget.AnyWidget):
         self.chat, self.name = chat, name
         self.refresh_hz, self.start_thread, self.clock = refresh_hz, start_thread, clock
         self.snapshot = Snapshot()
+        self._live = Deltas()  # the streaming reply: sent as deltas, not a trait
         self._lock = threading.RLock()
         self._turn: ChatTurn | None = None
         self._state: ViewState | None = None
@@ -174,6 +173,9 @@ class ChatUI(anywidget.AnyWidget):
 
     # -- what the browser asks -------------------------------------------------------
     def _on_msg(self, _widget, content: dict, _buffers) -> None:
+        if isinstance(content, dict) and content.get("kind") == "sync":
+            self._live.want_full()  # its copy of the live reply fell behind
+            return
         kind = content.get("type") if isinstance(content, dict) else None
         try:
             self.handle(kind, content)
@@ -243,7 +245,7 @@ class ChatUI(anywidget.AnyWidget):
             self._state = ViewState(model=str(self.chat.model), clock=self.clock)
             self._redraw()  # the user's message joins the bubbles at once
             self.busy = True
-            self.live = self._live_html()
+            self._show_live(self._live_blocks())
             turn.job.add_listener(self._events.append)  # replays what already came
         if self.start_thread:
             loop = threading.Thread(target=self._loop, args=(turn,), name="mlxnb-chat")
@@ -268,7 +270,7 @@ class ChatUI(anywidget.AnyWidget):
             fin = state.finished
             if fin is None:
                 with self.hold_sync():
-                    self.live = self._live_html()
+                    self._show_live(self._live_blocks())
                     self.thinking = (
                         bool(state.reasoning) and not state.text and not (turn.job.thinking_ended)
                     )
@@ -280,18 +282,32 @@ class ChatUI(anywidget.AnyWidget):
             self._state = None
             with self.hold_sync():
                 self._redraw()
-                self.live, self.busy, self.thinking = "", False, False
+                self._show_live([])
+                self.busy, self.thinking = False, False
                 if fin.finish_reason == "error":  # the chat took the exchange back
                     self.status = f"error: {fin.error}"
                     self.send({"type": "restore", "text": turn.user["content"]})
             return True
 
-    def _live_html(self) -> str:
+    @property
+    def live(self) -> str:
+        """The reply streaming now as an HTML bubble, as the browser has it; empty if none."""
+        return "".join(self._live.blocks)
+
+    def _show_live(self, blocks: list[str]) -> None:
+        msg = self._live.message(blocks)
+        if msg is not None:
+            self.send({"type": "live", **msg})
+
+    def _live_blocks(self) -> list[str]:
         st = self._state
         label = f" · {st.state_label()}{st.live_figures()}"
         thought = st.thinking_html() if st.reasoning else ""
-        bubble = bubble_html("assistant", st.body_html(), label=label, thought=thought, live=True)
-        return f'<div class="mlxnb mlxnb-chat">{bubble}</div>'  # styled as the settled ones
+        head, thought, body = bubble_parts(
+            "assistant", st.body_html(), label=label, thought=thought, live=True
+        )
+        # styled as the settled ones
+        return ['<div class="mlxnb mlxnb-chat">' + head, thought, body + "</div>"]
 
     def close(self) -> None:
         """Close the widget and stop listening to the conversation (which goes on)."""

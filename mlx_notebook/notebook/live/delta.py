@@ -10,6 +10,8 @@ browser whatever the text holds (emoji are two units there, one here).
 
 from __future__ import annotations
 
+import threading
+
 Op = tuple[int, int, int, str]  # block index, start, length replaced, replacement
 
 
@@ -61,3 +63,46 @@ def apply(blocks: list[str], ops: list, count: int) -> list[str]:
             "utf-16-le"
         )
     return out
+
+
+def _full_at(seq: int) -> bool:
+    """Whether message ``seq`` carries the whole view unasked (1, 4, 16, 64, ...)."""
+    return seq & (seq - 1) == 0 and (seq.bit_length() - 1) % 2 == 0
+
+
+class Deltas:
+    """Numbered messages that keep a browser's copy of some HTML blocks current.
+
+    Each message is a delta from the last (``{"kind": "delta", "seq", "ops",
+    "count"}``) or the whole (``{"kind": "full", "seq", "blocks"}``). A copy that
+    misses one asks for the whole (`want_full`). A busy kernel reads no such request,
+    so the whole also goes unasked at messages 1, 4, 16, 64, ...: a copy that fell
+    behind catches up within four times its age, for at most about a third more
+    bytes than the last whole (1/4 + 1/16 + ...).
+
+    Args:
+        blocks: What the browser's copy starts from.
+    """
+
+    def __init__(self, blocks: list[str] | None = None) -> None:
+        self.blocks = list(blocks or [])
+        self.seq = 0
+        self._want_full = False
+        self._lock = threading.Lock()  # a refresh thread and a click's redraw
+
+    def want_full(self) -> None:
+        """A copy fell behind: the next message carries the whole."""
+        self._want_full = True
+
+    def message(self, blocks: list[str]) -> dict | None:
+        """The message that brings a copy from the last blocks to ``blocks``; None if equal."""
+        with self._lock:
+            full, self._want_full = self._want_full, False
+            ops = diff(self.blocks, blocks)
+            if not ops and len(blocks) == len(self.blocks) and not full:
+                return None
+            self.blocks = list(blocks)
+            self.seq += 1
+            if full or _full_at(self.seq):
+                return {"kind": "full", "seq": self.seq, "blocks": self.blocks}
+            return {"kind": "delta", "seq": self.seq, "ops": ops, "count": len(blocks)}

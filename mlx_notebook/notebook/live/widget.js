@@ -1,39 +1,6 @@
-// The live view (anywidget). Its HTML is built by the kernel from escaped text;
-// here it is only kept and shown. Messages: {kind: "full", seq, blocks} and
-// {kind: "delta", seq, ops: [[block, start, cut, put], ...], count}, in order;
-// a copy that misses one asks {kind: "sync"} and waits for the next "full".
+// The live view (anywidget; `copy.js` comes first in the same module). Its HTML is
+// built by the kernel from escaped text; here it is only kept (`receive`) and shown.
 // Clicks go back as {event: "click", button: "stop" | "inspect" | "think"}.
-
-// Each view keeps its own copy: anywidget hands `initialize` and each `render` a
-// different model object, so a copy kept by model would never see a message.
-export function newCopy(model) {
-  return { blocks: [...(model.get("initial") || [])], seq: 0, waiting: false, draw: () => {} };
-}
-
-export function receive(c, model, msg) {
-  if (msg.kind === "full") {
-    c.blocks = [...msg.blocks];
-    c.seq = msg.seq;
-    c.waiting = false;
-  } else if (msg.kind === "delta") {
-    if (c.waiting) return;
-    if (msg.seq !== c.seq + 1) {
-      c.waiting = true; // missed one: the whole view comes at the next refresh
-      model.send({ kind: "sync" });
-      return;
-    }
-    for (const [i, start, cut, put] of msg.ops) {
-      const b = c.blocks[i] ?? "";
-      c.blocks[i] = b.slice(0, start) + put + b.slice(start + cut);
-    }
-    c.blocks.length = msg.count;
-    for (let i = 0; i < msg.count; i++) c.blocks[i] ??= "";
-    c.seq = msg.seq;
-  } else {
-    return;
-  }
-  c.draw();
-}
 
 function button(label, title, name, model) {
   const b = document.createElement("button");

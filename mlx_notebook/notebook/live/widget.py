@@ -1,13 +1,10 @@
 """`LiveWidget`: a view's HTML kept in the browser, updated by deltas over the comm.
 
 The Python side holds the blocks of HTML the renderer made last; each refresh
-sends one message with a splice per changed block (`delta.diff`), so a
+sends one message with a splice per changed block (`delta.Deltas`), so a
 generation costs the wire about what it adds, not its whole text at every
-refresh. Messages are numbered: a browser copy that missed one (a view created
-late, a page reloaded) asks for the whole view, and gets it at the next refresh.
-A kernel that is busy (``--wait``) reads no messages, so the whole view is also
-sent unasked at refreshes 1, 4, 16, 64, ...: a copy that fell behind catches up
-within four times its age, for at most a third more bytes than the last view.
+refresh; a copy that falls behind (a view created late, a page reloaded, a busy
+kernel) gets the whole view again.
 
 The buttons (Stop, Inspect, Stop thinking) are drawn by ``widget.js`` and each
 click arrives as ``{"event": "click", "button": NAME}``; traits say which show.
@@ -16,7 +13,6 @@ click arrives as ``{"event": "click", "button": NAME}``; traits say which show.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,16 +20,11 @@ import anywidget
 from traitlets import Bool, List, Unicode
 
 from ..views.style import CSS
-from .delta import diff
+from .delta import Deltas
 
 log = logging.getLogger("mlx_notebook")
 _HERE = Path(__file__).parent
 BUTTONS = ("stop", "inspect", "think")
-
-
-def _full_at(seq: int) -> bool:
-    """Whether refresh ``seq`` sends the whole view unasked (1, 4, 16, 64, ...)."""
-    return seq & (seq - 1) == 0 and (seq.bit_length() - 1) % 2 == 0
 
 
 class LiveWidget(anywidget.AnyWidget):
@@ -43,7 +34,7 @@ class LiveWidget(anywidget.AnyWidget):
         blocks: The view's first render.
     """
 
-    _esm = (_HERE / "widget.js").read_text()
+    _esm = (_HERE / "copy.js").read_text() + (_HERE / "widget.js").read_text()
     # The views' stylesheet goes once, with the widget, not in every full view sent.
     _css = (_HERE / "widget.css").read_text() + CSS
 
@@ -63,13 +54,14 @@ class LiveWidget(anywidget.AnyWidget):
 
     def __init__(self, blocks: list[str], **kw) -> None:
         super().__init__(initial=list(blocks), **kw)
-        self.blocks = list(blocks)
-        self.seq = 0
-        self.sent = 0  # messages sent
-        self._want_full = False
-        self._lock = threading.Lock()  # the refresh thread and a click's redraw
+        self.deltas = Deltas(blocks)
         self._handlers: dict[str, Callable[[], None]] = {}
         self.on_msg(self._on_msg)
+
+    @property
+    def blocks(self) -> list[str]:
+        """The view's blocks as last sent."""
+        return self.deltas.blocks
 
     @property
     def value(self) -> str:
@@ -86,23 +78,14 @@ class LiveWidget(anywidget.AnyWidget):
 
     def show(self, blocks: list[str]) -> bool:
         """Send what changed since the last call (one message); return whether one was sent."""
-        with self._lock:
-            full, self._want_full = self._want_full, False
-            ops = diff(self.blocks, blocks)
-            if not ops and len(blocks) == len(self.blocks) and not full:
-                return False
-            self.blocks = list(blocks)
-            self.seq += 1
-            if full or _full_at(self.seq):
-                self.send({"kind": "full", "seq": self.seq, "blocks": self.blocks})
-            else:
-                self.send({"kind": "delta", "seq": self.seq, "ops": ops, "count": len(blocks)})
-            self.sent += 1
-            return True
+        msg = self.deltas.message(blocks)
+        if msg is not None:
+            self.send(msg)
+        return msg is not None
 
     def _on_msg(self, _widget, content: dict, _buffers) -> None:
         if content.get("kind") == "sync":  # a copy fell behind: the whole view next time
-            self._want_full = True
+            self.deltas.want_full()
             return
         button = content.get("button") if content.get("event") == "click" else None
         handler = self._handlers.get(button)

@@ -38,7 +38,31 @@ def bubble_html(
     raw: str | None = None,
     live: bool = False,
 ) -> str:
-    """One message's bubble.
+    """One message's bubble (`bubble_parts`, joined)."""
+    return "".join(
+        bubble_parts(
+            role, body, label=label, thought=thought, foot=foot, index=index,
+            actions=actions, raw=raw, live=live,
+        )
+    )  # fmt: skip
+
+
+def bubble_parts(
+    role: str,
+    body: str,
+    *,
+    label: str = "",
+    thought: str = "",
+    foot: str = "",
+    index: int | None = None,
+    actions: tuple[str, ...] = (),
+    raw: str | None = None,
+    live: bool = False,
+) -> tuple[str, str, str]:
+    """One message's bubble in three parts: its role line, its reasoning, its text.
+
+    A live bubble is sent part by part: the role line's figures change at every
+    refresh, the text grows at its end.
 
     Args:
         role: ``user``, ``assistant`` or ``system`` (anything else is styled neutrally).
@@ -50,6 +74,9 @@ def bubble_html(
         actions: Buttons to show: ``edit``, ``regenerate``, ``delete``.
         raw: The message's own text, for editing in place.
         live: The reply streaming now.
+
+    Returns:
+        The role line (opening the bubble), the reasoning, the text (closing it).
     """
     kind = role if role in ROLES else "other"
     attrs = f' data-i="{index}"' if index is not None else ""
@@ -65,8 +92,9 @@ def bubble_html(
     mark = f'<span class="lbl">{escape(label)}</span>' if label else ""
     return (
         f'<div class="turn {kind}{" live" * live}"{attrs}>'
-        f'<div class="role">{escape(role)}{mark}{tools}</div>'
-        f'{thought}<div class="md">{body}</div>{foot_html}</div>'
+        f'<div class="role">{escape(role)}{mark}{tools}</div>',
+        thought,
+        f'<div class="md">{body}</div>{foot_html}</div>',
     )
 
 

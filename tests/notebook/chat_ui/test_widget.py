@@ -139,7 +139,8 @@ def test_refusals_land_in_the_status_line_and_give_the_text_back(engine, dreamer
     monkeypatch.setattr(ui, "send", sent.append)
     ui.handle("send", {"text": "One"})  # thinks until stopped
     ui._on_msg(ui, {"type": "send", "text": "Two"}, [])
-    assert "still generating" in ui.status and sent == [{"type": "restore", "text": "Two"}]
+    restored = [m for m in sent if m["type"] == "restore"]  # (the rest: the live reply)
+    assert "still generating" in ui.status and restored == [{"type": "restore", "text": "Two"}]
     ui._on_msg(ui, {"type": "stop"}, [])
     assert ui.status == ""  # the next action clears it
     finish(ui)
@@ -206,7 +207,8 @@ def test_a_failed_reply_is_taken_back_and_its_text_returned(engine, tmp_path, mo
     finish(ui)
     assert ui.status.startswith("error: ") and "config.json" in ui.status
     assert ui.chat.messages == [] and roles(ui.transcript) == [] and not ui.busy
-    assert sent == [{"type": "restore", "text": "Hello"}]  # back in the input box
+    restored = [m for m in sent if m["type"] == "restore"]
+    assert restored == [{"type": "restore", "text": "Hello"}]  # back in the input box
 
 
 def test_an_unexpected_failure_is_said_in_the_widget_and_logged(ui, monkeypatch, caplog):
@@ -228,3 +230,31 @@ def test_reply_figures_speak_of_the_cache_only_when_it_served_tokens():
     later = Finished("hi", "length", stats=Stats(prompt_tokens=40, cached_tokens=29))
     assert "29 of 40 prompt tokens cached" in reply_figures(later)
     assert reply_figures(later).endswith("max tokens")
+
+
+def test_the_live_reply_goes_as_deltas_the_browser_can_replay(engine, dreamer, monkeypatch):
+    from mlx_notebook.notebook.live.delta import apply
+
+    ui = ChatUI(model=dreamer, backend=engine, max_tokens=2000, start_thread=False)
+    sent = []
+    monkeypatch.setattr(ui, "send", sent.append)
+    ui.handle("send", {"text": "Where do rivers go?"})
+    copies = []
+    for ev in ui.chat.last.job.events(detach=True):
+        if isinstance(ev, Token):
+            ui.refresh()
+            copies.append(ui.live)
+        if isinstance(ev, Token) and ev.index == 60:
+            break
+    ui.handle("stop")
+    finish(ui)
+    live = [m for m in sent if m["type"] == "live"]
+    assert [m["seq"] for m in live] == list(range(1, len(live) + 1))
+    blocks, seen = [], []
+    for m in live:
+        blocks = m["blocks"] if m["kind"] == "full" else apply(blocks, m["ops"], m["count"])
+        seen.append("".join(blocks))
+    assert seen[-1] == "" == ui.live  # settled: no live bubble left
+    assert set(copies) <= set(seen)  # every state the widget had, the browser rebuilt
+    deltas = [sum(len(put) for *_, put in m["ops"]) for m in live if m["kind"] == "delta"]
+    assert max(deltas[:-1]) < 200 < len(max(seen, key=len))  # a token or so, never the bubble

@@ -60,13 +60,14 @@ def test_a_growing_text_sends_what_it_adds():
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_the_browser_copy_applies_the_same_messages(tmp_path):
-    # widget.js's own `receive` (run by node) must rebuild what Python meant.
+    # copy.js's `receive` (run by node; the views' scripts start with it)
+    # must rebuild what Python meant.
     rng = random.Random(11)
     renders = _edits(rng, 200)
     msgs = [{"kind": "full", "seq": 1, "blocks": renders[0]}]
     for seq, (old, new) in enumerate(zip(renders, renders[1:]), start=2):
         msgs.append({"kind": "delta", "seq": seq, "ops": diff(old, new), "count": len(new)})
-    js = Path(__file__).parents[3] / "mlx_notebook/notebook/live/widget.js"
+    js = Path(__file__).parents[3] / "mlx_notebook/notebook/live/copy.js"
     runner = tmp_path / "run.mjs"
     runner.write_text(
         f"import {{ newCopy, receive }} from {json.dumps(js.as_uri())};\n"
