@@ -1,6 +1,6 @@
 """Bytes a streaming view sends the notebook front end, per generated token.
 
-Usage: python benchmarks/bench_iopub.py [--tokens 2000] [--delay 0.01]
+Usage: python benchmarks/bench_iopub.py [--tokens 2000] [--delay 0.01] [--hz 20]
 
 A real kernel (jupyter_client, as tests/kernel_harness.py drives one) loads the
 extension and runs ``%%generate -m endless -n TOKENS --wait -o h``: a scripted model
@@ -37,6 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--delay", type=float, default=0.01, help="seconds per token")
+    ap.add_argument("--hz", type=float, default=None, help="MLXNotebook.refresh_hz (20)")
     args = ap.parse_args()
 
     from mlx_notebook.testing import build_tiny_model
@@ -55,6 +56,8 @@ def main() -> None:
     try:
         assert k.execute("%load_ext mlx_notebook")["status"] == "ok"
         assert k.execute(endless)["status"] == "ok"
+        if args.hz is not None:
+            assert k.execute(f"%config MLXNotebook.refresh_hz = {args.hz}")["status"] == "ok"
         k.execute("%%generate -m endless -n 20 --wait -o warm\nHello", timeout=120)  # warm up
         time.sleep(1.0)
         with k._lock:
@@ -83,6 +86,12 @@ def main() -> None:
     print(f"{tokens} tokens in {wall:.1f} s; text {text_bytes} bytes ({per:.1f} a token)")
     for kind, sizes in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
         print(f"  {kind:22s} {len(sizes):5d} messages {sum(sizes):10d} bytes")
+    comms = [m for m in new if m["msg_type"] == "comm_msg"]
+    payload = sum(len(json.dumps(m["content"]["data"].get("content", {}))) for m in comms)
+    if comms:
+        print(f"  comm payloads (the deltas themselves): {payload} bytes; the rest of each "
+              f"message, Jupyter's envelope: {(sum(map(size, comms)) - payload) / len(comms):.0f} "
+              "bytes a message")  # fmt: skip
     print(f"iopub: {sent} bytes, {sent / tokens:.0f} bytes a token, "
           f"{sent / text_bytes:.1f}x the text's own bytes")  # fmt: skip
 

@@ -70,17 +70,18 @@ def artifacts(tmp_path):
 
 @pytest.fixture
 def lab(request, tmp_path, tiny_dir, chromium, artifacts):
-    """``lab(cells)`` opens a notebook of those cells; yields the page."""
+    """``lab(cells)`` opens a notebook of those cells in JupyterLab (``app="notebook"``:
+    in Notebook 7); yields the page."""
     ctx = {}
 
-    def start(cells, kernel=True, prepare=None):
+    def start(cells, kernel=True, prepare=None, app="jupyterlab"):
         root = tmp_path / "root"
         root.mkdir(exist_ok=True)
         if prepare is not None:
             prepare(root)
         else:
             notebook(root / "demo.ipynb", tiny_dir, [c.replace("{tiny}", tiny_dir) for c in cells])
-        ctx["server"] = lab_server(root)
+        ctx["server"] = lab_server(root, app=app)
         base, token = ctx["server"].__enter__()
         ctx["browser"] = browser()
         b = ctx["browser"].__enter__()
@@ -88,7 +89,8 @@ def lab(request, tmp_path, tiny_dir, chromium, artifacts):
         page.set_default_timeout(30_000)
         page.requests = []
         page.on("request", lambda r: page.requests.append(r.url))
-        page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
+        path = "lab/tree" if app == "jupyterlab" else "notebooks"  # Notebook 7: one document
+        page.goto(f"{base}/{path}/demo.ipynb?token={token}")
         n = len(nbformat.read(root / "demo.ipynb", as_version=4).cells)
         step("open the notebook", lambda: page.locator(".jp-Notebook .jp-Cell").count() == n, 90)
         if kernel:

@@ -39,8 +39,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def lab_server(root: Path, timeout: float = 120):
-    """Start JupyterLab on a free loopback port with a token; yield its base URL."""
+def lab_server(root: Path, timeout: float = 120, app: str = "jupyterlab"):
+    """Start JupyterLab (or Notebook 7: ``app="notebook"``) on a free loopback port with
+    a token; yield its base URL."""
     token = secrets.token_hex(16)
     state = root.parent / (root.name + "-jupyter")
     state.mkdir(exist_ok=True)
@@ -52,23 +53,27 @@ def lab_server(root: Path, timeout: float = 120):
         JUPYTER_DATA_DIR=str(state / "data"),  # notebook signatures (trust) live here
         HF_HUB_OFFLINE="1",
     )
+    cls = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        app,
         "--no-browser",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         "--ServerApp.ip=127.0.0.1",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}",
-        f"--LabApp.workspaces_dir={state / 'workspaces'}",
-        f"--LabApp.user_settings_dir={state / 'settings'}",
-        "--LabApp.news_url=None",
+        f"--{cls}.workspaces_dir={state / 'workspaces'}",
+        f"--{cls}.user_settings_dir={state / 'settings'}",
         "--ServerApp.allow_root=True",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.expose_app_in_browser=True",  # tests switch the theme through its commands
+        f"--{cls}.expose_app_in_browser=True",  # tests switch the theme through its commands
     ]
+    if app == "jupyterlab":
+        cmd += [
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
     log = open(state / "server.log", "w")
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -376,9 +381,9 @@ def state_word(scope):
     return scope.locator(".mlxnb .state").first.inner_text()
 
 
-def themed(lab, cells, theme):
+def themed(lab, cells, theme, app="jupyterlab"):
     """Open ``cells`` in ``theme``: the page, the theme's slug, and ``out(i)``."""
-    page = lab(cells)
+    page = lab(cells, app=app)
     set_theme(page, theme)
     located = page.locator(".jp-Notebook .jp-Cell")
 
