@@ -206,6 +206,16 @@ class GenerationHandle:
 
         generation_view(self._state()).display().attach(self.job)
 
+    def _display_(self):
+        """In marimo: the live view's widget (an anywidget, which marimo shows as its own)."""
+        from ..views.view import generation_view
+
+        done = self.job.done
+        view = generation_view(self._state(), start_thread=not done).attach(self.job)
+        if done:  # the end at once: the widget's state is what marimo saves or exports
+            view.finish()
+        return view.widget
+
     def _repr_html_(self) -> str:
         """The view as it stands, as static HTML (front ends without live widgets)."""
         state = self._state()

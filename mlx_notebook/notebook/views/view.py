@@ -214,7 +214,11 @@ class LiveView:
             except Exception:  # a failing callback must not lose the final text
                 log.exception("mlx_notebook: a view's on_done callback failed")
         # The buttons hide but keep their room: the text does not re-wrap at the end.
-        self.live.ended = True  # the document folds the inspection
+        with self.live.hold_sync():
+            self.live.ended = True  # the document folds the inspection
+            # A view drawn from the widget's state from now on (a reloaded page, a
+            # marimo export) shows the end, not the first render.
+            self.live.initial = list(self.live.blocks)
         with self._doc_lock:
             self._final = True
             if self.document is not None:
