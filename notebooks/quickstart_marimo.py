@@ -40,6 +40,13 @@ def _(mo, story):
 
 
 @app.cell
+def _(mlx_notebook):
+    # A blocking call returns a Result, shown as the document a generation ends as.
+    mlx_notebook.generate("Name three rivers, one per line.", max_tokens=40)
+    return
+
+
+@app.cell
 def _(mlx_notebook, mo):
     mo.md("## A chat window\nType below; Stop ends a reply and keeps what it wrote.")
     chat = mo.ui.anywidget(mlx_notebook.ChatUI(max_tokens=60, temperature=0.2, top_p=0.9))

@@ -29,3 +29,6 @@ def test_the_marimo_quickstart_exports_with_the_generation_in_its_view(tmp_path)
     assert len(states) == 1, "one live view expected in the export"
     final = "".join(json.loads(states[0]))
     assert f"{done.group(2)} tokens" in final and "generating" not in final
+    # generate()'s Result shows as its document (its _repr_html_), not a dataclass repr.
+    assert re.search(r'"text/html": "\\u003Cstyle\\u003E.{0,20000}?class=\\"stats\\"', page)
+    assert "Result(text=" not in page

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ..display import RichDisplay
 from .errors import GenerationError
 from .events import Event, Finished, Queued, Started, Stats, Token
 from .request import Request
@@ -17,7 +18,7 @@ log = logging.getLogger("mlx_notebook")
 
 
 @dataclass
-class Result:
+class Result(RichDisplay):
     """What `Job.result` gathers from the event stream.
 
     Attributes:

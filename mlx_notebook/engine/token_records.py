@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from ..display import RichDisplay
+
 
 @dataclass(frozen=True)
 class TokenRecord:
@@ -88,7 +90,7 @@ def texts_of(tokenizer, specials: frozenset[int], ids) -> list[str]:
     return ["" if t in specials else tokenizer.decode([t]) for t in ids]
 
 
-class TokenTable(list):
+class TokenTable(RichDisplay, list):
     """A list of `TokenRecord` with summaries and a DataFrame view.
 
     In a notebook with the extension loaded it displays as the token inspector.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+from ..display import RichDisplay
 from ..frames import to_frame
 from ..mapping.result import aggregate
 from .plan import Cell, Plan
@@ -91,7 +92,7 @@ class Summary:
         )
 
 
-class EvalResult:
+class EvalResult(RichDisplay):
     """Every cell of an evaluation, in plan order (column, epoch, row).
 
     Args:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..display import RichDisplay
 from ..engine.events import Finished
 from ..engine.request import Request
 from .plan import Cell, Plan
@@ -32,7 +33,7 @@ class ScorerError(ValueError):
     """The scorer raised on the first cell; nothing else ran."""
 
 
-class EvalRun:
+class EvalRun(RichDisplay):
     """Runs a `Plan`: `start`, then watch `cells`, `cancel` or `cancel_column`, `wait`.
 
     Args:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..display import RichDisplay
 from ..engine.events import Stats
 from ..frames import to_frame
 
@@ -55,7 +56,7 @@ class MapRow:
 
 
 @dataclass
-class MapResult:
+class MapResult(RichDisplay):
     """Every row of a `map`, in input order: a future while the rows still run.
 
     Reading a final value (`texts`, `to_frame`, `summary`, ``len``, iteration,

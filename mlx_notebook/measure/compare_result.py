@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..display import RichDisplay
 from ..engine.job import Result
 from ..frames import to_frame
 from .sequential import Decision, Rule, judge
@@ -26,7 +27,7 @@ def speed(r: Result, metric: str) -> float:
 
 
 @dataclass
-class CompareResult:
+class CompareResult(RichDisplay):
     """Normal and speculative runs side by side, in pairs.
 
     Attributes:

@@ -91,6 +91,15 @@ FORMATTERS = {
 }
 
 
+def html_for(value) -> str:
+    """The view of ``value``, one of the types in `FORMATTERS` (or a subclass)."""
+    for cls in type(value).__mro__:
+        fn = FORMATTERS.get((cls.__module__, cls.__name__))
+        if fn is not None:
+            return fn(value)
+    raise TypeError(f"no view for {type(value).__name__}")
+
+
 def install(ipython) -> None:
     """Register every formatter for ``text/html`` (by name: nothing is imported)."""
     html = ipython.display_formatter.formatters["text/html"]
