@@ -74,27 +74,10 @@ def lab_server(root: Path, timeout: float = 120, app: str = "jupyterlab"):
             "--LabApp.news_url=None",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]
-    log = open(state / "server.log", "w")
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
+    proc, log = spawn(cmd, env, state / "server.log", "JupyterLab",
+                      f"http://127.0.0.1:{port}/api/status?token={token}", timeout)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"JupyterLab exited early; log:\n{(state / 'server.log').read_text()}"
-                )
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise StepTimeout(
-                        f"step 'start JupyterLab' stalled after {timeout} s"
-                    ) from None
-                time.sleep(0.3)
         yield base, token
     finally:
         _kill_group(proc)
@@ -105,6 +88,29 @@ def lab_server(root: Path, timeout: float = 120, app: str = "jupyterlab"):
                 pass
         log.close()
         shutil.rmtree(state / "runtime", ignore_errors=True)
+
+
+def spawn(cmd, env, log_path: Path, name: str, ready_url: str, timeout: float):
+    """Start a server in a session of its own; return ``(proc, log)`` once ``ready_url``
+    answers (its log, if it exits first)."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            log.close()
+            raise RuntimeError(f"{name} exited early; log:\n{log_path.read_text()}")
+        try:
+            urllib.request.urlopen(ready_url, timeout=2)
+            return proc, log
+        except OSError:
+            if time.monotonic() > deadline:
+                _kill_group(proc)
+                log.close()
+                raise StepTimeout(f"step 'start {name}' stalled after {timeout} s") from None
+            time.sleep(0.3)
 
 
 def leftovers(marker) -> list[int]:

@@ -26,25 +26,9 @@ _ACTIONS = {
 }
 
 
-def bubble_html(
-    role: str,
-    body: str,
-    *,
-    label: str = "",
-    thought: str = "",
-    foot: str = "",
-    index: int | None = None,
-    actions: tuple[str, ...] = (),
-    raw: str | None = None,
-    live: bool = False,
-) -> str:
-    """One message's bubble (`bubble_parts`, joined)."""
-    return "".join(
-        bubble_parts(
-            role, body, label=label, thought=thought, foot=foot, index=index,
-            actions=actions, raw=raw, live=live,
-        )
-    )  # fmt: skip
+def bubble_html(role: str, body: str, **kw) -> str:
+    """One message's bubble: `bubble_parts` (same arguments), joined."""
+    return "".join(bubble_parts(role, body, **kw))
 
 
 def bubble_parts(
