@@ -34,7 +34,7 @@ class Harness:
         self.state = {}  # comm_id -> latest widget state
         self.updates = []  # (time, comm_id, changed state)
         self.live_msgs = []  # (comm_id, kind, bytes): what each live view was sent
-        self._blocks = {}  # comm_id -> a live view's HTML blocks, as its script holds them
+        self._blocks = {}  # (comm_id, state key) -> HTML blocks, as the widget's script holds them
         self.outputs = {}  # parent msg_id -> list of iopub messages
         self.displays = {}  # display_id -> latest data bundle (display or update)
         self._stop = threading.Event()
@@ -61,30 +61,37 @@ class Harness:
                 if kind == "comm_open" and content.get("target_name") == "jupyter.widget":
                     state = dict(content["data"].get("state", {}))
                     if state.get("kind") == "live":  # a live view: its HTML comes as deltas
-                        self._blocks[content["comm_id"]] = list(state.get("initial", []))
+                        self._blocks[(content["comm_id"], "value")] = list(state["initial"])
                         state["value"] = "".join(state.get("initial", []))
                     self.state[content["comm_id"]] = state
                 elif kind == "comm_msg" and content["data"].get("method") == "update":
                     cid = content["comm_id"]
                     self.state.setdefault(cid, {}).update(content["data"]["state"])
                     self.updates.append((time.monotonic(), cid, content["data"]["state"]))
-                elif kind == "comm_msg" and content["comm_id"] in self._blocks:
-                    self._live(content["comm_id"], content["data"].get("content") or {})
+                elif kind == "comm_msg" and content["data"].get("method") == "custom":
+                    cid, msg = content["comm_id"], content["data"].get("content") or {}
+                    if (cid, "value") in self._blocks:
+                        self._live(cid, msg, "value")
+                    elif msg.get("type") == "live":  # the chat window's streaming reply
+                        self._live(cid, msg, "live")
 
-    def _live(self, cid, msg):
-        """Fold a live view's message as its script does (``widget.js``)."""
+    def _live(self, cid, msg, key):
+        """Fold a message to a browser's copy of HTML blocks as its script does (``copy.js``)
+        into the widget's state under ``key``."""
         from mlx_notebook.notebook.live.delta import apply
 
         self.live_msgs.append((cid, msg.get("kind"), len(json.dumps(msg))))
+        blocks = self._blocks.get((cid, key), [])
         if msg.get("kind") == "full":
-            self._blocks[cid] = list(msg["blocks"])
+            blocks = list(msg["blocks"])
         elif msg.get("kind") == "delta":
-            self._blocks[cid] = apply(self._blocks[cid], msg["ops"], msg["count"])
+            blocks = apply(blocks, msg["ops"], msg["count"])
         else:
             return
-        value = "".join(self._blocks[cid])
-        self.state[cid]["value"] = value
-        self.updates.append((time.monotonic(), cid, {"value": value}))
+        self._blocks[(cid, key)] = blocks
+        value = "".join(blocks)
+        self.state.setdefault(cid, {})[key] = value
+        self.updates.append((time.monotonic(), cid, {key: value}))
 
     def views(self):
         """Comm ids of the live views (generation, table, comparison) opened so far."""

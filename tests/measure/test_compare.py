@@ -109,7 +109,7 @@ def test_sampled_divergence_is_reported_with_margin(engine, tiny_dir, tiny_token
     res = run.wait(60)
     assert res.complete and res.identical is False and res.diverged_at is not None
     assert res.margin is not None and res.margin >= 0
-    html = run.widget.children[0].value
+    html = run.widget.value
     assert "differs at token" in html and "top-2 logit margin" in html
     # Each run's token where they part, with its probability under the model there.
     (la, ta, pa, ra), (lb, tb, pb, rb) = res.fork
@@ -162,7 +162,7 @@ def test_compare_magic_runs_until_clear_within_its_budget(ipshell, tiny_dir):
     run = ip.user_ns["cmp"]
     res = run.wait()
     assert res.complete and res.decision is not None and 1 <= len(res.pairs()) <= 3
-    html = run.widget.children[0].value
+    html = run.widget.value
     assert "pair " not in html.split("verdict")[1][:40]  # no progress once ended
     if res.verdict != "faster":  # a tick only for a clear "faster"
         assert 'class="ok"' not in html

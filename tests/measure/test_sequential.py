@@ -171,6 +171,6 @@ def test_the_view_marks_only_a_clear_faster_with_a_tick():
         c = Comparison(b, req, clock=b.clock, max_pairs=4, budget_s=1e9)
         run = CompareRun(c).start()
         run.wait(30)
-        html = run.widget.children[0].value
+        html = run.widget.value
         assert f'<span class="{mark}"></span>' in html and words in html, html[:600]
         assert "(pair " not in html  # ended: no progress line

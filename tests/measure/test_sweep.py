@@ -68,7 +68,7 @@ def test_sweep_view(engine, tiny_dir):
     req = Request("Hello world. Hello", model=tiny_dir, chat=False, max_tokens=10, draft="lookup")
     run = SweepRun(engine, req, ks=[1, 2], repeats=1).start()
     res = run.wait(60)
-    html = run.widget.children[0].value
+    html = run.widget.value
     assert "<svg" in html and ("best k" in html or "no k beat normal decoding" in html)
     assert res.ks == [1, 2]
     with pytest.raises(ValueError, match="ks"):

@@ -240,11 +240,13 @@ class ChatUI(anywidget.AnyWidget):
         # "settle": the reply's last refresh draws it (it comes after the settle).
 
     def _follow(self, turn: ChatTurn) -> None:
-        with self._lock, self.hold_sync():
-            self._turn, self._events, self._seen = turn, [], 0
-            self._state = ViewState(model=str(self.chat.model), clock=self.clock)
-            self._redraw()  # the user's message joins the bubbles at once
-            self.busy = True
+        with self._lock:
+            with self.hold_sync():
+                self._turn, self._events, self._seen = turn, [], 0
+                self._state = ViewState(model=str(self.chat.model), clock=self.clock)
+                self._redraw()  # the user's message joins the bubbles at once
+                self.busy = True
+            # After the traits (sent as hold_sync ends): the user's bubble, then the reply's.
             self._show_live(self._live_blocks())
             turn.job.add_listener(self._events.append)  # replays what already came
         if self.start_thread:
@@ -282,11 +284,13 @@ class ChatUI(anywidget.AnyWidget):
             self._state = None
             with self.hold_sync():
                 self._redraw()
-                self._show_live([])
                 self.busy, self.thinking = False, False
                 if fin.finish_reason == "error":  # the chat took the exchange back
                     self.status = f"error: {fin.error}"
-                    self.send({"type": "restore", "text": turn.user["content"]})
+            # After the transcript holds the reply: it never vanishes for a frame.
+            self._show_live([])
+            if fin.finish_reason == "error":
+                self.send({"type": "restore", "text": turn.user["content"]})
             return True
 
     @property

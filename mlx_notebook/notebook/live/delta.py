@@ -29,7 +29,7 @@ def _common_prefix(a: str, b: str) -> int:
 
 def _units(s: str) -> int:
     """Length of ``s`` in UTF-16 code units."""
-    return len(s.encode("utf-16-le")) // 2
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2  # a lone surrogate is one unit
 
 
 def splice(old: str, new: str) -> tuple[int, int, str] | None:
@@ -58,9 +58,12 @@ def apply(blocks: list[str], ops: list, count: int) -> list[str]:
     """What the browser does with a delta (the reference for tests; see ``widget.js``)."""
     out = list(blocks[:count]) + [""] * max(0, count - len(blocks))
     for i, start, cut, put in ops:
-        raw = out[i].encode("utf-16-le")
-        out[i] = (raw[: 2 * start] + put.encode("utf-16-le") + raw[2 * (start + cut) :]).decode(
-            "utf-16-le"
+        raw, new = (
+            out[i].encode("utf-16-le", "surrogatepass"),
+            put.encode("utf-16-le", "surrogatepass"),
+        )
+        out[i] = (raw[: 2 * start] + new + raw[2 * (start + cut) :]).decode(
+            "utf-16-le", "surrogatepass"
         )
     return out
 
@@ -92,7 +95,8 @@ class Deltas:
 
     def want_full(self) -> None:
         """A copy fell behind: the next message carries the whole."""
-        self._want_full = True
+        with self._lock:
+            self._want_full = True
 
     def message(self, blocks: list[str]) -> dict | None:
         """The message that brings a copy from the last blocks to ``blocks``; None if equal."""

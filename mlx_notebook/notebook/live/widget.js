@@ -50,12 +50,15 @@ export default {
     };
     c.draw = draw;
     draw();
+    const onInitial = () => adopt(c, model.get("initial") || [], model.get("initial_seq") || 0);
+    model.on("change:initial_seq", onInitial);
     controls();
     const names = ["can_stop", "stopping", "can_inspect", "inspecting", "can_end_thinking",
       "thinking_ended", "ended"];
     for (const n of names) model.on(`change:${n}`, controls);
     return () => {
       model.off("msg:custom", onMsg);
+      model.off("change:initial_seq", onInitial);
       for (const n of names) model.off(`change:${n}`, controls);
     };
   },

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anywidget
-from traitlets import Bool, List, Unicode
+from traitlets import Bool, Int, List, Unicode
 
 from ..views.style import CSS
 from .delta import Deltas
@@ -38,7 +38,8 @@ class LiveWidget(anywidget.AnyWidget):
     # The views' stylesheet goes once, with the widget, not in every full view sent.
     _css = (_HERE / "widget.css").read_text() + CSS
 
-    initial = List(Unicode(), help="The blocks of HTML when the widget was made.").tag(sync=True)
+    initial = List(Unicode(), help="The blocks of HTML when made, then at the end.").tag(sync=True)
+    initial_seq = Int(0, help="The message number `initial` is as of.").tag(sync=True)
     stopping = Bool(False, help="Stop was pressed: the button is disabled.").tag(sync=True)
     can_stop = Bool(True, help="Show Stop (a Panel shows its own).").tag(sync=True)
     can_inspect = Bool(False, help="Show Inspect: the tokens carry records.").tag(sync=True)
@@ -84,8 +85,12 @@ class LiveWidget(anywidget.AnyWidget):
         return msg is not None
 
     def _on_msg(self, _widget, content: dict, _buffers) -> None:
+        if not isinstance(content, dict):
+            return
         if content.get("kind") == "sync":  # a copy fell behind: the whole view next time
             self.deltas.want_full()
+            if self.ended:  # no refresh comes any more: now
+                self.show(self.blocks)
             return
         button = content.get("button") if content.get("event") == "click" else None
         handler = self._handlers.get(button)

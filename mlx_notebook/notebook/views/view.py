@@ -179,6 +179,8 @@ class LiveView:
 
     def _toggle_inspect(self) -> None:
         # A click (main thread): no MLX work, only the renderer's mode and a redraw.
+        if self.live.ended:  # the document folds the inspection; the view is final
+            return
         self.live.inspecting = not self.live.inspecting
         self.renderer.set_inspect(self.live.inspecting)
         self.invalidate()
@@ -207,18 +209,20 @@ class LiveView:
         # Re-rendered even without new events: a renderer may read state that changed
         # after the last event (a Sweep's verdict waits for its pacing to end).
         self._dirty = True
-        self.refresh()  # with the complete text
+        with self._refresh_lock:  # no click's redraw between the last message and `initial`
+            self.refresh()  # with the complete text
+            # The buttons hide but keep their room: the text does not re-wrap at the end.
+            with self.live.hold_sync():
+                self.live.ended = True  # the document folds the inspection
+                # A view drawn from the widget's state from now on (a reloaded page, a
+                # marimo export, a copy that fell behind) shows the end.
+                self.live.initial = list(self.live.blocks)
+                self.live.initial_seq = self.live.deltas.seq
         if self.on_done is not None:
             try:
                 self.on_done()
             except Exception:  # a failing callback must not lose the final text
                 log.exception("mlx_notebook: a view's on_done callback failed")
-        # The buttons hide but keep their room: the text does not re-wrap at the end.
-        with self.live.hold_sync():
-            self.live.ended = True  # the document folds the inspection
-            # A view drawn from the widget's state from now on (a reloaded page, a
-            # marimo export) shows the end, not the first render.
-            self.live.initial = list(self.live.blocks)
         with self._doc_lock:
             self._final = True
             if self.document is not None:

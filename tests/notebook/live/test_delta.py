@@ -32,6 +32,7 @@ def _edits(rng, n):
 
 
 def test_splice_is_the_changed_middle_in_utf16_units():
+    assert splice("\udc80a", "\udc80b") == (1, 1, "b")  # a lone surrogate is one unit
     assert splice("abc", "abc") is None
     assert splice("hello", "hello world") == (5, 0, " world")
     assert splice("a😀b", "a😀xb") == (3, 0, "x")  # 😀 is two units in the browser
@@ -70,22 +71,29 @@ def test_the_browser_copy_applies_the_same_messages(tmp_path):
     js = Path(__file__).parents[3] / "mlx_notebook/notebook/live/copy.js"
     runner = tmp_path / "run.mjs"
     runner.write_text(
-        f"import {{ newCopy, receive }} from {json.dumps(js.as_uri())};\n"
+        f"import {{ adopt, newCopy, receive }} from {json.dumps(js.as_uri())};\n"
         "const sent = [];\n"
-        "const model = { get: () => [], send: (m) => sent.push(m) };\n"
+        "const model = { get: () => undefined, send: (m) => sent.push(m) };\n"
         "const c = newCopy(model);\n"
-        "for (const m of JSON.parse(process.argv[2])) receive(c, model, m);\n"
+        "for (const m of JSON.parse(process.argv[2])) {\n"
+        "  if (m.kind === 'adopt') adopt(c, m.blocks, m.seq); else receive(c, model, m);\n"
+        "}\n"
         "process.stdout.write(JSON.stringify({ sent, blocks: c.blocks }));\n"
     )
-    out = subprocess.run(
-        ["node", str(runner), json.dumps(msgs)], capture_output=True, text=True, check=True
-    )
-    got = json.loads(out.stdout)
+
+    def run(messages):
+        args = ["node", str(runner), json.dumps(messages)]
+        return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+    got = json.loads(run(msgs))
     assert got["sent"] == [] and got["blocks"] == renders[-1]
     # A copy that missed a message asks for the whole view and ignores deltas until then.
     gap = [msgs[0], msgs[2], msgs[3]]
-    out = subprocess.run(
-        ["node", str(runner), json.dumps(gap)], capture_output=True, text=True, check=True
-    )
-    got = json.loads(out.stdout)
+    got = json.loads(run(gap))
     assert got["sent"] == [{"kind": "sync"}] and got["blocks"] == renders[0]
+    # It asks again every 20 dropped deltas; the widget's saved state at a view's end
+    # (`initial` as of `initial_seq`) brings it up to date, and older deltas then do nothing.
+    end = len(renders)
+    behind = [msgs[0], *msgs[2:45], {"kind": "adopt", "blocks": renders[-1], "seq": end}]
+    got = json.loads(run(behind + msgs[40:45]))
+    assert got["sent"] == [{"kind": "sync"}] * 3 and got["blocks"] == renders[-1]
