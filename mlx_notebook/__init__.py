@@ -16,7 +16,18 @@ if _sys.platform.startswith("linux"):
 
     _blas.preload()
 
+from . import display as _display  # noqa: E402
 from .engine import Finished, GenerationError, Job, Request, Result, Token  # noqa: E402
+
+
+def _html_for(value) -> str:
+    # A result's view: the notebook layer's, loaded when the first result is shown.
+    from .notebook.magics.formatters import html_for
+
+    return html_for(value)
+
+
+_display.set_renderer(_html_for)
 
 __all__ = [
     "Chat",
