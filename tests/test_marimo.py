@@ -25,7 +25,7 @@ def test_the_marimo_quickstart_exports_with_the_generation_in_its_view(tmp_path)
     assert done and done.group(1) in ("stop", "length"), "the cell reading .text did not end"
     # The live view's widget state holds the finished view, not its first render: an
     # export (or a reloaded page) shows the end.
-    states = re.findall(r'"initial": (\[.*?\]), "inspecting"', page)
+    states = re.findall(r'"initial": (\[.*?\]), "', page)  # (the next key: "initial_seq")
     assert len(states) == 1, "one live view expected in the export"
     final = "".join(json.loads(states[0]))
     assert f"{done.group(2)} tokens" in final and "generating" not in final
