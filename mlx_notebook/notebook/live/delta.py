@@ -38,7 +38,8 @@ def splice(old: str, new: str) -> tuple[int, int, str] | None:
         return None
     p = _common_prefix(old, new)
     room = min(len(old), len(new)) - p  # a suffix never overlaps the prefix
-    s = _common_prefix(old[::-1][:room], new[::-1][:room]) if room else 0
+    # Only the last `room` characters are reversed: a refresh stays linear in the change.
+    s = _common_prefix(old[-room:][::-1], new[-room:][::-1]) if room else 0
     start = _units(old[:p])
     return start, _units(old[p : len(old) - s]), new[p : len(new) - s]
 

@@ -24,7 +24,6 @@ from .delta import Deltas
 
 log = logging.getLogger("mlx_notebook")
 _HERE = Path(__file__).parent
-BUTTONS = ("stop", "inspect", "think")
 
 
 class LiveWidget(anywidget.AnyWidget):

@@ -74,12 +74,13 @@ class LiveView:
         from ..live.widget import LiveWidget
 
         # One anywidget: the HTML as blocks updated by deltas, and its buttons.
-        self.live = LiveWidget(self._blocks())
+        self.live = LiveWidget(
+            self._blocks(), inspecting=bool(getattr(renderer, "inspecting", False))
+        )
         self.widget = self.live  # what is displayed (a caller may wrap it in a box)
         self.live.on_click("stop", self.stop)
         self.live.on_click("think", self.end_thinking)
         self.live.on_click("inspect", self._toggle_inspect)
-        self.live.inspecting = bool(getattr(renderer, "inspecting", False))
 
     def _blocks(self) -> list[str]:
         blocks = getattr(self.renderer, "blocks", None)
