@@ -60,7 +60,7 @@ class Harness:
                         self.displays[did] = content["data"]
                 if kind == "comm_open" and content.get("target_name") == "jupyter.widget":
                     state = dict(content["data"].get("state", {}))
-                    if state.get("kind") == "live":  # a live view: its HTML comes as deltas
+                    if state.get("kind") in ("live", "panel"):  # a view's HTML comes as deltas
                         self._blocks[(content["comm_id"], "value")] = list(state["initial"])
                         state["value"] = "".join(state.get("initial", []))
                     self.state[content["comm_id"]] = state

@@ -303,24 +303,21 @@ def test_panel_compare_by_comm_click(kernel, tiny_dir):
         " draft_source='lookup', lookup_ngram=1, max_tokens=30, chat=False, max_pairs=3)\npanel"
     )
     assert k.execute(code)["status"] == "ok"
-    (compare,) = k.wait_for(
-        "Compare button",
-        lambda: [c for c in k.widgets("ButtonModel", description="Compare") if c not in before],
+    (cid,) = k.wait_for(
+        "the panel",
+        lambda: [c for c in k.widgets("AnyModel", kind="panel") if c not in before],
     )
-    k.click(compare)
+    assert "compare" not in k.value(cid, "off")
+    k.click(cid, "compare")
     k.wait_for(
         "comparison verdict",
-        lambda: any(
-            "identical text in all" in (k.value(c, "value") or "")
-            for c in k.views()
-            if c not in before
-        ),
+        lambda: "identical text in all" in (k.value(cid, "value") or ""),  # drawn in the panel
         timeout=60,
     )
     _, out = k.output("r = panel.wait(30); print(r.identical, r.verdict, panel.running)", 40)
     verdicts = ("same", "slower", "faster", "undecided")
     assert any(f"True {v} False" in out for v in verdicts), out
-    assert k.value(compare, "disabled") is False  # controls re-enabled
+    k.wait_for("controls enabled again", lambda: "compare" not in k.value(cid, "off"))
 
 
 def test_over_with_a_schema_ends_in_typed_columns(kernel, tiny_dir):

@@ -1,15 +1,15 @@
-"""Which views are ipywidgets: only the Panel and %%evaluate's per-column Stop row.
+"""No view is an ipywidgets view: every live one is an anywidget, the rest static HTML.
 
-Every other view is an anywidget (the live views, the chat window) or static HTML,
-so it runs where anywidgets run (marimo refuses plain ipywidgets). This test walks
-the notebook layer's imports: a new view built on ipywidgets fails here.
+The live views (generation, ``--over`` table, Compare/Sweep, ``%%evaluate`` with
+its per-column Stop row), the Panel and the chat window are anywidgets, so they
+run where anywidgets run (marimo refuses plain ipywidgets). This test walks the
+notebook layer's imports: a new view built on ipywidgets fails here.
 """
 
 import ast
 from pathlib import Path
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "mlx_notebook" / "notebook"
-STILL_IPYWIDGETS = {"panel/panel.py", "panel/controls.py", "evaluate/cell.py"}
 
 
 def _imports_ipywidgets(path: Path) -> bool:
@@ -23,17 +23,19 @@ def _imports_ipywidgets(path: Path) -> bool:
     return False
 
 
-def test_only_the_panel_and_the_evaluate_row_use_ipywidgets():
+def test_no_module_of_the_notebook_layer_uses_ipywidgets():
     users = {
         p.relative_to(NOTEBOOK).as_posix() for p in NOTEBOOK.rglob("*.py") if _imports_ipywidgets(p)
     }
-    assert users == STILL_IPYWIDGETS
+    assert users == set()
 
 
-def test_the_live_views_and_the_chat_window_are_anywidgets():
+def test_the_live_views_the_panel_and_the_chat_window_are_anywidgets():
     from anywidget import AnyWidget
 
     from mlx_notebook.notebook.chat_ui.widget import ChatUI
     from mlx_notebook.notebook.live.widget import LiveWidget
+    from mlx_notebook.notebook.panel.panel import Panel
 
-    assert issubclass(LiveWidget, AnyWidget) and issubclass(ChatUI, AnyWidget)
+    for cls in (LiveWidget, ChatUI, Panel):
+        assert issubclass(cls, AnyWidget) and cls._esm.strip(), cls

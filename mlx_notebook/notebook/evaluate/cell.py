@@ -11,7 +11,6 @@ column has its own Stop; ``-o NAME`` binds the `EvalRun` (``.summary()``,
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
@@ -142,12 +141,7 @@ class EvaluateMagics(Magics):
                 view.wait_rendered(5.0)  # the final matrix and summary are sent
 
     def _view(self, run: EvalRun) -> LiveView:
-        bar = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
-
-        def hide() -> None:  # the run ended: no column left to stop
-            bar.layout.display = "none"
-
-        view = LiveView(MatrixRenderer(run), self.settings.refresh_hz, on_done=hide)
+        view = LiveView(MatrixRenderer(run), self.settings.refresh_hz)
         run.on_submit = view.add
 
         def changed() -> None:
@@ -158,18 +152,20 @@ class EvaluateMagics(Magics):
         run.on_change = changed
         cols = run.plan.columns
         if 1 < len(cols) <= MAX_COLUMN_BUTTONS:
-            # A row of its own above the view: the header keeps its line, and the Stop
-            # for everything keeps its place at the top right.
+            # A row of its own above the view (gone when the run ends): the header
+            # keeps its line, and the Stop for everything keeps its top right place.
+            live = view.live
             buttons = []
             for i, col in enumerate(cols):
-                b = widgets.Button(
-                    description=col.label[:28], icon="stop",
-                    tooltip=f"Stop the column {col.label} (the others go on)",
-                    layout=widgets.Layout(width="auto", height="24px"),
-                )  # fmt: skip
-                b.on_click(lambda btn, i=i: (run.cancel_column(i), setattr(btn, "disabled", True)))
-                buttons.append(b)
-            bar.children = (widgets.Label("Stop one column:"), *buttons)
-            view.widget = widgets.VBox([bar, view.widget])
+                name = f"column {i}"
+                tip = f"Stop the column {col.label} (the others go on)"
+                buttons.append([name, f"■ {col.label[:28]}", tip])
+
+                def stop_column(i=i, name=name) -> None:
+                    run.cancel_column(i)
+                    live.pressed = [*live.pressed, name]
+
+                live.on_click(name, stop_column)
+            live.row = {"label": "Stop one column:", "buttons": buttons}
         view.display().attach(sealed=False)
         return view

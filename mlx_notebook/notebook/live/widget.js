@@ -2,16 +2,6 @@
 // built by the kernel from escaped text; here it is only kept (`receive`) and shown.
 // Clicks go back as {event: "click", button: "stop" | "inspect" | "think"}.
 
-function button(label, title, name, model) {
-  const b = document.createElement("button");
-  b.type = "button";
-  b.className = "lv-btn";
-  b.textContent = label;
-  b.title = title;
-  b.addEventListener("click", () => model.send({ event: "click", button: name }));
-  return b;
-}
-
 export default {
   render({ model, el }) {
     const c = newCopy(model);
@@ -27,7 +17,9 @@ export default {
     const inspect = button("Inspect", "Tint each token by its probability (hover a token for its alternatives)", "inspect", model);
     const stop = button("Stop", "Stop generating (keeps the text so far)", "stop", model);
     bar.append(think, inspect, stop);
-    root.append(body, bar);
+    const row = document.createElement("div");
+    row.className = "mlxnb-row";
+    root.append(row, body, bar);
     el.append(root);
 
     let shown = null;
@@ -47,6 +39,7 @@ export default {
       think.disabled = model.get("thinking_ended");
       think.textContent = model.get("thinking_ended") ? "answering…" : "Stop thinking";
       bar.classList.toggle("ended", model.get("ended"));
+      drawRow(row, model);
     };
     c.draw = draw;
     draw();
@@ -54,7 +47,7 @@ export default {
     model.on("change:initial_seq", onInitial);
     controls();
     const names = ["can_stop", "stopping", "can_inspect", "inspecting", "can_end_thinking",
-      "thinking_ended", "ended"];
+      "thinking_ended", "ended", "row", "pressed"];
     for (const n of names) model.on(`change:${n}`, controls);
     return () => {
       model.off("msg:custom", onMsg);

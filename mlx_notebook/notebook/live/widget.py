@@ -6,8 +6,10 @@ generation costs the wire about what it adds, not its whole text at every
 refresh; a copy that falls behind (a view created late, a page reloaded, a busy
 kernel) gets the whole view again.
 
-The buttons (Stop, Inspect, Stop thinking) are drawn by ``widget.js`` and each
-click arrives as ``{"event": "click", "button": NAME}``; traits say which show.
+The buttons (Stop, Inspect, Stop thinking, and a row of the caller's own, such as
+``%%evaluate``'s Stop per column) are drawn by ``widget.js`` and each click
+arrives as ``{"event": "click", "button": NAME}``; traits say which show. One
+widget can show one view after another (a Panel's runs): `restart`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anywidget
-from traitlets import Bool, Int, List, Unicode
+from traitlets import Bool, Dict, Int, List, Unicode
 
 from ..views.style import CSS
 from .delta import Deltas
@@ -33,7 +35,7 @@ class LiveWidget(anywidget.AnyWidget):
         blocks: The view's first render.
     """
 
-    _esm = (_HERE / "copy.js").read_text() + (_HERE / "widget.js").read_text()
+    _esm = "".join((_HERE / f).read_text() for f in ("copy.js", "button.js", "widget.js"))
     # The views' stylesheet goes once, with the widget, not in every full view sent.
     _css = (_HERE / "widget.css").read_text() + CSS
 
@@ -51,6 +53,11 @@ class LiveWidget(anywidget.AnyWidget):
         sync=True
     )
     kind = Unicode("live", help="What the widget is, for tests and styles.").tag(sync=True)
+    row = Dict(
+        help='A row of buttons above the view until it ends: {"label": text, "buttons": '
+        "[[name, text, hover text], ...]} (a click sends the name)."
+    ).tag(sync=True)
+    pressed = List(Unicode(), help="The row's buttons already pressed (disabled).").tag(sync=True)
 
     def __init__(self, blocks: list[str], **kw) -> None:
         super().__init__(initial=list(blocks), **kw)
@@ -75,6 +82,16 @@ class LiveWidget(anywidget.AnyWidget):
     def click(self, button: str) -> None:
         """What a click in the browser does."""
         self._on_msg(self, {"event": "click", "button": button}, [])
+
+    def restart(self, blocks: list[str], inspecting: bool = False) -> None:
+        """Show another view from now on (its first render ``blocks``), buttons reset."""
+        self.deltas.want_full()
+        with self.hold_sync():
+            self.stopping = self.thinking_ended = self.ended = False
+            self.can_inspect = self.can_end_thinking = False
+            self.inspecting = inspecting
+            self.row, self.pressed = {}, []
+        self.show(blocks)
 
     def show(self, blocks: list[str]) -> bool:
         """Send what changed since the last call (one message); return whether one was sent."""

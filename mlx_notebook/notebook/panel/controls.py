@@ -1,191 +1,85 @@
-"""The Panel's controls: built once, shown only where they apply, disabled with a reason.
+"""The Panel's controls: shown only where they apply, disabled with a reason.
 
-A control that cannot matter for the current settings is hidden (the draft model
-field unless drafts come from a model, the n-gram slider unless from prompt
-lookup, the measuring settings without a draft source, temperature and top-p
-while the model's own sampling is on). A button that cannot act now stays in
-place, looks disabled, and its hover text says why.
+The form itself is drawn by ``panel.js`` from the Panel's traits; this mixin
+decides what it shows. A control that cannot matter for the current settings
+is hidden (the draft model field unless drafts come from a model, the n-gram
+slider unless from prompt lookup, the measuring settings without a draft
+source, temperature and top-p while the model's own sampling is on). A button
+that cannot act now stays in place, looks disabled, and its hover text says why.
 """
 
 from __future__ import annotations
 
-import ipywidgets as widgets
-
-from ..views.style import STYLE
-
-LABEL = {"description_width": "92px"}  # "temperature", "draft model": whole words
-TOGGLES = {"button_width": "120px"}  # "prompt lookup" whole
-
-# Disabled buttons in JupyterLab's theme differ from enabled ones by opacity only,
-# which reads as enabled on coloured buttons: grey them out too.
-PANEL_CSS = (
-    "<style>.mlxnb-panel .jupyter-button:disabled{opacity:.38;filter:grayscale(1);"
-    "cursor:not-allowed}.mlxnb-panel .mlxnb-hint{font-size:12px;"
-    "color:var(--jp-ui-font-color2,inherit)}</style>"
-)
+from traitlets import Dict, HasTraits, List, Unicode
 
 WHY_RUNNING = "a run is in progress: press Stop first"
 WHY_NO_DRAFTS = "choose a draft source (prompt lookup, suffix or draft model) to measure it"
+BUTTONS = ("generate", "stop", "compare", "sweep", "clear")
+TIPS = {
+    "generate": "Run the settings once",
+    "stop": "Stop the run",
+    "compare": "Normal against speculative decoding, until clear",
+    "sweep": "Speculative decoding at each k of the range",
+    "clear": "Forget the run history",
+}
 
 
-class PanelControls:
-    """Mixin for `Panel`: the widgets, their layout, visibility and enabled state."""
+class PanelControls(HasTraits):
+    """Mixin for `Panel`: which controls show, which buttons act, and why not."""
 
-    def _build(self) -> None:
-        W = widgets
-        wide = W.Layout(width="98%")
+    hidden = List(
+        Unicode(), help="Groups of controls not shown (draft_row, draft_model, ...)."
+    ).tag(sync=True)
+    off = List(Unicode(), help="Buttons that cannot act now (shown disabled).").tag(sync=True)
+    tips = Dict(help="Each button's hover text; a disabled one's says why.").tag(sync=True)
 
-        def labelled(cls, **kw):
-            return cls(style=LABEL, **kw)
-
-        self.prompt_box = W.Textarea(
-            placeholder="Prompt", layout=W.Layout(width="98%", height="90px")
+    def _link_controls(self) -> None:
+        for name, action in (
+            ("generate", self.generate),
+            ("stop", self.stop),
+            ("compare", self.compare),
+            ("sweep", self.sweep),
+            ("clear", self.clear_history),
+        ):
+            self.on_click(name, action)
+        self.observe(self._bounds_changed, names=["sweep_from", "sweep_to"])
+        self.observe(
+            lambda _c: self._sync_enabled(), names=["running", "draft_source", "model_sampling"]
         )
-        self.system_box = W.Text(placeholder="System prompt (optional)", layout=wide)
-        self.model_box = labelled(
-            W.Combobox, options=self._model_options(), description="model", ensure_option=False
+        self.observe(self._custom_sampling, names=["temperature", "top_p"])
+        self.observe(self._on_model_sampling, names=["model_sampling"])
+        self.observe(lambda _c: self._show_sampling(), names=["model"])
+        self.observe(
+            lambda _c: self._show_estimate(),
+            names=["model", "sweep_from", "sweep_to", "repeats", "max_tokens", "draft_source"],
         )
-        self.draft_kind = W.ToggleButtons(
-            style=TOGGLES,
-            options=[
-                ("none", "none"),
-                ("prompt lookup", "lookup"),
-                ("suffix", "suffix"),
-                ("draft model", "model"),
-            ],
-        )
-        self.draft_box = labelled(
-            W.Combobox, options=self._model_options(), description="draft model",
-            ensure_option=False,
-        )  # fmt: skip
-        self.ngram_slider = labelled(W.IntSlider, min=1, max=8, description="n-gram")
-        self.k_slider = labelled(W.IntSlider, min=1, max=16, description="draft k")
-        self.sampling_box = W.Checkbox(description="the model's own sampling", indent=False)
-        self.temp_slider = labelled(
-            W.FloatSlider, min=0, max=2, step=0.05, description="temperature"
-        )
-        self.top_p_slider = labelled(W.FloatSlider, min=0.05, max=1, step=0.05, description="top-p")
-        self.max_box = labelled(W.BoundedIntText, min=1, max=32768, description="max tokens")
-        self.seed_box = labelled(W.BoundedIntText, min=0, max=2**32 - 1, description="seed")
-        self.stop_box = labelled(
-            W.Textarea, placeholder="Stop strings, one per line", description="stop"
-        )
-        self.chat_box = W.Checkbox(description="chat template", indent=False)
-        self.inspect_box = W.Checkbox(description="inspect tokens", indent=False)
-        self.inspect_box.tooltip = "Tint each token by its probability (hover: alternatives)"
-        self.sweep_range = labelled(W.IntRangeSlider, min=1, max=16, description="sweep k")
-        self.repeats_box = labelled(W.BoundedIntText, min=1, max=20, description="repeats")
-        self.metric_box = W.ToggleButtons(
-            options=[("end to end", "e2e"), ("decode", "decode")], style=TOGGLES,
-        )  # fmt: skip
-        self.generate_button = W.Button(description="Generate", icon="play", button_style="primary")
-        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
-        self.compare_button = W.Button(description="Compare", icon="columns", button_style="info")
-        self.sweep_button = W.Button(description="Sweep k", icon="line-chart")
-        self.clear_button = W.Button(description="Clear history", icon="trash")
-        self.sampling_hint = W.HTML()
-        self.sampling_hint.add_class("mlxnb-hint")
-        self.estimate = W.HTML()
-        self.estimate.add_class("mlxnb-hint")
-        self.status = W.HTML()
-        self.output = W.VBox()
-        self.history_html = W.HTML()
-        self._css = W.HTML(STYLE + PANEL_CSS)
-        pairs = [
-            ("prompt", self.prompt_box),
-            ("system", self.system_box),
-            ("model", self.model_box),
-            ("draft_source", self.draft_kind),
-            ("draft_model", self.draft_box),
-            ("lookup_ngram", self.ngram_slider),
-            ("num_draft_tokens", self.k_slider),
-            ("model_sampling", self.sampling_box),
-            ("temperature", self.temp_slider),
-            ("top_p", self.top_p_slider),
-            ("max_tokens", self.max_box),
-            ("seed", self.seed_box),
-            ("stop_strings", self.stop_box),
-            ("chat", self.chat_box),
-            ("inspect", self.inspect_box),
-            ("repeats", self.repeats_box),
-            ("metric", self.metric_box),
-        ]
-        self._inputs = [w for _, w in pairs] + [self.sweep_range]
-        self._pairs = pairs
-        self.generate_button.on_click(lambda _b: self.generate())
-        self.stop_button.on_click(lambda _b: self.stop())
-        self.compare_button.on_click(lambda _b: self.compare())
-        self.sweep_button.on_click(lambda _b: self.sweep())
-        self.clear_button.on_click(lambda _b: self.clear_history())
 
-    def _layout(self) -> list:
-        W = widgets
-
-        def label(text: str):
-            # A ToggleButtons' own description wraps above its buttons: a fixed label
-            # beside them lines up with the other controls' labels.
-            return W.Label(text, layout=W.Layout(width="96px", justify_content="flex-end",
-                                                 padding="0 8px 0 0"))  # fmt: skip
-
-        self._draft_row = W.HBox([self.k_slider, self.draft_box, self.ngram_slider])
-        self._sampling_row = W.HBox([self.temp_slider, self.top_p_slider])
-        self._measure_row = W.VBox(
-            [
-                W.HBox([self.sweep_range, self.repeats_box]),
-                W.HBox([label("measure"), self.metric_box]),
-            ]
-        )
-        return [
-            self._css,
-            self.prompt_box,
-            self.system_box,
-            W.HBox([self.model_box, self.chat_box]),
-            W.HBox([label("drafts"), self.draft_kind]),
-            self._draft_row,
-            W.HBox([self.sampling_box, self.sampling_hint]),
-            self._sampling_row,
-            W.HBox([self.max_box, self.seed_box, self.inspect_box]),
-            self.stop_box,
-            self._measure_row,
-            W.HBox(
-                [
-                    self.generate_button,
-                    self.stop_button,
-                    self.compare_button,
-                    self.sweep_button,
-                    self.estimate,
-                ],
-                layout=W.Layout(align_items="center"),
-            ),
-            self.status,
-            self.output,
-            self.history_html,
-            self.clear_button,
-        ]
+    def _bounds_changed(self, _change) -> None:
+        # Either end may be moved past the other: the range is the two, in order.
+        lo, hi = sorted((max(1, min(16, self.sweep_from)), max(1, min(16, self.sweep_to))))
+        if (lo, hi) != (self.sweep_from, self.sweep_to):
+            with self.hold_trait_notifications():
+                self.sweep_from, self.sweep_to = lo, hi
 
     def _sync_enabled(self) -> None:
-        """Enable, hide and explain each control for the current settings."""
+        """Hide, enable and explain each control for the current settings."""
         busy, source = self.running, self.draft_source
         drafts = source != "none"
-
-        def show(w, on: bool) -> None:
-            w.layout.display = None if on else "none"
-
-        def able(button, why: str | None, tip: str) -> None:
-            button.disabled = why is not None
-            button.tooltip = why or tip
-
+        hidden = {
+            "draft_row": not drafts,
+            "draft_model": source != "model",
+            "lookup_ngram": source != "lookup",
+            "sampling_row": self.model_sampling,
+            "measure_row": not drafts,
+            "estimate": not drafts,
+        }
+        why = {
+            "generate": WHY_RUNNING if busy else None,
+            "compare": WHY_RUNNING if busy else None if drafts else WHY_NO_DRAFTS,
+            "stop": None if busy else "nothing is running",
+        }
+        why["sweep"] = why["compare"]
         with self.hold_sync():
-            for w in self._inputs:
-                w.disabled = busy
-            show(self._draft_row, drafts)
-            show(self.draft_box, source == "model")
-            show(self.ngram_slider, source == "lookup")
-            show(self._sampling_row, not self.model_sampling)
-            show(self._measure_row, drafts)
-            show(self.estimate, drafts)
-            able(self.generate_button, WHY_RUNNING if busy else None, "Run the settings once")
-            why = WHY_RUNNING if busy else None if drafts else WHY_NO_DRAFTS
-            able(self.compare_button, why, "Normal against speculative decoding, until clear")
-            able(self.sweep_button, why, "Speculative decoding at each k of the range")
-            able(self.stop_button, None if busy else "nothing is running", "Stop the run")
+            self.hidden = [name for name, hide in hidden.items() if hide]
+            self.off = [b for b in BUTTONS if why.get(b)]
+            self.tips = {b: why.get(b) or TIPS[b] for b in BUTTONS}

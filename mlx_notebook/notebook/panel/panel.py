@@ -1,5 +1,10 @@
 """The control panel: generation settings, Generate / Stop / Compare / Sweep k, history.
 
+One anywidget (``panel.js``): the settings are synced traits, the buttons' clicks
+come back as messages, and the current run's view is drawn in the panel itself
+from the deltas its `LiveView` sends (`LiveWidget.restart` for each new run), so
+it needs no widget inside another (marimo has none).
+
 Compare and Sweep run through `mlx_notebook.measure`, the same code as
 ``mlx_notebook.compare``/``sweep`` and ``%%generate --compare``, with the
 sampling the panel shows (`Panel.measured_request`). Displayed, the
@@ -11,15 +16,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from pathlib import Path
 
-import ipywidgets as widgets
-from traitlets import Bool, Enum, Float, Int, Unicode, observe
+from traitlets import Bool, Enum, Float, Int, List, Unicode, observe
 
 from ...engine.backend import Backend, Route, backend_for
 from ...engine.job import Job, Result
 from ...engine.request import DEFAULT_MAX_TOKENS, Request
 from ...measure.compare import CompareResult, Comparison
 from ...measure.sweep import SweepResult
+from ..live.widget import LiveWidget
 from ..magics.options import unescape
 from ..views.charts import history_row, history_text
 from ..views.compare import CompareRun
@@ -31,47 +37,76 @@ from .controls import PanelControls
 from .snapshot import estimate_text, history_html, sampling_text, snapshot_html
 
 _recent: list[str] = []
+_HERE = Path(__file__).parent
+_LIVE = _HERE.parent / "live"
 
 
-class Panel(PanelControls, widgets.VBox):
+class Panel(PanelControls, LiveWidget):
     """Widget panel for generation and speculative decoding.
 
     Every setting is a trait, so ``panel.num_draft_tokens = 5`` works from code
     and moves the slider too. Actions run on the engine's worker; the panel only
-    submits jobs and renders their events.
+    submits jobs and renders their events. ``panel.click("compare")`` is what a
+    click on Compare does.
     """
 
-    prompt = Unicode("", help="The prompt (user message in chat mode).")
-    system = Unicode("", help="Optional system prompt.")
-    model = Unicode("default", help="Main model spec.")
+    _esm = (
+        "".join((_LIVE / f).read_text() for f in ("copy.js", "button.js"))
+        + (_HERE / "panel.js").read_text()
+    )
+    _css = LiveWidget._css + (_HERE / "panel.css").read_text()
+
+    prompt = Unicode("", help="The prompt (user message in chat mode).").tag(sync=True)
+    system = Unicode("", help="Optional system prompt.").tag(sync=True)
+    model = Unicode("default", help="Main model spec.").tag(sync=True)
     draft_source = Enum(
         ["none", "lookup", "suffix", "model"], "none", help="Where drafts come from."
-    )
-    draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.")
-    lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).")
-    num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).")
+    ).tag(sync=True)
+    draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.").tag(sync=True)
+    lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).").tag(sync=True)
+    num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).").tag(sync=True)
     model_sampling = Bool(
         True, help="Sample as the model's own defaults say (setting temperature or top_p ends it)."
+    ).tag(sync=True)
+    temperature = Float(0.0, help="Sampling temperature; 0 is greedy.").tag(sync=True)
+    top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].").tag(sync=True)
+    max_tokens = Int(DEFAULT_MAX_TOKENS, help="Most tokens to generate.").tag(sync=True)
+    seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).").tag(
+        sync=True
     )
-    temperature = Float(0.0, help="Sampling temperature; 0 is greedy.")
-    top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].")
-    max_tokens = Int(DEFAULT_MAX_TOKENS, help="Most tokens to generate.")
-    seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).")
-    stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).")
-    chat = Bool(True, help="Apply the chat template.")
-    inspect = Bool(False, help="Record each token's probability and show the text tinted by it.")
-    sweep_from = Int(1, help="First k of a sweep.")
-    sweep_to = Int(8, help="Last k of a sweep.")
-    repeats = Int(3, min=1, help="Runs per k in Sweep (Compare runs until its answer is clear).")
-    max_pairs = Int(20, min=2, help="Most pairs a Compare runs before it says 'undecided'.")
-    budget_s = Float(60.0, help="Most seconds a Compare runs before it says 'undecided'.")
+    stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).").tag(
+        sync=True
+    )
+    chat = Bool(True, help="Apply the chat template.").tag(sync=True)
+    inspect = Bool(
+        False, help="Record each token's probability and show the text tinted by it."
+    ).tag(sync=True)
+    sweep_from = Int(1, help="First k of a sweep.").tag(sync=True)
+    sweep_to = Int(8, help="Last k of a sweep.").tag(sync=True)
+    repeats = Int(
+        3, min=1, help="Runs per k in Sweep (Compare runs until its answer is clear)."
+    ).tag(sync=True)
+    max_pairs = Int(20, min=2, help="Most pairs a Compare runs before it says 'undecided'.").tag(
+        sync=True
+    )
+    budget_s = Float(60.0, help="Most seconds a Compare runs before it says 'undecided'.").tag(
+        sync=True
+    )
     metric = Enum(
         ["e2e", "decode"], "e2e", help="What the verdict uses: end to end (prefill in) or decode."
-    )
-    running = Bool(False, help="Whether an action is running.")
+    ).tag(sync=True)
+    running = Bool(False, help="Whether an action is running.").tag(sync=True)
     server_url = Unicode(
         "", help="An OpenAI-compatible server for model specs that are not URLs; empty: local."
+    ).tag(sync=True)
+    model_options = List(Unicode(), help="Model specs offered: default, loaded, recent.").tag(
+        sync=True
     )
+    sampling_hint = Unicode("", help="The model's own sampling, as HTML text.").tag(sync=True)
+    estimate = Unicode("", help="How many runs a sweep makes and how long.").tag(sync=True)
+    status = Unicode("", help="An error from the last action (HTML, escaped).").tag(sync=True)
+    history_html = Unicode("", help="The run history table (HTML, escaped).").tag(sync=True)
+    kind = Unicode("panel", help="What the widget is, for tests and styles.").tag(sync=True)
 
     def __init__(self, engine: Backend | None = None, refresh_hz: float = 20, **traits):
         self._fixed = engine
@@ -86,9 +121,8 @@ class Panel(PanelControls, widgets.VBox):
         self._finished = threading.Event()
         self._finished.set()
         self.snapshot = Snapshot()
-        self._build()
-        super().__init__(children=self._layout(), **traits)
-        self.add_class("mlxnb-panel")
+        super().__init__([], can_stop=False, **traits)
+        self.model_options = self._model_options()
         self._link_controls()
         if {"temperature", "top_p"} & set(traits) and "model_sampling" not in traits:
             self._custom_sampling(None)  # Panel(temperature=0.7) samples at 0.7
@@ -128,23 +162,6 @@ class Panel(PanelControls, widgets.VBox):
         loaded = [m.name for m in self.engine.info().models]
         return list(dict.fromkeys(["default", *loaded, *_recent]))
 
-    def _link_controls(self) -> None:
-        for name, w in self._pairs:
-            widgets.link((self, name), (w, "value"))
-        self.sweep_range.value = (self.sweep_from, self.sweep_to)
-        self.sweep_range.observe(self._range_changed, names="value")
-        self.observe(self._bounds_changed, names=["sweep_from", "sweep_to"])
-        self.observe(
-            lambda _c: self._sync_enabled(), names=["running", "draft_source", "model_sampling"]
-        )
-        self.observe(self._custom_sampling, names=["temperature", "top_p"])
-        self.observe(self._on_model_sampling, names=["model_sampling"])
-        self.observe(lambda _c: self._show_sampling(), names=["model"])
-        self.observe(
-            lambda _c: self._show_estimate(),
-            names=["model", "sweep_from", "sweep_to", "repeats", "max_tokens", "draft_source"],
-        )
-
     def _custom_sampling(self, _change) -> None:
         self._by_hand = True  # a value set by hand is meant to be used, as set
         try:
@@ -165,17 +182,10 @@ class Panel(PanelControls, widgets.VBox):
 
     def _show_sampling(self) -> None:
         route = self.route()
-        self.sampling_hint.value = sampling_text(route.backend.sampling_defaults(route.model))
+        self.sampling_hint = sampling_text(route.backend.sampling_defaults(route.model))
 
     def _show_estimate(self) -> None:
-        self.estimate.value = estimate_text(self)
-
-    def _range_changed(self, change) -> None:
-        self.sweep_from, self.sweep_to = change["new"]
-
-    def _bounds_changed(self, _change) -> None:
-        lo, hi = sorted((max(1, min(16, self.sweep_from)), max(1, min(16, self.sweep_to))))
-        self.sweep_range.value = (lo, hi)
+        self.estimate = estimate_text(self)
 
     # -- requests -----------------------------------------------------------
     def request(self) -> Request:
@@ -232,7 +242,7 @@ class Panel(PanelControls, widgets.VBox):
         except Exception as exc:
             self._show_error(exc)
             return None
-        self.status.value = ""  # the run's own view says what it is doing
+        self.status = ""  # the run's own view says what it is doing
         self._count[kind] = self._count.get(kind, 0) + 1
         self._action = (kind, self._count[kind])
         self._finished.clear()
@@ -240,7 +250,7 @@ class Panel(PanelControls, widgets.VBox):
         return req
 
     def _show_error(self, exc: BaseException) -> None:
-        self.status.value = f'<div class="mlxnb"><div class="err">{escape(str(exc))}</div></div>'
+        self.status = f'<div class="mlxnb"><div class="err">{escape(str(exc))}</div></div>'
 
     def _fail(self, exc: BaseException) -> None:
         # A submit that failed after _begin: cancel what did start, stay usable. It
@@ -260,14 +270,12 @@ class Panel(PanelControls, widgets.VBox):
         self._show_history()
         self._show_estimate()  # now timed from this run too
         self._save_snapshot()
-        options = self._model_options()  # newly loaded models and recent specs
-        self.model_box.options = options
-        self.draft_box.options = options
+        self.model_options = self._model_options()  # newly loaded models and recent specs
         self.running = False
         self._finished.set()
 
     def _show_history(self) -> None:
-        self.history_html.value = history_html(self.history)
+        self.history_html = history_html(self.history)
 
     # -- actions ------------------------------------------------------------
     def generate(self) -> None:
@@ -292,7 +300,7 @@ class Panel(PanelControls, widgets.VBox):
             model=req.model, mode=req.mode, k=req.num_draft_tokens, fmt="markdown",
             inspect=self.inspect,
         )  # fmt: skip
-        view = generation_view(state, self.refresh_hz, on_done=done)
+        view = generation_view(state, self.refresh_hz, on_done=done, live=self)
         self._show(view)  # before attach: a quick job's done() snapshots this view
         view.attach(job)
 
@@ -315,7 +323,7 @@ class Panel(PanelControls, widgets.VBox):
         comparison = Comparison(
             self.engine, req, None, self.metric, max_pairs=self.max_pairs, budget_s=self.budget_s
         )
-        self._run(CompareRun(comparison, self.refresh_hz, on_done=done))
+        self._run(CompareRun(comparison, self.refresh_hz, on_done=done, live=self))
 
     def sweep(self) -> None:
         """Speculative decoding at each k of the range, repeated, against normal decoding."""
@@ -336,8 +344,11 @@ class Panel(PanelControls, widgets.VBox):
             self._end()
 
         self._run(
-            SweepRun(self.engine, req, ks, self.repeats, self.metric, self.refresh_hz, on_done=done)
-        )
+            SweepRun(
+                self.engine, req, ks, self.repeats, self.metric, self.refresh_hz, on_done=done,
+                live=self,
+            )
+        )  # fmt: skip
 
     def _run(self, run) -> None:
         self._show(run.view)  # before start: a quick run's done() snapshots this view
@@ -374,9 +385,10 @@ class Panel(PanelControls, widgets.VBox):
         return history_text(self.history)
 
     def _show(self, view: LiveView) -> None:
+        # The view draws in this widget (it replaced the last one, chart and all);
+        # its Stop is the panel's, which also cancels what the view does not follow.
         self._view = view
-        view.live.can_stop = False  # one Stop: the panel's own
-        self.output.children = [view.widget]  # replaces the last view, chart and all
+        self.on_click("stop", self.stop)
 
     def _record(self, req: Request, res: Result, mode: str, k: int | None = None) -> None:
         kind, n = self._action

@@ -186,6 +186,7 @@ class CompareRun:
         fmt: Text format of the columns.
         on_done: Called with the final `CompareResult` (on the refresh thread).
         label: How to name the model in the view.
+        live: A widget to draw in (a Panel's); by default its own.
     """
 
     def __init__(
@@ -195,12 +196,13 @@ class CompareRun:
         fmt: str = "text",
         on_done=None,
         label: str | None = None,
+        live=None,
     ) -> None:
         self.comparison = comparison
         self.request = comparison.request
         self.renderer = CompareRenderer(self.comparison, fmt, label)
         self._on_done = on_done
-        self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish)
+        self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish, live=live)
         self.widget = self.view.widget
 
     @property

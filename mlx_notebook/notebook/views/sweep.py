@@ -118,6 +118,7 @@ class SweepRun:
         metric: ``"e2e"`` or ``"decode"``.
         refresh_hz: View refresh rate.
         on_done: Called with the final `SweepResult` (on the refresh thread).
+        live: A widget to draw in (a Panel's); by default its own.
     """
 
     def __init__(
@@ -129,11 +130,12 @@ class SweepRun:
         metric: str = "e2e",
         refresh_hz: float = 20,
         on_done=None,
+        live=None,
     ) -> None:
         self.sweep = Sweep(backend, request, ks, repeats, metric)
         self.renderer = SweepRenderer(self.sweep)
         self._on_done = on_done
-        self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish)
+        self.view = LiveView(self.renderer, refresh_hz, on_done=self._finish, live=live)
         self.widget = self.view.widget
 
     @property

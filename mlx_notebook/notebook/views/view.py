@@ -46,6 +46,8 @@ class LiveView:
         refresh_hz: Most refreshes per second. Default: 20.
         start_thread: Start the refresh thread on `attach` (tests call `refresh`).
         on_done: Called on the refresh thread after the final refresh.
+        live: A widget to draw in (a Panel, showing one run after another); by
+            default a new `LiveWidget`.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class LiveView:
         refresh_hz: float = 20,
         start_thread: bool = True,
         on_done: Callable[[], None] | None = None,
+        live=None,
     ):
         self.renderer = renderer
         self.refresh_hz = refresh_hz
@@ -74,9 +77,12 @@ class LiveView:
         from ..live.widget import LiveWidget
 
         # One anywidget: the HTML as blocks updated by deltas, and its buttons.
-        self.live = LiveWidget(
-            self._blocks(), inspecting=bool(getattr(renderer, "inspecting", False))
-        )
+        inspecting = bool(getattr(renderer, "inspecting", False))
+        if live is None:
+            self.live = LiveWidget(self._blocks(), inspecting=inspecting)
+        else:
+            self.live = live
+            live.restart(self._blocks(), inspecting=inspecting)
         self.widget = self.live  # what is displayed (a caller may wrap it in a box)
         self.live.on_click("stop", self.stop)
         self.live.on_click("think", self.end_thinking)
@@ -332,6 +338,7 @@ def generation_view(
     refresh_hz: float = 20,
     start_thread: bool = True,
     on_done: Callable[[], None] | None = None,
+    live=None,
 ) -> LiveView:
-    """A live view of one job."""
-    return LiveView(StatesRenderer([state]), refresh_hz, start_thread, on_done)
+    """A live view of one job (in ``live``, a widget it reuses, if given)."""
+    return LiveView(StatesRenderer([state]), refresh_hz, start_thread, on_done, live)

@@ -115,3 +115,31 @@ def test_an_evaluation_made_in_python_shows_its_matrix(ipshell, engine, tiny_dir
     with pytest.raises(KeyError):
         formatter.lookup(res)  # gone with the extension
     ip.run_line_magic("load_ext", "mlx_notebook")
+
+
+def test_a_columns_stop_button_stops_that_column_only(ipshell, engine, scripted, monkeypatch):
+    scripted("slow", delay_s=0.05)  # 200 tokens: 10 s a cell, stopped long before
+    scripted("quick")
+    views = []
+    make = EvaluateMagics._view
+    monkeypatch.setattr(
+        EvaluateMagics, "_view", lambda self, run: views.append(make(self, run)) or views[-1]
+    )
+    ip = _ip(ipshell, engine, rows=["a", "b", "c"])
+    ip.run_cell_magic(
+        "evaluate", "--over rows -m quick,slow --score json_valid -n 200 -o ev", "{item}"
+    )
+    (view,) = views
+    live = view.live
+    label, buttons = live.row["label"], live.row["buttons"]
+    assert label == "Stop one column:" and [b[0] for b in buttons] == ["column 0", "column 1"]
+    assert "slow" in buttons[1][1] and "the others go on" in buttons[1][2]
+    live._on_msg(live, {"event": "click", "button": "column 1"}, [])  # as the browser sends
+    assert live.pressed == ["column 1"]
+    run = ip.user_ns["ev"]
+    run.wait()
+    assert view.wait_rendered(30) and live.ended  # the row goes with the run
+    quick = [c for c in run.cells if c.column == 0]  # (its first cell ran before the view)
+    slow = [c for c in run.cells if c.column == 1]
+    assert all(c.finish_reason != "length" for c in slow)  # stopped or skipped
+    assert all(c.finish_reason == "length" for c in quick)

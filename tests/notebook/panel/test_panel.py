@@ -1,6 +1,8 @@
-"""Panel state and actions without a frontend (button.click())."""
+"""Panel state and actions without a frontend: ``panel.click(name)`` is what a click sends,
+``panel.set_state`` what an edit in the browser does."""
 
 import pytest
+from traitlets import TraitError
 
 import mlx_notebook
 from mlx_notebook.engine import Token
@@ -23,33 +25,37 @@ def panel(engine, tiny_dir):
     )
 
 
-def shown(w):
-    return w.layout.display != "none"
+def shown(panel, group):
+    return group not in panel.hidden
 
 
 def test_traits_drive_controls_and_back(panel):
     panel.num_draft_tokens = 5
-    assert panel.k_slider.value == 5
-    assert panel.model_sampling and not shown(panel._sampling_row)
-    panel.temp_slider.value = 0.7
+    assert panel.get_state()["num_draft_tokens"] == 5  # what the browser's slider shows
+    assert panel.model_sampling and not shown(panel, "sampling_row")
+    panel.set_state({"temperature": 0.7})  # the slider moved in the browser
     assert panel.temperature == 0.7 and not panel.model_sampling  # set by hand: used
-    assert shown(panel._sampling_row) and panel.request().temperature == 0.7
+    assert shown(panel, "sampling_row") and panel.request().temperature == 0.7
     panel.model_sampling = True
     assert panel.request().temperature is None and panel.request().top_p is None
     panel.draft_source = "none"
-    assert panel.compare_button.disabled and not shown(panel._draft_row)
-    assert "draft source" in panel.compare_button.tooltip  # disabled, and says why
-    assert not shown(panel._measure_row) and panel.estimate.value == ""
+    assert "compare" in panel.off and not shown(panel, "draft_row")
+    assert "draft source" in panel.tips["compare"]  # disabled, and says why
+    assert not shown(panel, "measure_row") and panel.estimate == ""
     panel.draft_source = "model"
-    assert shown(panel.draft_box) and not shown(panel.ngram_slider)
+    assert shown(panel, "draft_model") and not shown(panel, "lookup_ngram")
     panel.draft_source = "lookup"
-    assert shown(panel.ngram_slider) and not shown(panel.draft_box)
-    assert panel.stop_button.disabled and panel.stop_button.tooltip == "nothing is running"
+    assert shown(panel, "lookup_ngram") and not shown(panel, "draft_model")
+    assert "stop" in panel.off and panel.tips["stop"] == "nothing is running"
+    panel.set_state({"sweep_from": 9, "sweep_to": 4})  # either end past the other: in order
+    assert (panel.sweep_from, panel.sweep_to) == (4, 9)
+    panel.sweep_to = 40
+    assert (panel.sweep_from, panel.sweep_to) == (4, 16)
 
 
 def test_unticking_the_models_sampling_starts_from_its_values(engine):
     panel = mlx_notebook.Panel(engine=engine, model="default")
-    assert "temperature 0.2" in panel.sampling_hint.value
+    assert "temperature 0.2" in panel.sampling_hint
     panel.model_sampling = False
     assert (panel.temperature, panel.top_p) == (0.2, 0.9)
     given = mlx_notebook.Panel(engine=engine, model="default", prompt="hi", temperature=0.7)
@@ -71,32 +77,31 @@ def test_history_is_capped_with_the_rest_behind_show_all(panel):
 
 def test_sweep_says_how_long_it_will_take_before_it_starts(panel):
     panel.sweep_from, panel.sweep_to, panel.repeats = 1, 4, 2
-    assert "Sweep k 1–4: 13 runs of up to 40 tokens" in panel.estimate.value
-    assert "Generate once" in panel.estimate.value  # nothing timed yet
-    panel.generate_button.click()
+    assert "Sweep k 1–4: 13 runs of up to 40 tokens" in panel.estimate
+    assert "Generate once" in panel.estimate  # nothing timed yet
+    panel.click("generate")
     panel.wait(60)
-    assert "at most about" in panel.estimate.value
+    assert "at most about" in panel.estimate
 
 
 def test_compare_runs_interleaved_pairs_and_gives_one_verdict(panel):
     panel.max_pairs = 2
-    panel.compare_button.click()
-    assert panel.running and panel.generate_button.disabled and not panel.stop_button.disabled
-    assert panel.prompt_box.disabled and "Stop first" in panel.compare_button.tooltip
-    view = panel.output.children[0]
-    assert not view.can_stop  # one Stop button: the panel's
-    assert panel.status.value == ""  # the view says what runs, once
+    panel.click("compare")
+    assert panel.running and "generate" in panel.off and "stop" not in panel.off
+    assert "Stop first" in panel.tips["compare"]  # and every input is disabled: running
+    assert not panel.can_stop  # one Stop button: the panel's
+    assert panel.status == ""  # the view says what runs, once
     res = panel.wait(60)
     assert isinstance(res, CompareResult) and res.identical is True and len(res.runs) == 4
     assert res.verdict in ("faster", "slower", "same", "undecided")
-    html = panel.output.children[0].value
+    html = panel.value
     assert html.count('class="verdict"') == 1 and "identical text in all 4 runs" in html
     assert "highlighted</span> = draft tokens the main model accepted" in html
-    assert not panel.running and not panel.generate_button.disabled and panel.stop_button.disabled
+    assert not panel.running and "generate" not in panel.off and "stop" in panel.off
     # pair 1 runs normal first, pair 2 speculative first
     assert [r["mode"] for r in panel.history] == ["normal", "lookup", "lookup", "normal"]
     assert panel.history[0]["prompt"].startswith("Hello world.")
-    assert "Hello world." in panel.history_html.value
+    assert "Hello world." in panel.history_html
 
 
 def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_tokenizer):
@@ -119,10 +124,10 @@ def test_scripted_draft_acceptance_in_stats_and_view(engine, scripted, tiny_toke
         chat=False,
         max_pairs=2,
     )
-    panel.compare_button.click()
+    panel.click("compare")
     res = panel.wait(60)
     assert res.identical and res.acceptance == pytest.approx(17 / 20)
-    html = panel.output.children[0].value
+    html = panel.value
     assert "acceptance 85%" in html and "accepted 85% of 20 drafts" in html
     assert html.count('class="draft"') == 17 + 1  # the first pair's accepted tokens, and legend
     assert "accepted, by draft position" in html  # the position chart
@@ -138,92 +143,91 @@ def test_stop_during_second_half_keeps_first(engine, scripted):
         max_tokens=15,
         chat=False,
     )
-    panel.compare_button.click()
+    panel.click("compare")
     *_warmup, normal, spec = panel._active
     normal.wait(30)
     for ev in spec.events(timeout=30, detach=True):
         if isinstance(ev, Token):
             break
-    panel.stop_button.click()
+    panel.click("stop")
     res = panel.wait(30)
     (n,), (s,) = res.normal, res.speculative
     assert n.finish_reason == "length" and len(n.token_ids) == 15
     assert s.finish_reason == "cancelled"
     assert not res.complete and res.speedup is None and res.verdict is None
-    html = panel.output.children[0].value
+    html = panel.value
     assert "stopped" in html and "done (max tokens)" in html
 
 
 def test_sweep_k_1_to_3_repeated_with_baselines(panel):
     panel.sweep_from, panel.sweep_to = 1, 3
     panel.repeats = 2
-    assert panel.sweep_range.value == (1, 3)
-    panel.sweep_button.click()
+    panel.click("sweep")
     res = panel.wait(120)
     ks = [k for k, _ in res.runs]
     assert sorted(k for k in ks if k) == [1, 1, 2, 2, 3, 3] and ks[0] is None and ks[-1] is None
     assert len(panel.history) == len(res.runs)  # the normal baselines are in the table
     assert sum(r["mode"] == "normal" for r in panel.history) == ks.count(None)
-    html = panel.output.children[0].value
+    html = panel.value
     assert "<svg" in html and "normal decoding" in html
-    shown_part, _, all_part = panel.history_html.value.partition("<details")
+    shown_part, _, all_part = panel.history_html.partition("<details")
     assert shown_part.count("<tr>") == 10 + 1 and all_part.count("<tr>") == len(res.runs) + 1
     assert f"show all {len(res.runs)} runs" in all_part
     assert "lookup" in panel.history_text()
-    panel.clear_button.click()
-    assert panel.history == [] and panel.history_html.value == ""
+    panel.click("clear")
+    assert panel.history == [] and panel.history_html == ""
 
 
 def test_a_new_action_clears_the_last_chart(panel):
     panel.sweep_from, panel.sweep_to, panel.repeats = 1, 1, 1
-    panel.sweep_button.click()
+    panel.click("sweep")
     panel.wait(60)
-    assert "<svg" in panel.output.children[0].value
+    assert "<svg" in panel.value
     panel.draft_source = "none"
-    panel.generate_button.click()
-    assert "<svg" not in panel.output.children[0].value
+    panel.click("generate")
+    assert "<svg" not in panel.value
     panel.wait(60)
 
 
 def test_suffix_choice_runs_suffix_drafting(panel):
     panel.draft_source = "suffix"
-    assert not shown(panel.ngram_slider) and shown(panel.k_slider)
-    assert not panel.compare_button.disabled and not panel.sweep_button.disabled
+    assert not shown(panel, "lookup_ngram") and shown(panel, "draft_row")
+    assert "compare" not in panel.off and "sweep" not in panel.off
     req = panel.request()
     assert (req.mode, req.draft) == ("suffix", None)
-    panel.draft_kind.value = "suffix"
-    panel.generate_button.click()
+    panel.set_state({"draft_source": "suffix"})  # the toggle pressed in the browser
+    panel.click("generate")
     res = panel.wait(60)
     assert res.finish_reason == "length" and panel.history[-1]["mode"] == "suffix"
-    panel.generate_button.click()  # the same prompt again: drafts from the first answer
+    panel.click("generate")  # the same prompt again: drafts from the first answer
     assert panel.wait(60).stats.draft_tokens_accepted > 0
 
 
 def test_bad_setting_shows_error_and_runs_nothing(panel):
     panel.prompt = "   "
-    panel.generate_button.click()
-    assert not panel.running and "prompt" in panel.status.value
+    panel.click("generate")
+    assert not panel.running and "prompt" in panel.status
     assert panel.engine.info().queued == 0
 
 
 def test_generate_button(panel):
     panel.draft_source = "none"
-    panel.generate_button.click()
+    panel.click("generate")
     res = panel.wait(60)
     assert res.finish_reason == "length" and panel.history[-1]["mode"] == "normal"
-    assert panel.model in panel.model_box.options  # loaded models are offered
+    assert panel.model in panel.model_options  # loaded models are offered
 
 
 @pytest.mark.parametrize("action", ["generate", "compare", "sweep"])
 def test_incompatible_draft_shows_inline_and_the_panel_stays_usable(panel, other_vocab_dir, action):
     panel.draft_source = "model"
     panel.draft_model = other_vocab_dir
-    getattr(panel, f"{action}_button").click()
-    assert "vocabulary" in panel.status.value
-    assert not panel.running and not panel.generate_button.disabled
+    panel.click(action)
+    assert "vocabulary" in panel.status
+    assert not panel.running and "generate" not in panel.off
     assert panel.wait(1) is None  # nothing ran
     panel.draft_source = "lookup"
-    panel.generate_button.click()
+    panel.click("generate")
     assert panel.wait(60).finish_reason == "length"
 
 
@@ -232,23 +236,24 @@ def test_a_submit_failure_after_start_resets_the_panel(panel, monkeypatch):
         raise RuntimeError("engine is closed")
 
     monkeypatch.setattr(panel.engine, "submit", refuse)
-    panel.generate_button.click()
-    assert "closed" in panel.status.value and not panel.running
+    panel.click("generate")
+    assert "closed" in panel.status and not panel.running
     assert panel.wait(1) is None
 
 
 def test_seed_box_refuses_negative_seeds(panel):
-    assert panel.seed_box.min == 0
+    with pytest.raises(TraitError):
+        panel.seed = -1
 
 
 def test_inspect_box_records_tokens_and_tints_the_view(panel):
     panel.draft_source = "none"
-    panel.inspect_box.value = True
+    panel.set_state({"inspect": True})
     assert panel.inspect and panel.request().logprobs == 5
-    panel.generate_button.click()
+    panel.click("generate")
     res = panel.wait(60)
     assert len(res.tokens) == 40 and len(res.tokens[0].top) == 5
-    html = panel.output.children[0].value
+    html = panel.value
     assert html.count('class="tk b') >= 40 and 'class="card"' in html
     panel.inspect = False
     assert panel.request().logprobs is None
@@ -277,7 +282,7 @@ def test_a_run_that_ends_before_its_view_is_shown_is_in_the_snapshot(panel, monk
 
 def test_actions_are_numbered_per_kind_so_the_first_sweep_is_sweep_1(panel, monkeypatch):
     panel.max_tokens, panel.sweep_from, panel.sweep_to, panel.repeats = 6, 1, 1, 1
-    panel.generate_button.click()
+    panel.click("generate")
     panel.wait(60)
     submit = panel.engine.submit
 
@@ -285,18 +290,18 @@ def test_actions_are_numbered_per_kind_so_the_first_sweep_is_sweep_1(panel, monk
         raise RuntimeError("engine is closed")
 
     monkeypatch.setattr(panel.engine, "submit", refuse)
-    panel.sweep_button.click()  # fails after it began: no run, no number used
-    assert "closed" in panel.status.value and panel.history[-1]["action"] == "generate 1"
+    panel.click("sweep")  # fails after it began: no run, no number used
+    assert "closed" in panel.status and panel.history[-1]["action"] == "generate 1"
     monkeypatch.setattr(panel.engine, "submit", submit)
-    panel.sweep_button.click()
+    panel.click("sweep")
     panel.wait(60)
-    panel.sweep_button.click()
+    panel.click("sweep")
     panel.wait(60)
     actions = [r["action"] for r in panel.history]
     assert actions == ["generate 1"] + ["sweep 1"] * 3 + ["sweep 2"] * 3
-    assert "<td>sweep 1</td>" in panel.history_html.value
+    assert "<td>sweep 1</td>" in panel.history_html
     panel.clear_history()
-    panel.sweep_button.click()
+    panel.click("sweep")
     panel.wait(60)
     assert {r["action"] for r in panel.history} == {"sweep 1"}
 
@@ -315,11 +320,11 @@ def test_compare_and_sweep_measure_the_sampling_the_panel_shows(
         engine=engine, prompt=COPY, model=str(sampled), draft_source="lookup",
         lookup_ngram=2, max_tokens=8, chat=False, max_pairs=2, seed=5,
     )  # fmt: skip
-    assert panel.model_sampling and "temperature 0.2 · top_p 0.9" in panel.sampling_hint.value
+    assert panel.model_sampling and "temperature 0.2 · top_p 0.9" in panel.sampling_hint
     sent = []
     submit = engine.submit
     monkeypatch.setattr(engine, "submit", lambda r: sent.append(r) or submit(r))
-    panel.compare_button.click()
+    panel.click("compare")
     res = panel.wait(60)
     assert len(sent) == len(panel.history) + 2  # the pairs, and the untimed warm-up pair
     assert {(r.temperature, r.top_p, r.seed) for r in sent} == {(0.2, None, 5)}  # top_p: model's
@@ -329,8 +334,43 @@ def test_compare_and_sweep_measure_the_sampling_the_panel_shows(
     } == {(0.2, 0.9)}
     sent.clear()
     panel.sweep_from, panel.sweep_to, panel.repeats = 1, 1, 1
-    panel.sweep_button.click()
+    panel.click("sweep")
     panel.wait(60)
     assert sent and {(r.temperature, r.seed) for r in sent} == {(0.2, 5)}
     panel.temperature = 0.5  # set by hand: measured as set
     assert panel.measured_request().temperature == 0.5 and not panel.model_sampling
+
+
+def test_each_run_draws_in_the_panel_from_a_whole_view_then_deltas(panel, monkeypatch):
+    sent = []
+    monkeypatch.setattr(panel, "send", lambda msg, buffers=None: sent.append(msg))
+    panel.draft_source = "none"
+    panel._on_msg(panel, {"event": "click", "button": "generate"}, [])  # as the browser sends
+    panel.wait(60)
+    runs = [sent]
+    sent = []
+    monkeypatch.setattr(panel, "send", lambda msg, buffers=None: sent.append(msg))
+    panel.click("generate")
+    panel.wait(60)
+    runs.append(sent)
+    for msgs in runs:  # each run starts from its whole first view; then deltas
+        assert msgs[0]["kind"] == "full" and len(msgs) >= 2  # (and the final view)
+        assert all(m["kind"] == "delta" or m["seq"] in (4, 16, 64) for m in msgs[1:])
+    seqs = [m["seq"] for m in runs[0] + runs[1]]
+    assert seqs == sorted(set(seqs))  # one numbering for the widget's life: no copy confused
+    assert panel.initial_seq == seqs[-1] and "".join(panel.initial) == panel.value
+    assert panel.ended and panel.last_result.text[:10] in panel.value
+
+
+def test_the_panels_stop_cancels_its_run(engine, scripted):
+    scripted("slow", delay_s=0.02)
+    panel = mlx_notebook.Panel(engine=engine, prompt="Hello", model="slow", max_tokens=200)
+    panel.click("generate")
+    (job,) = panel._active
+    for ev in job.events(timeout=30, detach=True):
+        if isinstance(ev, Token):
+            break
+    panel._on_msg(panel, {"event": "click", "button": "stop"}, [])
+    res = panel.wait(30)
+    assert res.finish_reason == "cancelled" and 0 < len(res.token_ids) < 200
+    assert panel.stopping and panel.ended and "stop" in panel.off
