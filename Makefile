@@ -3,7 +3,7 @@
 setup:
 	scripts/setup.sh test
 
-# BUSY=N runs N busy loops beside the suite (CI: one per core; see .ci/run).
+# BUSY=N runs N busy loops beside the suite (CI: half the cores; see .ci/run).
 BUSY ?= 0
 
 test:
