@@ -27,7 +27,15 @@ def _html_for(value) -> str:
     return html_for(value)
 
 
+def _live_for(value, marimo: bool):
+    # A running value's live view (the notebook layer's); its widget, for marimo.
+    from .notebook.magics.formatters import live_for
+
+    return live_for(value, marimo)
+
+
 _display.set_renderer(_html_for)
+_display.set_live(_live_for)
 
 __all__ = [
     "Chat",

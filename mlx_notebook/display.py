@@ -6,6 +6,11 @@ as the view a magic would draw (the document, the inspector, the table, the verd
 with the model's text escaped. The layers below the notebook do not know how: the
 package hands this module the notebook layer's renderer when it is imported
 (`set_renderer`), and the renderer loads nothing until the first such value is shown.
+
+A result that may still be running (`LiveDisplay`: a `MapResult` from
+``map(..., wait=False)``) shows as its live view instead, with Stop, while it runs:
+in IPython by ``_ipython_display_``, in marimo by ``_display_`` (the view's
+anywidget); the notebook layer makes the view (`set_live`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 _render: Callable[[object], str] | None = None
+_live: Callable[[object, bool], object] | None = None
 
 
 def set_renderer(render: Callable[[object], str] | None) -> None:
@@ -21,8 +27,49 @@ def set_renderer(render: Callable[[object], str] | None) -> None:
     _render = render
 
 
+def set_live(live: Callable[[object, bool], object] | None) -> None:
+    """Make ``live(value, marimo)`` show a running value's live view (see `LiveDisplay`)."""
+    global _live
+    _live = live
+
+
 class RichDisplay:
     """Mixin: ``_repr_html_`` is the value's view (``repr`` stays the plain text)."""
 
     def _repr_html_(self) -> str | None:
         return _render(self) if _render is not None else None
+
+
+class _Html:
+    """Static HTML for marimo's ``_display_`` (a value with only ``_repr_html_``)."""
+
+    def __init__(self, html: str) -> None:
+        self.html = html
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+
+class LiveDisplay(RichDisplay):
+    """Mixin: while ``self.done`` is False, shown as a live view; then as `RichDisplay`."""
+
+    def _live_view(self, marimo: bool):
+        if _live is None or getattr(self, "done", True):
+            return None
+        return _live(self, marimo)
+
+    def _ipython_display_(self) -> None:
+        if self._live_view(marimo=False) is not None:  # displayed by the notebook layer
+            return
+        from IPython.display import display
+
+        html = self._repr_html_()
+        bundle = {"text/plain": repr(self)} | ({"text/html": html} if html else {})
+        display(bundle, raw=True)
+
+    def _display_(self):
+        widget = self._live_view(marimo=True)
+        if widget is not None:
+            return widget
+        html = self._repr_html_()
+        return _Html(html) if html else repr(self)

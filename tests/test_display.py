@@ -1,5 +1,6 @@
 """Results show as their views without the extension (marimo, a notebook without
-``%load_ext``): each type the formatters know has its ``_repr_html_``."""
+``%load_ext``): each type the formatters know has its ``_repr_html_``; a map still
+running shows as its live table, in IPython and in marimo."""
 
 import importlib
 
@@ -22,3 +23,43 @@ def test_a_result_outside_ipython_is_its_escaped_document():
     assert 'class="state">done' in html and "<strong>bold</strong>" in html
     assert "<img" not in html and "&lt;img" in html  # model text is never markup
     assert repr(evil).startswith("Result(")  # the plain repr is unchanged
+
+
+def _running_map(engine, scripted):
+    import mlx_notebook
+
+    scripted("slow", delay_s=0.02)
+    return mlx_notebook.map(["a", "b", "c"], model="slow", chat=False, max_tokens=40,
+                            backend=engine, wait=False)  # fmt: skip
+
+
+def test_a_running_map_is_its_live_table_in_marimo_then_static(engine, scripted):
+    from mlx_notebook.display import _Html
+    from mlx_notebook.notebook.live.widget import LiveWidget
+
+    res = _running_map(engine, scripted)
+    widget = res._display_()  # what marimo shows for a cell's value
+    assert isinstance(widget, LiveWidget) and not widget.ended
+    assert "0/3 rows" in widget.value or "1/3 rows" in widget.value
+    res.cancel()
+    assert len(res.texts) == 3 and res.run is None  # settled
+    done = res._display_()  # once ended: the static table
+    assert isinstance(done, _Html) and "map · 3 rows" in done._repr_html_()
+
+
+def test_a_running_map_displayed_in_ipython_is_its_live_view(engine, scripted, ipshell):
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    from mlx_notebook.notebook.views.document import WIDGET_MIME
+
+    res = _running_map(engine, scripted)
+    with capture_output() as live:
+        display(res)
+    assert WIDGET_MIME in live.outputs[0].data  # the live table, with Stop
+    assert len(res.texts) == 3
+    with capture_output() as final:
+        display(res)
+    # (the live view's own final document may land here too: it is an update, not a widget)
+    assert not any(WIDGET_MIME in o.data for o in final.outputs)
+    assert "map · 3 rows" in final.outputs[-1].data["text/html"]

@@ -96,8 +96,9 @@ class MapRun:
         ValueError: No prompts (a bad row is refused by `start`).
     """
 
-    def __init__(self, backend, prompts: Sequence, **fields) -> None:
+    def __init__(self, backend, prompts: Sequence, *, label: str | None = None, **fields) -> None:
         self.prompts = as_prompts(prompts)
+        self.label = label or fields.get("model") or "default"  # the model, as views name it
         self.schema = None
         if fields.get("schema") is not None:  # normalized once, shared by every row
             from ..schema import Schema
@@ -188,7 +189,13 @@ class MapRun:
 
 
 def map(  # noqa: A001
-    data, template: str | None = None, *, model: str = "default", backend=None, **fields
+    data,
+    template: str | None = None,
+    *,
+    model: str = "default",
+    backend=None,
+    wait: bool = True,
+    **fields,
 ) -> MapResult:
     """Generate for every row, batched, and block for the results in input order.
 
@@ -199,6 +206,8 @@ def map(  # noqa: A001
             ``{item}`` from each element. `to_frame` then keeps a DataFrame's columns.
         model: Model spec, or an ``http(s)://…/v1`` server.
         backend: Where to run; routed from ``model`` by default.
+        wait: False: return at once with the result as a future (shown in a notebook,
+            it is the live table with Stop; reading a final value waits).
         **fields: `Request` fields shared by every row (``max_tokens``, ``stop``, ...).
 
     Returns:
@@ -219,9 +228,11 @@ def map(  # noqa: A001
         source = data if type(data).__name__ == "DataFrame" else None
     else:
         prompts = data
+    label = model
     if backend is None:
         from ..engine.backend import backend_for
 
         route = backend_for(model)
-        backend, model = route.backend, route.model
-    return MapRun(backend, prompts, model=model, **fields).start().future(source)._settle()
+        backend, model, label = route.backend, route.model, route.label
+    future = MapRun(backend, prompts, model=model, label=label, **fields).start().future(source)
+    return future._settle() if wait else future

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..display import RichDisplay
+from ..display import LiveDisplay
 from ..engine.events import Stats
 from ..frames import to_frame
 
@@ -56,7 +56,7 @@ class MapRow:
 
 
 @dataclass
-class MapResult(RichDisplay):
+class MapResult(LiveDisplay):
     """Every row of a `map`, in input order: a future while the rows still run.
 
     Reading a final value (`texts`, `to_frame`, `summary`, ``len``, iteration,
@@ -97,6 +97,11 @@ class MapResult(RichDisplay):
             return MapResult(list(self.rows), self.elapsed_s, self.source, schema=self.schema)
         now = self.run.result()
         return MapResult(now.rows, now.elapsed_s, self.source, schema=self.schema)
+
+    def cancel(self) -> None:
+        """Stop the rows still running (finished rows are kept); nothing once ended."""
+        if self.run is not None:
+            self.run.cancel()
 
     @property
     def done(self) -> bool:

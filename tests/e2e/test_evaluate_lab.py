@@ -35,8 +35,9 @@ def test_evaluate_streams_stops_and_summarizes(lab, artifacts, theme):
     view = out(3)
     step("the slow model streams", lambda: "running slow" in view.inner_text(), 120)
     step("text arrives in its cells", lambda: "Counting slowly" in view.inner_text(), 60)
-    labels = view.locator(".widget-hbox button").all_inner_texts()
-    assert labels[:4] == ["tiny0 · plain", "tiny0 · terse", "slow · plain", "slow · terse"]
+    assert view.locator(".mlxnb-row-label").inner_text() == "Stop one column:"
+    labels = [t.removeprefix("■ ") for t in view.locator(".mlxnb-row button").all_inner_texts()]
+    assert labels == ["tiny0 · plain", "tiny0 · terse", "slow · plain", "slow · terse"]
     view.locator("button", has_text="slow · terse").click()  # one column
     page.screenshot(path=str(artifacts / f"evaluate-{slug}-streaming.png"))
     column = view.locator("button", has_text="slow · terse")

@@ -1,5 +1,7 @@
-"""The live view and the chat window in marimo, as a user meets them: ``marimo edit``
-(cells run with the Run button) and ``marimo run`` (an app), clicked in Chromium."""
+"""mlx_notebook in marimo, as a user meets it: ``marimo edit`` (cells run with the Run
+button) and ``marimo run`` (an app), clicked in Chromium. The session of the JupyterLab
+and Notebook 7 tests: a generation streams and is stopped, a map's table fills, the
+inspector shows a card on hover, the Panel compares, the chat window sends and stops."""
 
 import re
 
@@ -38,6 +40,27 @@ def _(mlx_notebook):
 
 
 @app.cell
+def _(mlx_notebook):
+    rows = mlx_notebook.map(["one", "two", "three"], model="river", max_tokens=60, wait=False)
+    rows
+    return
+
+
+@app.cell
+def _(mlx_notebook):
+    mlx_notebook.score("The quick brown fox jumps.", model={tiny!r})
+    return
+
+
+@app.cell
+def _(mlx_notebook):
+    panel = mlx_notebook.Panel(model={tiny!r}, draft_source="lookup", lookup_ngram=1,
+                               chat=False, max_tokens=30, prompt="Hello world. Hello world. Hello")
+    panel
+    return
+
+
+@app.cell
 def _(mlx_notebook, mo):
     ui = mo.ui.anywidget(mlx_notebook.ChatUI(model="river", max_tokens=3000))
     ui
@@ -59,7 +82,8 @@ def test_a_generation_streams_and_stops_and_the_chat_window_answers(
         page = b.new_page(viewport={"width": 1300, "height": 1000})
         page.set_default_timeout(30_000)
         page.goto(base)
-        view = page.locator(".mlxnb-view")
+        views = page.locator(".mlxnb-view:not(.pn-run)")  # (a Panel's run area is one too)
+        view = views.first  # the cells' order: the generation, then the map
         if mode == "edit":  # marimo edit opens with its cells not yet run
             run_all = page.get_by_test_id("run-button").last
             step("the notebook's Run button", lambda: run_all.is_visible(), 60)
@@ -84,6 +108,37 @@ def test_a_generation_streams_and_stops_and_the_chat_window_answers(
         assert kept >= 5  # the partial text stays
         page.wait_for_timeout(500)
         assert view.inner_text().count("on and on") == kept  # and nothing more comes
+
+        # The map's table fills, row by row, and ends as the table of every row.
+        table = views.nth(1)
+        step("the map's live table", lambda: "map over 3 rows" in table.inner_text(), 60)
+        step("every row", lambda: "3/3 rows" in table.inner_text(), 60)
+        step("the rows' text", lambda: table.inner_text().count("on and on") >= 3, 30)
+        table.scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts / f"marimo-{mode}-{theme}-map.png"))
+
+        # The inspector: a card on hover.
+        insp = page.locator(".mlxnb .insp").first
+        insp.scroll_into_view_if_needed()
+        assert "quick brown fox" in insp.inner_text()  # (the first token has no context)
+        assert not insp.locator(".card").first.is_visible()
+        insp.locator(".tk").nth(2).hover()
+        step("a card on hover", lambda: insp.locator(".card").nth(2).is_visible(), 10)
+        page.screenshot(path=str(artifacts / f"marimo-{mode}-{theme}-inspector.png"))
+
+        # The Panel compares.
+        panel = page.locator(".mlxnb-panel")
+        panel.scroll_into_view_if_needed()
+        panel.get_by_role("button", name="Compare").click()
+        verdict = panel.locator(".mlxnb-compare")
+        step("the verdict", lambda: "identical text in all" in verdict.inner_text(), 90)
+        step(
+            "the panel is free again",
+            lambda: panel.get_by_role("button", name="Compare").is_enabled(),
+            30,
+        )
+        verdict.scroll_into_view_if_needed()  # (marimo scrolls a tall output in its box)
+        page.screenshot(path=str(artifacts / f"marimo-{mode}-{theme}-panel.png"))
 
         chat = page.locator(".mlxnb-chatui")
         box = chat.get_by_label("Message")

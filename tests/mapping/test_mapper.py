@@ -34,6 +34,15 @@ def test_map_returns_rows_in_order_equal_to_solo_runs(engine, tiny_dir):
     assert list(frame["text"]) == res.texts and len(frame) == len(PROMPTS)
 
 
+def test_map_without_waiting_returns_a_future_that_waits_for_a_final_value(engine, scripted):
+    scripted("slow", delay_s=0.01)
+    res = mlx_notebook.map(["a", "b"], model="slow", chat=False, max_tokens=20, backend=engine,
+                           wait=False)  # fmt: skip
+    assert not res.done and {r.finish_reason for r in res.snapshot().rows} == {"running"}
+    assert len(res.texts) == 2 and res.done  # a final value waited for the rows
+    assert {r.finish_reason for r in res.rows} == {"length"} and res.run is None
+
+
 def test_map_takes_chat_messages_and_per_row_failures_stay_in_their_row(engine, tiny_dir):
     msgs = [[{"role": "user", "content": "Hello"}], "x" * 5000]  # the second overflows
     res = mlx_notebook.map(msgs, model=tiny_dir, max_tokens=5, backend=engine)

@@ -100,6 +100,17 @@ def html_for(value) -> str:
     raise TypeError(f"no view for {type(value).__name__}")
 
 
+def live_for(value, marimo: bool):
+    """Show a running `MapResult` as the live table (IPython), or return its widget (marimo)."""
+    from .over import map_view
+
+    view = map_view(value.run, value.run.label, "text", [], on_done=value._settle)
+    if not marimo:
+        view.display()
+    view.attach(*value.run.jobs)
+    return view.widget
+
+
 def install(ipython) -> None:
     """Register every formatter for ``text/html`` (by name: nothing is imported)."""
     html = ipython.display_formatter.formatters["text/html"]

@@ -185,14 +185,23 @@ def show_map(
     the rows, and it is completed in place when the last row ends.
     """
     result = run.future(source)
-
-    def complete() -> None:
-        if run.done:
-            result._settle()  # every row ended: no waiting
-
-    view = LiveView(MapRenderer(run, label, fmt, list(notices)), refresh_hz, on_done=complete)
+    view = map_view(run, label, fmt, notices, refresh_hz, on_done=result._settle)
     view.display().attach(*run.jobs)
     return view, result
+
+
+def map_view(run: MapRun, label: str, fmt: str, notices, refresh_hz: float = 20, on_done=None):
+    """The live view of ``run`` (not yet shown or attached); ``on_done`` once every row ended.
+
+    ``on_done`` is not called when the view ends early (its refresh thread stopped
+    with rows still running): it settles a `MapResult`, which would wait.
+    """
+
+    def complete() -> None:
+        if run.done and on_done is not None:
+            on_done()  # every row ended: no waiting
+
+    return LiveView(MapRenderer(run, label, fmt, list(notices)), refresh_hz, on_done=complete)
 
 
 def wait_map(run: MapRun, view: LiveView) -> None:

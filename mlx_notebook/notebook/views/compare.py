@@ -78,7 +78,8 @@ class CompareRenderer:
         )
         extra = ""
         if res.runs:
-            extra = f'<div class="cols"><div class="col">{runs_table(res.rows())}</div>'
+            # The runs' table keeps its width; the chart goes below it where both don't fit.
+            extra = f'<div class="cols wraps"><div class="col">{runs_table(res.rows())}</div>'
             if res.proposed:
                 extra += f'<div class="col">{position_chart(res.acceptance_by_position)}</div>'
             extra += "</div>"

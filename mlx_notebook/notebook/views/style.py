@@ -74,6 +74,7 @@ color:{_UI};cursor:pointer}}
 .mlxnb .bad::before{{content:"✘ ";color:var(--jp-error-color1,#c62828)}}
 .mlxnb .cols{{display:flex;gap:16px;align-items:flex-start}}
 .mlxnb .col{{flex:1 1 0;min-width:0}}
+.mlxnb .cols.wraps{{flex-wrap:wrap}}.mlxnb .cols.wraps>.col{{flex:0 1 auto;min-width:auto}}
 .mlxnb table.grid{{border-collapse:collapse;font-size:12px;table-layout:fixed;width:100%}}
 .mlxnb table.grid td{{overflow-wrap:break-word;vertical-align:top}}
 .mlxnb table.grid td.text{{white-space:pre-wrap;background:transparent;
