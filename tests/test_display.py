@@ -3,6 +3,7 @@
 running shows as its live table, in IPython and in marimo."""
 
 import importlib
+import time
 
 from mlx_notebook.display import RichDisplay
 from mlx_notebook.engine.events import Stats
@@ -63,3 +64,35 @@ def test_a_running_map_displayed_in_ipython_is_its_live_view(engine, scripted, i
     # (the live view's own final document may land here too: it is an update, not a widget)
     assert not any(WIDGET_MIME in o.data for o in final.outputs)
     assert "map · 3 rows" in final.outputs[-1].data["text/html"]
+
+
+def test_a_running_compare_and_sweep_are_their_live_views_then_static(engine, scripted):
+    import mlx_notebook
+    from mlx_notebook.display import _Html
+    from mlx_notebook.measure.compare import Comparison
+    from mlx_notebook.measure.sweep import Sweep
+    from mlx_notebook.notebook.live.widget import LiveWidget
+
+    scripted("slow", delay_s=0.01)
+    fields = dict(model="slow", chat=False, max_tokens=12, backend=engine, wait=False)
+    cmp = mlx_notebook.compare("Hello", draft="lookup", repeats=2, **fields)
+    assert isinstance(cmp, Comparison) and not cmp.done
+    widget = cmp._display_()  # marimo: the live view, following runs already submitted
+    assert isinstance(widget, LiveWidget)
+    res = cmp.wait(60)
+    assert len(res.runs) == 4
+    for _ in range(500):  # the view's last refresh, on its own thread
+        if widget.ended:
+            break
+        time.sleep(0.02)
+    assert widget.ended and "identical text in all 4 runs" in widget.value  # every pair
+    done = cmp._display_()
+    assert isinstance(done, _Html) and 'class="verdict"' in done._repr_html_()
+
+    sw = mlx_notebook.sweep("Hello", ks=[1, 2], repeats=1, **fields)
+    assert isinstance(sw, Sweep) and not sw.done
+    widget = sw._display_()
+    assert isinstance(widget, LiveWidget)
+    sw.wait(60)
+    html = sw._display_()._repr_html_()
+    assert "normal decoding" in html and "k=2" in html

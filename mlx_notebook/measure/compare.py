@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from ..display import LiveDisplay
 from ..engine.request import Request
 from .compare_result import METRICS, OK, CompareResult, speed
 from .runs import PacedRuns, measured_request, timed_spec
@@ -19,8 +20,11 @@ from .sequential import Decision, Rule, decide
 __all__ = ["METRICS", "OK", "CompareResult", "Comparison", "Rule", "compare", "speed"]
 
 
-class Comparison:
+class Comparison(LiveDisplay):
     """A running comparison: its jobs, and the result so far.
+
+    Shown in a notebook while it runs (``compare(..., wait=False)``), it is the
+    live view with Stop; once ended, its verdict.
 
     Pairs run one at a time until the answer is clear (see `sequential`): the
     interval of the speed ratio lies above 1, below 1, or inside ``1 ± band``,
@@ -108,6 +112,11 @@ class Comparison:
         """The submitted jobs, in run order (more are added while it runs)."""
         return self.runs.jobs
 
+    @property
+    def done(self) -> bool:
+        """Whether every run has ended and no more will start."""
+        return self.runs.done
+
     def start(self) -> Comparison:
         """Check and submit the first pair; the others follow as the answer requires."""
         self._t0 = self.clock()
@@ -180,8 +189,9 @@ def compare(
     budget_s: float = 60.0,
     band: float = 0.05,
     backend=None,
+    wait: bool = True,
     **fields,
-) -> CompareResult:
+) -> CompareResult | Comparison:
     """Compare speculative with normal decoding on ``prompt``, blocking.
 
     Args:
@@ -198,19 +208,21 @@ def compare(
         budget_s: Most seconds when running until clear.
         band: A ratio within ``1 ± band`` counts as no difference.
         backend: Where to run; the process-wide engine by default.
+        wait: False: return the running `Comparison` at once (shown in a notebook,
+            it is the live view with Stop; ``.wait()`` gives the result).
         **fields: Other `Request` fields (``max_tokens``, ``temperature``, ...).
 
     Returns:
-        The `CompareResult`. Ctrl-C stops the runs and re-raises.
+        The `CompareResult` (Ctrl-C stops the runs and re-raises), or with
+        ``wait=False`` the started `Comparison`.
     """
     backend, req = measured_request(
         prompt, model, draft, backend, num_draft_tokens=num_draft_tokens, **fields
     )
-    return (
-        Comparison(backend, req, repeats, metric, max_pairs=max_pairs, budget_s=budget_s, band=band)
-        .start()
-        .wait()
-    )
+    comparison = Comparison(
+        backend, req, repeats, metric, max_pairs=max_pairs, budget_s=budget_s, band=band
+    ).start()
+    return comparison.wait() if wait else comparison
 
 
 def _greedy(request: Request, results: list) -> bool:

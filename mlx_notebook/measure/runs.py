@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
@@ -159,6 +160,8 @@ class PacedRuns:
         self._cancelled = False
         self._thread = None
         self._ended = False
+        self._lock = threading.Lock()  # a subscriber sees each job once, in order
+        self._subscribers: list[tuple] = []
 
     def start(self) -> PacedRuns:
         """Check and submit the first round, then pace the rest on a thread.
@@ -166,8 +169,6 @@ class PacedRuns:
         Raises:
             ValueError: A request of the first round is invalid; nothing was submitted.
         """
-        import threading
-
         for r in self._first:
             self.backend.check(r)
         self._submit(self._first)
@@ -175,17 +176,35 @@ class PacedRuns:
         self._thread.start()
         return self
 
+    def subscribe(self, on_submit, on_end) -> None:
+        """Follow the runs from now on: for a view shown after they began.
+
+        ``on_submit(job, index)`` is called for every job (those so far at once, then
+        each new one) and ``on_end()`` once pacing has ended (at once if it has).
+        """
+        with self._lock:
+            for i, job in enumerate(self.jobs):
+                on_submit(job, i)
+            ended = self._ended
+            if not ended:
+                self._subscribers.append((on_submit, on_end))
+        if ended:
+            on_end()
+
     def _submit(self, requests) -> list[Job]:
         jobs = []
         for r in requests:
             job = self.backend.submit(r)
-            self.requests.append(r)
-            self.jobs.append(job)
-            jobs.append(job)
-            if self._cancelled:  # cancel() ran while this was being submitted
-                job.cancel()
-            if self.on_submit is not None:
-                self.on_submit(job, len(self.jobs) - 1)
+            with self._lock:
+                self.requests.append(r)
+                self.jobs.append(job)
+                jobs.append(job)
+                if self._cancelled:  # cancel() ran while this was being submitted
+                    job.cancel()
+                i = len(self.jobs) - 1
+                for hook in [self.on_submit] + [s for s, _ in self._subscribers]:
+                    if hook is not None:
+                        hook(job, i)
         return jobs
 
     def _pace(self) -> None:
@@ -206,9 +225,12 @@ class PacedRuns:
                 except Exception:  # the engine closed, say: what ran is kept
                     return
         finally:
-            self._ended = True
-            if self.on_end is not None:
-                self.on_end()
+            with self._lock:
+                self._ended = True
+                ends = [self.on_end] + [e for _, e in self._subscribers]
+            for end in ends:
+                if end is not None:
+                    end()
 
     def results(self) -> list[Result | None]:
         """One entry per submitted run: its `Result` once finished, else None."""

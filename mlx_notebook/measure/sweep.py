@@ -16,6 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
+from ..display import LiveDisplay
 from ..engine.job import Result
 from ..engine.request import Request
 from ..frames import to_frame
@@ -246,8 +247,11 @@ def _by_position(runs: list[Result], k: int) -> list[float]:
     return [a / p if p else 0.0 for a, p in zip(acc, prop)]
 
 
-class Sweep:
+class Sweep(LiveDisplay):
     """A running sweep: its jobs, and the result so far.
+
+    Shown in a notebook while it runs (``sweep(..., wait=False)``), it is the live
+    view with Stop; once ended, its lines and chart.
 
     Rounds are submitted one at a time; after each round from the second on,
     the k values that are clearly worse than the best so far are dropped.
@@ -333,6 +337,11 @@ class Sweep:
         runs += [(k, None) for k in self.order[len(runs) :]]
         return SweepResult(runs, self.ks, self.metric, dict(self.dropped))
 
+    @property
+    def done(self) -> bool:
+        """Whether every run has ended and no more will start."""
+        return self.runs.done
+
     def cancel(self) -> None:
         """Stop every run and start no more; what finished is kept."""
         self.runs.cancel()
@@ -353,8 +362,9 @@ def sweep(
     metric: str = "e2e",
     seed: int | None = None,
     backend=None,
+    wait: bool = True,
     **fields,
-) -> SweepResult:
+) -> SweepResult | Sweep:
     """Sweep the draft length k against normal decoding, blocking (Ctrl-C stops it).
 
     Args:
@@ -367,7 +377,10 @@ def sweep(
         metric: ``"e2e"`` (prefill included) or ``"decode"``.
         seed: Seed of the run order's shuffle.
         backend: Where to run; the process-wide engine by default.
+        wait: False: return the running `Sweep` at once (shown in a notebook, it is
+            the live view with Stop; ``.wait()`` gives the result).
         **fields: Other `Request` fields.
     """
     backend, req = measured_request(prompt, model, draft, backend, **fields)
-    return Sweep(backend, req, ks, repeats, metric, seed).start().wait()
+    run = Sweep(backend, req, ks, repeats, metric, seed).start()
+    return run.wait() if wait else run

@@ -1,7 +1,8 @@
 """mlx_notebook in marimo, as a user meets it: ``marimo edit`` (cells run with the Run
 button) and ``marimo run`` (an app), clicked in Chromium. The session of the JupyterLab
 and Notebook 7 tests: a generation streams and is stopped, a map's table fills, the
-inspector shows a card on hover, the Panel compares, the chat window sends and stops."""
+inspector shows a card on hover, a comparison from Python ends with its verdict, the
+Panel compares, the chat window sends and stops."""
 
 import re
 
@@ -49,6 +50,14 @@ def _(mlx_notebook):
 @app.cell
 def _(mlx_notebook):
     mlx_notebook.score("The quick brown fox jumps.", model={tiny!r})
+    return
+
+
+@app.cell
+def _(mlx_notebook):
+    cmp = mlx_notebook.compare("Hello world. Hello world. Hello", model={tiny!r}, chat=False,
+                               max_tokens=20, repeats=2, wait=False)
+    cmp
     return
 
 
@@ -125,6 +134,14 @@ def test_a_generation_streams_and_stops_and_the_chat_window_answers(
         insp.locator(".tk").nth(2).hover()
         step("a card on hover", lambda: insp.locator(".card").nth(2).is_visible(), 10)
         page.screenshot(path=str(artifacts / f"marimo-{mode}-{theme}-inspector.png"))
+
+        # A comparison called from Python, shown live, ends with its verdict.
+        compared = page.locator(".mlxnb-view:not(.pn-run) .mlxnb-compare").first
+        step(
+            "compare(wait=False)",
+            lambda: "identical text in all 4 runs" in compared.inner_text(),
+            60,
+        )
 
         # The Panel compares.
         panel = page.locator(".mlxnb-panel")

@@ -41,3 +41,20 @@ def test_a_measured_run_never_comes_from_the_result_cache():
     from mlx_notebook.measure.runs import timed_spec
 
     assert timed_spec(Request("x", temperature=0)).cache == "off"  # a replay takes no time
+
+
+def test_a_subscriber_after_the_start_sees_every_job_once_in_order(engine, scripted):
+    from mlx_notebook.measure.runs import PacedRuns
+
+    scripted("slow", delay_s=0.01)
+    req = Request("hi", model="slow", chat=False, max_tokens=5)
+    rounds = iter([[req, req], [req]])
+    runs = PacedRuns(engine, [req], lambda: next(rounds, None)).start()
+    seen, ended = [], []
+    runs.subscribe(lambda job, i: seen.append((i, job)), lambda: ended.append(1))
+    runs.wait(60)
+    assert [i for i, _ in seen] == [0, 1, 2, 3] and [j for _, j in seen] == runs.jobs
+    assert ended == [1]
+    late = []  # after the end: every job at once, and the end at once
+    runs.subscribe(lambda job, i: late.append(i), lambda: late.append("end"))
+    assert late == [0, 1, 2, 3, "end"]

@@ -81,6 +81,18 @@ def compare_html(res) -> str:
     return f'{STYLE}<div class="mlxnb mlxnb-compare">{"".join(parts)}</div>'
 
 
+def comparison_html(comparison) -> str:
+    """A `Comparison` (``compare(..., wait=False)``): its result so far, final once ended."""
+    return compare_html(comparison.finalize() if comparison.done else comparison.result())
+
+
+def sweep_html(sweep) -> str:
+    """A `Sweep` (``sweep(..., wait=False)``): its lines and chart."""
+    from ..views.sweep import SweepRenderer
+
+    return SweepRenderer(sweep).html()
+
+
 FORMATTERS = {
     ("mlx_notebook.engine.job", "Result"): result_html,
     ("mlx_notebook.engine.token_records", "TokenTable"): table_html,
@@ -88,6 +100,8 @@ FORMATTERS = {
     ("mlx_notebook.evaluation.run", "EvalRun"): evaluation_html,
     ("mlx_notebook.mapping.result", "MapResult"): map_html,
     ("mlx_notebook.measure.compare_result", "CompareResult"): compare_html,
+    ("mlx_notebook.measure.compare", "Comparison"): comparison_html,
+    ("mlx_notebook.measure.sweep", "Sweep"): sweep_html,
 }
 
 
@@ -101,13 +115,32 @@ def html_for(value) -> str:
 
 
 def live_for(value, marimo: bool):
-    """Show a running `MapResult` as the live table (IPython), or return its widget (marimo)."""
-    from .over import map_view
+    """Show a running value as its live view (IPython), or return the view's widget (marimo).
 
-    view = map_view(value.run, value.run.label, "text", [], on_done=value._settle)
+    ``value``: a `MapResult` future (``map(..., wait=False)``), a started `Comparison`
+    (``compare(..., wait=False)``) or `Sweep` (``sweep(..., wait=False)``).
+    """
+    from ..views.view import LiveView
+
+    kind = type(value).__name__
+    if kind == "Comparison":
+        from ..views.compare import CompareRun
+
+        view = CompareRun(value).view
+    elif kind == "Sweep":
+        from ..views.sweep import SweepRenderer
+
+        view = LiveView(SweepRenderer(value))
+    else:
+        from .over import map_view
+
+        view = map_view(value.run, value.run.label, "text", [], on_done=value._settle)
     if not marimo:
         view.display()
-    view.attach(*value.run.jobs)
+    if kind == "MapResult":
+        view.attach(*value.run.jobs)
+    else:  # paced runs: those so far, then each new one
+        view.join(value.runs)
     return view.widget
 
 

@@ -219,6 +219,11 @@ class CompareRun:
         self.view.follow(self.comparison.runs, self.comparison.start)
         return self
 
+    def join(self) -> CompareRun:
+        """Follow a comparison already started (``compare(..., wait=False)`` shown late)."""
+        self.view.join(self.comparison.runs)
+        return self
+
     def _finish(self) -> None:
         res = self.comparison.finalize()  # the logit margin, where texts part
         self.view.invalidate()

@@ -144,6 +144,12 @@ class LiveView:
             raise
         return self
 
+    def join(self, runs) -> LiveView:
+        """Follow runs already started (a `PacedRuns`): those so far, then each new one."""
+        self.attach(sealed=False)
+        runs.subscribe(lambda job, _i: self.add(job), self.seal)
+        return self
+
     def add(self, job: Job) -> None:
         """Follow one more job (its index is the number of jobs before it)."""
         i = len(self._jobs)
