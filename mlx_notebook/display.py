@@ -1,14 +1,15 @@
 """Results that show as their views wherever a notebook renders HTML, extension or not.
 
-A `Result`, `TokenTable`, `MapResult`, `CompareResult`, `EvalResult` or `EvalRun`
-shown as a cell's value in JupyterLab, Notebook 7, marimo, VS Code or Colab is drawn
+A `Result`, `TokenTable`, `MapResult`, `CompareResult`, `SweepResult`, `EvalResult`
+or `EvalRun` shown as a cell's value in JupyterLab, Notebook 7, marimo, VS Code or Colab is drawn
 as the view a magic would draw (the document, the inspector, the table, the verdict),
 with the model's text escaped. The layers below the notebook do not know how: the
 package hands this module the notebook layer's renderer when it is imported
 (`set_renderer`), and the renderer loads nothing until the first such value is shown.
 
 A result that may still be running (`LiveDisplay`: a `MapResult` from
-``map(..., wait=False)``) shows as its live view instead, with Stop, while it runs:
+``map(..., wait=False)``, a `Comparison` or `Sweep` from ``compare``/``sweep`` with
+``wait=False``) shows as its live view instead, with Stop, while it runs:
 in IPython by ``_ipython_display_``, in marimo by ``_display_`` (the view's
 anywidget); the notebook layer makes the view (`set_live`).
 """

@@ -93,6 +93,7 @@ def test_a_running_compare_and_sweep_are_their_live_views_then_static(engine, sc
     assert isinstance(sw, Sweep) and not sw.done
     widget = sw._display_()
     assert isinstance(widget, LiveWidget)
-    sw.wait(60)
+    res = sw.wait(60)
     html = sw._display_()._repr_html_()
     assert "normal decoding" in html and "k=2" in html
+    assert res._repr_html_() == html  # the blocking sweep's result: the same view

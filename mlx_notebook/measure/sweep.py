@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
-from ..display import LiveDisplay
+from ..display import LiveDisplay, RichDisplay
 from ..engine.job import Result
 from ..engine.request import Request
 from ..frames import to_frame
@@ -55,7 +55,7 @@ def schedule(ks: list[int], repeats: int, seed: int | None = None) -> list[int |
 
 
 @dataclass
-class SweepResult:
+class SweepResult(RichDisplay):
     """Runs of a sweep.
 
     Attributes:

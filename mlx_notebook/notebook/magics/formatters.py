@@ -5,8 +5,9 @@ imported until such a value is shown: a `Result` (`mlx_notebook.generate`) as th
 document a ``%%generate`` cell ends as, `mlx_notebook.score`'s `TokenTable` as the
 token inspector, an evaluation (`EvalResult`, or the `EvalRun` that ``%%evaluate -o``
 binds) as its matrix, summary and chart, a `MapResult` (`mlx_notebook.map`) as its
-table, a `CompareResult` (`mlx_notebook.compare`) as its verdict and runs. Model output
-is escaped in every one.
+table, a `CompareResult` (`mlx_notebook.compare`) as its verdict and runs, a
+`SweepResult` as its lines and chart. Model output is escaped in every one. A value
+still running (``wait=False``) is shown live instead (`live_for`).
 """
 
 from __future__ import annotations
@@ -93,6 +94,24 @@ def sweep_html(sweep) -> str:
     return SweepRenderer(sweep).html()
 
 
+class _EndedSweep:
+    """A `SweepResult` as `SweepRenderer` reads a `Sweep` that has ended."""
+
+    class runs:  # noqa: N801 - read as ``sweep.runs.done``
+        done = True
+
+    def __init__(self, result) -> None:
+        self._result = result
+
+    def result(self):
+        return self._result
+
+
+def sweep_result_html(res) -> str:
+    """A `SweepResult` (``sweep(...)``): its verdict, lines and chart."""
+    return sweep_html(_EndedSweep(res))
+
+
 FORMATTERS = {
     ("mlx_notebook.engine.job", "Result"): result_html,
     ("mlx_notebook.engine.token_records", "TokenTable"): table_html,
@@ -102,6 +121,7 @@ FORMATTERS = {
     ("mlx_notebook.measure.compare_result", "CompareResult"): compare_html,
     ("mlx_notebook.measure.compare", "Comparison"): comparison_html,
     ("mlx_notebook.measure.sweep", "Sweep"): sweep_html,
+    ("mlx_notebook.measure.sweep", "SweepResult"): sweep_result_html,
 }
 
 
