@@ -16,7 +16,10 @@ anywidget); the notebook layer makes the view (`set_live`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+
+log = logging.getLogger("mlx_notebook")
 
 _render: Callable[[object], str] | None = None
 _live: Callable[[object, bool], object] | None = None
@@ -41,6 +44,13 @@ class RichDisplay:
         return _render(self) if _render is not None else None
 
 
+def _in_kernel() -> bool:
+    """Whether this is a Jupyter kernel (widgets are drawn), not a terminal IPython."""
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
 class _Html:
     """Static HTML for marimo's ``_display_`` (a value with only ``_repr_html_``)."""
 
@@ -57,7 +67,13 @@ class LiveDisplay(RichDisplay):
     def _live_view(self, marimo: bool):
         if _live is None or getattr(self, "done", True):
             return None
-        return _live(self, marimo)
+        if not marimo and not _in_kernel():
+            return None  # a terminal IPython draws no widget: the static view
+        try:
+            return _live(self, marimo)
+        except Exception:  # the live view could not be made: the static view instead
+            log.exception("mlx_notebook: no live view for %s", type(self).__name__)
+            return None
 
     def _ipython_display_(self) -> None:
         if self._live_view(marimo=False) is not None:  # displayed by the notebook layer

@@ -48,22 +48,26 @@ def test_a_running_map_is_its_live_table_in_marimo_then_static(engine, scripted)
     assert isinstance(done, _Html) and "map · 3 rows" in done._repr_html_()
 
 
-def test_a_running_map_displayed_in_ipython_is_its_live_view(engine, scripted, ipshell):
+def test_a_running_map_displayed_in_ipython_is_its_live_view(
+    engine, scripted, ipshell, monkeypatch
+):
     from IPython.display import display
     from IPython.utils.capture import capture_output
 
+    import mlx_notebook.display as shown
     from mlx_notebook.notebook.views.document import WIDGET_MIME
 
     res = _running_map(engine, scripted)
+    monkeypatch.setattr(shown, "_in_kernel", lambda: True)  # (a terminal draws no widget)
     with capture_output() as live:
         display(res)
     assert WIDGET_MIME in live.outputs[0].data  # the live table, with Stop
     assert len(res.texts) == 3
     with capture_output() as final:
         display(res)
-    # (the live view's own final document may land here too: it is an update, not a widget)
-    assert not any(WIDGET_MIME in o.data for o in final.outputs)
-    assert "map · 3 rows" in final.outputs[-1].data["text/html"]
+    # (the live view's own final document may land here too, as an update)
+    (out,) = [o for o in final.outputs if not o.update]
+    assert WIDGET_MIME not in out.data and "map · 3 rows" in out.data["text/html"]
 
 
 def test_a_running_compare_and_sweep_are_their_live_views_then_static(engine, scripted):
@@ -97,3 +101,17 @@ def test_a_running_compare_and_sweep_are_their_live_views_then_static(engine, sc
     html = sw._display_()._repr_html_()
     assert "normal decoding" in html and "k=2" in html
     assert res._repr_html_() == html  # the blocking sweep's result: the same view
+
+
+def test_a_running_map_in_a_terminal_ipython_is_its_static_table(engine, scripted, ipshell):
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    from mlx_notebook.notebook.views.document import WIDGET_MIME
+
+    res = _running_map(engine, scripted)
+    with capture_output() as shown:  # the test shell is a terminal's: no kernel
+        display(res)
+    (out,) = shown.outputs
+    assert WIDGET_MIME not in out.data and "map · 3 rows" in out.data["text/html"]
+    res.cancel()

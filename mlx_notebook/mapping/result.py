@@ -93,20 +93,23 @@ class MapResult(LiveDisplay):
 
     def snapshot(self) -> MapResult:
         """The rows as they stand now (a row still running has ``"running"``), no waiting."""
-        if self.run is None:
+        run = self.run  # once: a view's refresh thread may settle it meanwhile
+        if run is None:
             return MapResult(list(self.rows), self.elapsed_s, self.source, schema=self.schema)
-        now = self.run.result()
+        now = run.result()
         return MapResult(now.rows, now.elapsed_s, self.source, schema=self.schema)
 
     def cancel(self) -> None:
         """Stop the rows still running (finished rows are kept); nothing once ended."""
-        if self.run is not None:
-            self.run.cancel()
+        run = self.run  # once: a view's refresh thread may settle it meanwhile
+        if run is not None:
+            run.cancel()
 
     @property
     def done(self) -> bool:
         """Whether every row has ended (reading a final value would not wait)."""
-        return self.run is None or self.run.done
+        run = self.run  # once: a view's refresh thread may settle it meanwhile
+        return run is None or run.done
 
     def __len__(self) -> int:
         return len(self._settle().rows)

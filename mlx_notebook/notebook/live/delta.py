@@ -91,6 +91,7 @@ class Deltas:
     def __init__(self, blocks: list[str] | None = None) -> None:
         self.blocks = list(blocks or [])
         self.seq = 0
+        self._base = 0  # the message number the current view started after (`restart`)
         self._want_full = False
         self._lock = threading.Lock()  # a refresh thread and a click's redraw
 
@@ -98,6 +99,16 @@ class Deltas:
         """A copy fell behind: the next message carries the whole."""
         with self._lock:
             self._want_full = True
+
+    def restart(self) -> None:
+        """Another view from the next message on, which carries the whole.
+
+        The unasked wholes then come 1, 4, 16, ... messages into this view (the
+        numbers keep counting, so no copy takes an old message for a new one).
+        """
+        with self._lock:
+            self._want_full = True
+            self._base = self.seq
 
     def message(self, blocks: list[str]) -> dict | None:
         """The message that brings a copy from the last blocks to ``blocks``; None if equal."""
@@ -108,6 +119,6 @@ class Deltas:
                 return None
             self.blocks = list(blocks)
             self.seq += 1
-            if full or _full_at(self.seq):
+            if full or _full_at(self.seq - self._base):
                 return {"kind": "full", "seq": self.seq, "blocks": self.blocks}
             return {"kind": "delta", "seq": self.seq, "ops": ops, "count": len(blocks)}

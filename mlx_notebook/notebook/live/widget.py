@@ -15,7 +15,9 @@ widget can show one view after another (a Panel's runs): `restart`.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import anywidget
@@ -60,10 +62,26 @@ class LiveWidget(anywidget.AnyWidget):
     pressed = List(Unicode(), help="The row's buttons already pressed (disabled).").tag(sync=True)
 
     def __init__(self, blocks: list[str], **kw) -> None:
+        # Traits change on the kernel's thread (code, clicks) and a view's refresh
+        # thread: one at a time, or a held sync's set of changes is iterated while
+        # the other thread adds to it. A view holds it to check it still draws here.
+        self.lock = threading.RLock()
         super().__init__(initial=list(blocks), **kw)
         self.deltas = Deltas(blocks)
+        self.owner = None  # the view drawing in this widget now (see `restart`)
         self._handlers: dict[str, Callable[[], None]] = {}
         self.on_msg(self._on_msg)
+
+    @contextmanager
+    def hold_sync(self):
+        """The changes inside sent as one message (ipywidgets'), one thread at a time."""
+        with self.lock, super().hold_sync():
+            yield
+
+    def notify_change(self, change) -> None:
+        """A trait changed: synced as ipywidgets does, one thread at a time."""
+        with self.lock:
+            super().notify_change(change)
 
     @property
     def blocks(self) -> list[str]:
@@ -83,15 +101,24 @@ class LiveWidget(anywidget.AnyWidget):
         """What a click in the browser does."""
         self._on_msg(self, {"event": "click", "button": button}, [])
 
-    def restart(self, blocks: list[str], inspecting: bool = False) -> None:
-        """Show another view from now on (its first render ``blocks``), buttons reset."""
-        self.deltas.want_full()
-        with self.hold_sync():
-            self.stopping = self.thinking_ended = self.ended = False
-            self.can_inspect = self.can_end_thinking = False
-            self.inspecting = inspecting
-            self.row, self.pressed = {}, []
-        self.show(blocks)
+    def restart(self, blocks: list[str], inspecting: bool = False, owner=None) -> None:
+        """Show another view from now on (its first render ``blocks``), buttons reset.
+
+        ``owner`` (the view) is the one that may draw here from now on; an earlier
+        view still finishing on its own thread leaves the widget alone.
+        """
+        with self.lock:
+            self.owner = owner
+            self.deltas.restart()
+            with self.hold_sync():
+                self.stopping = self.thinking_ended = self.ended = False
+                self.can_inspect = self.can_end_thinking = False
+                self.inspecting = inspecting
+                self.row, self.pressed = {}, []
+            self.show(blocks)
+            # A copy made from the saved state now (a reloaded page) starts here.
+            with self.hold_sync():
+                self.initial, self.initial_seq = list(blocks), self.deltas.seq
 
     def show(self, blocks: list[str]) -> bool:
         """Send what changed since the last call (one message); return whether one was sent."""

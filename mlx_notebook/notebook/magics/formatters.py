@@ -154,11 +154,14 @@ def live_for(value, marimo: bool):
     else:
         from .over import map_view
 
-        view = map_view(value.run, value.run.label, "text", [], on_done=value._settle)
+        run = value.run  # once: an earlier view of it may settle it meanwhile
+        if run is None:
+            return None  # ended: the static table
+        view = map_view(run, run.label, "text", [], on_done=value._settle)
     if not marimo:
         view.display()
     if kind == "MapResult":
-        view.attach(*value.run.jobs)
+        view.attach(*run.jobs)
     else:  # paced runs: those so far, then each new one
         view.join(value.runs)
     return view.widget

@@ -44,7 +44,7 @@ def over_cell(magics, args, cell: str) -> None:
     route = magics.route(fields.pop("model"))
     try:
         run = MapRun(
-            route.backend, prompts, model=route.model, system=args.system,
+            route.backend, prompts, model=route.model, label=route.label, system=args.system,
             chat=not args.raw, **fields,
         ).start()  # fmt: skip
     except ValueError as exc:

@@ -41,7 +41,8 @@ class PanelControls(HasTraits):
             ("sweep", self.sweep),
             ("clear", self.clear_history),
         ):
-            self.on_click(name, action)
+            # A click the page sent before it drew the button disabled does nothing.
+            self.on_click(name, lambda name=name, action=action: name in self.off or action())
         self.observe(self._bounds_changed, names=["sweep_from", "sweep_to"])
         self.observe(
             lambda _c: self._sync_enabled(), names=["running", "draft_source", "model_sampling"]

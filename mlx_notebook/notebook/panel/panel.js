@@ -131,6 +131,15 @@ function toggles(model, name, label, options) {
     show: (v) => { for (const b of buttons) b.setAttribute("aria-pressed", String(b.dataset.value === v)); } };
 }
 
+const drawn = new WeakMap(); // each element's HTML as last set
+
+function setHtml(e, html) {
+  if (drawn.get(e) !== html) {
+    e.innerHTML = html;
+    drawn.set(e, html);
+  }
+}
+
 function row(cls, ...children) {
   const r = el("div", `pn-row ${cls || ""}`);
   r.append(...children);
@@ -239,10 +248,12 @@ export default {
         b.disabled = off.has(name);
         b.title = tips[name] || "";
       }
-      hint.innerHTML = model.get("sampling_hint"); // escaped by the kernel
-      estimate.innerHTML = model.get("estimate");
-      status.innerHTML = model.get("status");
-      history.innerHTML = model.get("history_html");
+      // HTML escaped by the kernel; redrawn only when it changed (an open "show all"
+      // fold or a selection in the history stays as it is).
+      setHtml(hint, model.get("sampling_hint"));
+      setHtml(estimate, model.get("estimate"));
+      setHtml(status, model.get("status"));
+      setHtml(history, model.get("history_html"));
       inspect.hidden = !model.get("can_inspect");
       inspect.setAttribute("aria-pressed", String(model.get("inspecting")));
       think.hidden = !model.get("can_end_thinking");

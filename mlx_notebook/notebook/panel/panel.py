@@ -320,10 +320,16 @@ class Panel(PanelControls, LiveWidget):
                 self._record(req, r, "normal" if role == "normal" else req.mode)
             self._end()
 
-        comparison = Comparison(
-            self.engine, req, None, self.metric, max_pairs=self.max_pairs, budget_s=self.budget_s
-        )
-        self._run(CompareRun(comparison, self.refresh_hz, on_done=done, live=self))
+        try:  # (a request Compare cannot measure is refused here, after _begin)
+            comparison = Comparison(
+                self.engine, req, None, self.metric, max_pairs=self.max_pairs,
+                budget_s=self.budget_s,
+            )  # fmt: skip
+            run = CompareRun(comparison, self.refresh_hz, on_done=done, live=self)
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._run(run)
 
     def sweep(self) -> None:
         """Speculative decoding at each k of the range, repeated, against normal decoding."""
@@ -343,12 +349,15 @@ class Panel(PanelControls, LiveWidget):
                     self._record(req, r, "normal" if k is None else req.mode, k)
             self._end()
 
-        self._run(
-            SweepRun(
+        try:
+            run = SweepRun(
                 self.engine, req, ks, self.repeats, self.metric, self.refresh_hz, on_done=done,
                 live=self,
-            )
-        )  # fmt: skip
+            )  # fmt: skip
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._run(run)
 
     def _run(self, run) -> None:
         self._show(run.view)  # before start: a quick run's done() snapshots this view

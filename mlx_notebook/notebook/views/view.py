@@ -78,11 +78,13 @@ class LiveView:
 
         # One anywidget: the HTML as blocks updated by deltas, and its buttons.
         inspecting = bool(getattr(renderer, "inspecting", False))
+        self._stopping = False
         if live is None:
             self.live = LiveWidget(self._blocks(), inspecting=inspecting)
+            self.live.owner = self
         else:
             self.live = live
-            live.restart(self._blocks(), inspecting=inspecting)
+            live.restart(self._blocks(), inspecting=inspecting, owner=self)
         self.widget = self.live  # what is displayed (a caller may wrap it in a box)
         self.live.on_click("stop", self.stop)
         self.live.on_click("think", self.end_thinking)
@@ -167,7 +169,12 @@ class LiveView:
     @property
     def stopping(self) -> bool:
         """Whether Stop was pressed."""
-        return self.live.stopping
+        return self._stopping
+
+    @property
+    def _drawing(self) -> bool:
+        """Whether this view still draws in its widget (a Panel's next run took it over)."""
+        return self.live.owner is self
 
     def push(self, ev: Event, index: int = 0) -> None:
         """Listener, called on the worker thread: append only, never touch widgets."""
@@ -178,7 +185,10 @@ class LiveView:
 
     def stop(self) -> None:
         """What the Stop button does: cancel every job (never blocks)."""
-        self.live.stopping = True
+        self._stopping = True
+        with self.live.lock:
+            if self._drawing:
+                self.live.stopping = True
         self.renderer.set_stopping()
         self._dirty = True
         for job in list(self._jobs):
@@ -186,13 +196,15 @@ class LiveView:
 
     def end_thinking(self) -> None:
         """What "Stop thinking" does: every job answers now (never blocks)."""
-        self.live.thinking_ended = True
+        with self.live.lock:
+            if self._drawing:
+                self.live.thinking_ended = True
         for job in list(self._jobs):
             job.end_thinking()
 
     def _toggle_inspect(self) -> None:
         # A click (main thread): no MLX work, only the renderer's mode and a redraw.
-        if self.live.ended:  # the document folds the inspection; the view is final
+        if self.live.ended or not self._drawing:  # final (the document folds it), or gone
             return
         self.live.inspecting = not self.live.inspecting
         self.renderer.set_inspect(self.live.inspecting)
@@ -226,11 +238,12 @@ class LiveView:
             self.refresh()  # with the complete text
             # The buttons hide but keep their room: the text does not re-wrap at the end.
             with self.live.hold_sync():
-                self.live.ended = True  # the document folds the inspection
-                # A view drawn from the widget's state from now on (a reloaded page, a
-                # marimo export, a copy that fell behind) shows the end.
-                self.live.initial = list(self.live.blocks)
-                self.live.initial_seq = self.live.deltas.seq
+                if self._drawing:  # (else a Panel's next run draws there now)
+                    self.live.ended = True  # the document folds the inspection
+                    # A view drawn from the widget's state from now on (a reloaded page,
+                    # a marimo export, a copy that fell behind) shows the end.
+                    self.live.initial = list(self.live.blocks)
+                    self.live.initial_seq = self.live.deltas.seq
         if self.on_done is not None:
             try:
                 self.on_done()
@@ -268,14 +281,17 @@ class LiveView:
             for index, ev in self._events[self._seen : n]:
                 self.renderer.apply_from(index, ev)
             self._seen, self._dirty = n, False
-            sent = self.live.show(self._blocks())
-            if sent:
-                self.updates += 1
-            with self.live.hold_sync():
-                if getattr(self.renderer, "inspectable", False) and not self.done:
-                    self.live.can_inspect = True
-                thinking = bool(getattr(self.renderer, "thinking", False)) and not self.done
-                self.live.can_end_thinking = thinking
+            with self.live.lock:  # the check and the message together: no restart between
+                if not self._drawing:  # a Panel's next run draws there now
+                    return False
+                sent = self.live.show(self._blocks())
+                if sent:
+                    self.updates += 1
+                with self.live.hold_sync():
+                    if getattr(self.renderer, "inspectable", False) and not self.done:
+                        self.live.can_inspect = True
+                    thinking = bool(getattr(self.renderer, "thinking", False)) and not self.done
+                    self.live.can_end_thinking = thinking
         return sent
 
     def _ipython_display_(self) -> None:

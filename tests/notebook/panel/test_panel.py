@@ -370,7 +370,57 @@ def test_the_panels_stop_cancels_its_run(engine, scripted):
     for ev in job.events(timeout=30, detach=True):
         if isinstance(ev, Token):
             break
-    panel._on_msg(panel, {"event": "click", "button": "stop"}, [])
+    panel._on_msg(panel, {"event": "click", "button": "stop"}, [])  # the panel's own Stop
     res = panel.wait(30)
     assert res.finish_reason == "cancelled" and 0 < len(res.token_ids) < 200
     assert panel.stopping and panel.ended and "stop" in panel.off
+
+
+def test_a_click_on_a_button_shown_disabled_does_nothing(panel):
+    panel.draft_source = "none"
+    assert "compare" in panel.off
+    panel.click("compare")  # sent by a page that had not yet drawn it disabled
+    assert not panel.running and panel.status == "" and panel.wait(1) is None
+
+
+def test_compare_refused_after_it_began_frees_the_panel(panel):
+    panel.draft_source = "none"
+    panel.compare()  # from code: Compare needs a draft source
+    assert "draft source" in panel.status and not panel.running
+    assert panel.wait(1) is None
+
+
+def test_a_failed_runs_late_end_leaves_the_next_run_alone(engine, scripted, monkeypatch):
+    import threading
+
+    from mlx_notebook.notebook.views.view import LiveView
+
+    scripted("slow", delay_s=0.02)
+    panel = mlx_notebook.Panel(engine=engine, prompt="Hello", model="slow", chat=False,
+                               draft_source="lookup", max_tokens=100000)  # fmt: skip
+    gate, old_done = threading.Event(), threading.Event()
+    finish = LiveView.finish
+
+    def late_finish(self):  # the failed sweep's view ends on its own thread, late
+        if not old_done.is_set():
+            gate.wait(30)
+            finish(self)
+            old_done.set()
+        else:
+            finish(self)
+
+    monkeypatch.setattr(LiveView, "finish", late_finish)
+    submit = panel.engine.submit
+    monkeypatch.setattr(panel.engine, "submit", lambda r: (_ for _ in ()).throw(RuntimeError("x")))
+    panel.click("sweep")  # fails after it began: no run; its view ends on its thread
+    assert not panel.running
+    monkeypatch.setattr(panel.engine, "submit", submit)
+    panel.draft_source = "none"
+    panel.click("generate")  # never ends by itself
+    mine = panel._view
+    gate.set()  # the failed view's end runs now, while the new run is current
+    assert old_done.wait(30)
+    assert panel.running and panel.owner is mine  # untouched: not ended, not redrawn
+    assert not panel.ended and "stop" not in panel.off
+    panel.click("stop")
+    assert panel.wait(30).finish_reason == "cancelled" and panel.ended
