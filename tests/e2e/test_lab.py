@@ -307,6 +307,15 @@ def test_panel_compare(lab, artifacts):
     step("panel rendered", lambda: panel.count() == 1, 60)
     prompt = panel.locator("textarea").first
     prompt.click()
+    # Typed by key: Lab's shortcuts (Shift+Enter runs the cell, a/b/dd insert or delete
+    # cells in command mode) must not fire from the panel's fields.
+    prompt.press_sequentially("a b dd")
+    prompt.press("Shift+Enter")
+    prompt.press_sequentially("x")
+    assert prompt.input_value() == "a b dd\nx" and panel.count() == 1  # not rerun
+    seed = panel.get_by_label("seed")
+    seed.fill("7")
+    seed.press("Enter")
     prompt.fill(COPY)
     panel.get_by_role("button", name="Compare").click()
     verdict = panel.locator(".mlxnb-compare")

@@ -6,6 +6,13 @@
 
 let uid = 0;
 
+// Keys typed into a field are the field's: the notebook's shortcuts (Shift+Enter runs
+// the cell, "a" inserts one in command mode) never see them.
+function ownKeys(input) {
+  input.addEventListener("keydown", (e) => e.stopPropagation());
+  return input;
+}
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -24,7 +31,7 @@ function field(label, input) {
 
 // Each control: its trait, how it shows the value and how an edit sets it.
 function text(model, name, placeholder, rows) {
-  const input = el(rows ? "textarea" : "input", "pn-text");
+  const input = ownKeys(el(rows ? "textarea" : "input", "pn-text"));
   if (rows) input.rows = rows;
   else input.type = "text";
   input.placeholder = placeholder;
@@ -36,7 +43,7 @@ function text(model, name, placeholder, rows) {
 }
 
 function combo(model, name, placeholder) {
-  const input = el("input", "pn-text pn-combo");
+  const input = ownKeys(el("input", "pn-text pn-combo"));
   input.type = "text";
   input.placeholder = placeholder;
   const list = el("datalist");
@@ -64,7 +71,7 @@ function combo(model, name, placeholder) {
 }
 
 function number(model, name, min, max) {
-  const input = el("input", "pn-number");
+  const input = ownKeys(el("input", "pn-number"));
   input.type = "number";
   input.min = min;
   input.max = max;
