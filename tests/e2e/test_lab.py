@@ -316,10 +316,15 @@ def test_panel_compare(lab, artifacts):
     seed = panel.get_by_label("seed")
     seed.fill("7")
     seed.press("Enter")
+    k = panel.get_by_label("draft k")  # 3: two arrows make it 5, not another cell chosen
+    k.focus()
+    k.press("ArrowRight")
+    k.press("ArrowUp")
     prompt.fill(COPY)
     panel.get_by_role("button", name="Compare").click()
     verdict = panel.locator(".mlxnb-compare")
     step("columns and verdict", lambda: "identical text in all" in verdict.inner_text(), 90)
+    assert "k=5" in verdict.inner_text()  # the slider moved by key reached the kernel
     text = verdict.inner_text()
     assert "acceptance" in text and "speculative" in text  # the verdict and the runs table
     assert verdict.locator(".cols").first.locator(":scope > .col").count() == 2  # the texts

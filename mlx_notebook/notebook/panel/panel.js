@@ -91,7 +91,7 @@ function number(model, name, min, max) {
 }
 
 function slider(model, name, min, max, step) {
-  const input = el("input", "pn-range");
+  const input = ownKeys(el("input", "pn-range")); // arrows move the slider, not the cell
   input.type = "range";
   Object.assign(input, { min, max, step });
   const out = el("output", "pn-readout");
