@@ -11,43 +11,22 @@ export default {
     root.className = "mlxnb-view";
     const body = document.createElement("div");
     body.className = "mlxnb-body";
-    const bar = document.createElement("div");
-    bar.className = "mlxnb-stop";
-    const think = button("Stop thinking", "End the reasoning here: the model answers now", "think", model);
-    const inspect = button("Inspect", "Tint each token by its probability (hover a token for its alternatives)", "inspect", model);
-    const stop = button("Stop", "Stop generating (keeps the text so far)", "stop", model);
-    bar.append(think, inspect, stop);
+    const buttons = viewButtons(model, true);
     const row = document.createElement("div");
     row.className = "mlxnb-row";
-    root.append(row, body, bar);
+    root.append(row, body, buttons.bar);
     el.append(root);
 
-    let shown = null;
-    const draw = () => {
-      const html = c.blocks.join("");
-      if (html !== shown) {
-        body.innerHTML = html; // built from escaped text by the kernel
-        shown = html;
-      }
-    };
     const controls = () => {
-      stop.hidden = !model.get("can_stop");
-      stop.disabled = model.get("stopping");
-      inspect.hidden = !model.get("can_inspect");
-      inspect.setAttribute("aria-pressed", String(model.get("inspecting")));
-      think.hidden = !model.get("can_end_thinking");
-      think.disabled = model.get("thinking_ended");
-      think.textContent = model.get("thinking_ended") ? "answering…" : "Stop thinking";
-      bar.classList.toggle("ended", model.get("ended"));
+      buttons.update();
       drawRow(row, model);
     };
-    c.draw = draw;
-    draw();
+    c.draw = drawInto(c, body);
+    c.draw();
     const onInitial = () => adopt(c, model.get("initial") || [], model.get("initial_seq") || 0);
     model.on("change:initial_seq", onInitial);
     controls();
-    const names = ["can_stop", "stopping", "can_inspect", "inspecting", "can_end_thinking",
-      "thinking_ended", "ended", "row", "pressed"];
+    const names = [...buttons.traits, "row", "pressed"];
     for (const n of names) model.on(`change:${n}`, controls);
     return () => {
       model.off("msg:custom", onMsg);

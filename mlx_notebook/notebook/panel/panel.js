@@ -204,11 +204,8 @@ export default {
     // The run's view, with its own Inspect and Stop thinking (Stop is the panel's).
     const run = el("div", "mlxnb-view pn-run");
     const body = el("div", "mlxnb-body");
-    const bar = el("div", "mlxnb-stop");
-    const think = button("Stop thinking", "End the reasoning here: the model answers now", "think", model);
-    const inspect = button("Inspect", "Tint each token by its probability (hover a token for its alternatives)", "inspect", model);
-    bar.append(think, inspect);
-    run.append(body, bar);
+    const buttons = viewButtons(model, false);
+    run.append(body, buttons.bar);
 
     const groups = {
       draft_row: row("", field("draft k", k.box), field("draft model", draftModel.box),
@@ -261,22 +258,9 @@ export default {
       setHtml(estimate, model.get("estimate"));
       setHtml(status, model.get("status"));
       setHtml(history, model.get("history_html"));
-      inspect.hidden = !model.get("can_inspect");
-      inspect.setAttribute("aria-pressed", String(model.get("inspecting")));
-      think.hidden = !model.get("can_end_thinking");
-      think.disabled = model.get("thinking_ended");
-      think.textContent = model.get("thinking_ended") ? "answering…" : "Stop thinking";
-      bar.classList.toggle("ended", model.get("ended"));
+      buttons.update();
     };
-    let shown = null;
-    c.draw = () => {
-      const html = c.blocks.join("");
-      if (html !== shown) {
-        body.innerHTML = html; // built from escaped text by the kernel
-        shown = html;
-      }
-      run.hidden = !html;
-    };
+    c.draw = drawInto(c, body, (html) => { run.hidden = !html; });
     c.draw();
     showValues();
     showState();
@@ -285,7 +269,7 @@ export default {
     const values = controls.map((ctl) => `change:${ctl.name}`);
     for (const v of values) model.on(v, showValues);
     const state = ["running", "hidden", "off", "tips", "sampling_hint", "estimate", "status",
-      "history_html", "can_inspect", "inspecting", "can_end_thinking", "thinking_ended", "ended"];
+      "history_html", ...buttons.traits];
     for (const s of state) model.on(`change:${s}`, showState);
     return () => {
       model.off("msg:custom", onMsg);
