@@ -6,11 +6,17 @@ is hidden (the draft model field unless drafts come from a model, the n-gram
 slider unless from prompt lookup, the measuring settings without a draft
 source, temperature and top-p while the model's own sampling is on). A button
 that cannot act now stays in place, looks disabled, and its hover text says why.
+
+Also what the sampling controls say and do: the model's own sampling as a hint,
+unticking it starts the sliders from the values in force, and a value set by
+hand unticks it.
 """
 
 from __future__ import annotations
 
 from traitlets import Dict, HasTraits, List, Unicode
+
+from .snapshot import estimate_text, sampling_text
 
 WHY_RUNNING = "a run is in progress: press Stop first"
 WHY_NO_DRAFTS = "choose a draft source (prompt lookup, suffix or draft model) to measure it"
@@ -84,3 +90,29 @@ class PanelControls(HasTraits):
             self.hidden = [name for name, hide in hidden.items() if hide]
             self.off = [b for b in BUTTONS if why.get(b)]
             self.tips = {b: why.get(b) or TIPS[b] for b in BUTTONS}
+
+    def _custom_sampling(self, _change) -> None:
+        self._by_hand = True  # a value set by hand is meant to be used, as set
+        try:
+            self.model_sampling = False
+        finally:
+            self._by_hand = False
+
+    def _on_model_sampling(self, change) -> None:
+        if change["new"] or self._by_hand:
+            return
+        # The sliders start at the values in force, so unticking changes nothing.
+        from ...engine.defaults import in_force
+        from ...engine.request import Request
+
+        route = self.route()
+        values = in_force(Request(""), route.backend.sampling_defaults(route.model))
+        with self.hold_trait_notifications():
+            self.temperature, self.top_p = values["temperature"], values["top_p"]
+
+    def _show_sampling(self) -> None:
+        route = self.route()
+        self.sampling_hint = sampling_text(route.backend.sampling_defaults(route.model))
+
+    def _show_estimate(self) -> None:
+        self.estimate = estimate_text(self)

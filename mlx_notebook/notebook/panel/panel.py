@@ -34,7 +34,7 @@ from ..views.render import ViewState, escape
 from ..views.sweep import SweepRun
 from ..views.view import LiveView, generation_view
 from .controls import PanelControls
-from .snapshot import estimate_text, history_html, sampling_text, snapshot_html
+from .snapshot import history_html, snapshot_html
 
 _recent: list[str] = []
 _HERE = Path(__file__).parent
@@ -161,31 +161,6 @@ class Panel(PanelControls, LiveWidget):
     def _model_options(self) -> list[str]:
         loaded = [m.name for m in self.engine.info().models]
         return list(dict.fromkeys(["default", *loaded, *_recent]))
-
-    def _custom_sampling(self, _change) -> None:
-        self._by_hand = True  # a value set by hand is meant to be used, as set
-        try:
-            self.model_sampling = False
-        finally:
-            self._by_hand = False
-
-    def _on_model_sampling(self, change) -> None:
-        if change["new"] or self._by_hand:
-            return
-        # The sliders start at the values in force, so unticking changes nothing.
-        from ...engine.defaults import in_force
-
-        route = self.route()
-        values = in_force(Request(""), route.backend.sampling_defaults(route.model))
-        with self.hold_trait_notifications():
-            self.temperature, self.top_p = values["temperature"], values["top_p"]
-
-    def _show_sampling(self) -> None:
-        route = self.route()
-        self.sampling_hint = sampling_text(route.backend.sampling_defaults(route.model))
-
-    def _show_estimate(self) -> None:
-        self.estimate = estimate_text(self)
 
     # -- requests -----------------------------------------------------------
     def request(self) -> Request:
