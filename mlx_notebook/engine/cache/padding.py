@@ -18,7 +18,8 @@ check runs one batched step over rows prefilled alone: a model whose batched ste
 parts from its rows alone (or raises) runs its rows alone.
 
 `multi_token_problem` asks the same of speculation: whether one pass over several new
-tokens gives the logits that single steps give.
+tokens gives the logits that single steps give. Where a model's caches keep a sliding
+window, that pass is made past the window (a window's difference shows only there).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ LONG, SHORT, MID = 12, 6, 9
 # single-row matrix products round differently (more so on quantized weights), while
 # padding read as tokens moves logits by a large share of their spread.
 RTOL = 0.02
+# The longest sliding window the speculation check reaches past (its one-time cost: a
+# prefill of that many tokens); a longer one is checked as a short model is.
+MAX_WINDOW = 4096
+CHUNK = 512  # the check's prefill, in passes of this many tokens
 
 
 def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str | None]:
@@ -111,18 +116,25 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     would. mlx-lm's plamo3 does not: its sliding-window mask lets a multi-token pass
     see one key more than the window its cache keeps for single steps.
 
-    Worker thread only. Costs a short prefill, one pass of `SHORT` tokens and as many
-    single steps.
+    mlx-lm's plamo3 masks ``window + 1`` keys in a pass and keeps ``window`` for a
+    step, so the pass is made past the model's longest window (up to `MAX_WINDOW`).
+
+    Worker thread only. Costs a prefill of `LONG` tokens, or of one window plus one on a
+    model with sliding windows (once per model, at its first speculative job), one pass
+    of `SHORT` tokens and as many single steps.
     """
     from mlx_lm.models.cache import make_prompt_cache
 
-    ids = _probe(vocab_size)
+    window = _window(model)
+    start = window + 1 if LONG <= window <= MAX_WINDOW else LONG
+    ids = _probe(vocab_size, start + SHORT)
     for t in tables:
-        t.grow(LONG + SHORT + 1)
+        t.grow(start + SHORT + 1)
     caches = [make_prompt_cache(model), make_prompt_cache(model)]
     for c in caches:
-        model(mx.array([ids[:LONG]]), cache=c)
-    new = ids[LONG : LONG + SHORT]
+        for i in range(0, start, CHUNK):
+            mx.eval(model(mx.array([ids[i : min(i + CHUNK, start)]]), cache=c))
+    new = ids[start : start + SHORT]
     together = model(mx.array([new]), cache=caches[0])[0].astype(mx.float32)
     single = [model(mx.array([[t]]), cache=caches[1])[0, -1] for t in new]
     single = mx.stack(single).astype(mx.float32)
@@ -133,10 +145,20 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     return None
 
 
-def _probe(vocab_size: int) -> list[int]:
-    """The check's token ids: spread over the vocabulary, clear of its first ids."""
+def _probe(vocab_size: int, n: int = LONG + SHORT + MID) -> list[int]:
+    """The check's ``n`` token ids: spread over the vocabulary, clear of its first ids."""
     step = max(1, vocab_size // (LONG + SHORT + MID + 3))
-    return [(5 + i * step) % vocab_size for i in range(LONG + SHORT + MID)]
+    return [(5 + i * step) % vocab_size for i in range(n)]
+
+
+def _window(model) -> int:
+    """The longest sliding window of ``model``'s caches (0: none keeps a window)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from .caches import layers
+
+    sizes = [getattr(c, "max_size", None) for c in layers(make_prompt_cache(model))]
+    return max((s for s in sizes if isinstance(s, int)), default=0)
 
 
 def _apart(x: mx.array, y: mx.array, solo: mx.array) -> bool:

@@ -151,3 +151,18 @@ def test_a_model_whose_multi_token_pass_differs_decodes_without_drafts(eng, plam
     spec, _ = lookup(eng, models["llama"])
     assert spec.stats.draft_tokens_proposed > 0
     assert "drafts verified in one pass" in "\n".join(eng.info().notes)
+
+
+def test_a_window_longer_than_the_probe_is_checked_past_its_end(tmp_path, monkeypatch):
+    # A real plamo3 keeps 2,048 tokens; here 40, still past the check's short prefix
+    # (12): a pass over tokens inside the window agrees with single steps, so only a
+    # pass past the window finds it.
+    from mlx_lm import load
+
+    path = build_family("plamo3", tmp_path / "m", sliding_window=40)
+    model, tok = load(str(path))
+    vocab = len(tok.get_vocab())
+    assert padding._window(model) == 40
+    assert "parts from single steps" in padding.multi_token_problem(model, vocab)
+    monkeypatch.setattr(padding, "MAX_WINDOW", 0)  # as the check was: a short prefix
+    assert padding.multi_token_problem(model, vocab) is None  # finds nothing
