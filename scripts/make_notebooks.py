@@ -112,7 +112,7 @@ def speculative():
             "\npanel"
         ),
         code(
-            "panel.compare_button.click()  # same as clicking Compare\ncmp = panel.wait()\n"
+            "panel.click('compare')  # same as clicking Compare\ncmp = panel.wait()\n"
             "print(cmp.verdict_line())\nprint('by position:', "
             "[round(a, 2) for a in cmp.acceptance_by_position])"
         ),
@@ -124,7 +124,7 @@ def speculative():
         ),
         code(
             "panel.sweep_from, panel.sweep_to, panel.repeats = 2, 5, 2\n"
-            "panel.sweep_button.click()\nsw = panel.wait()\nprint(sw.verdict_line())\n"
+            "panel.click('sweep')\nsw = panel.wait()\nprint(sw.verdict_line())\n"
             "print(panel.history_text())"
         ),
     ]
