@@ -221,7 +221,8 @@ def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
     k.interrupt()
     reply = k.reply(mid, 20)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
-    _, out = k.output("print(bg.finish_reason)", 10)
+    # (30 s: once in ~40 loaded runs the printed line came more than 10 s after idle)
+    _, out = k.output("print(bg.finish_reason)", 30)
     assert "cancelled" in out
 
 
