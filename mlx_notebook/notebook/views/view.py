@@ -136,9 +136,7 @@ class LiveView:
         Each new job joins the view, and the view ends once pacing has ended and
         those jobs have. If ``start`` raises, nothing runs and the view ends at once.
         """
-        runs.on_submit = lambda job, _i: self.add(job)
-        runs.on_end = self.seal
-        self.attach(sealed=False)
+        self.join(runs)  # nothing submitted yet: each job as it comes, then the end
         try:
             start()
         except BaseException:
