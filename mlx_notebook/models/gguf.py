@@ -164,6 +164,8 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     elif quant:  # a float GGUF has none: "quantization" would make mlx-lm quantize
         config["quantization"] = quant
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
+    del weights
+    mx.clear_cache()  # the file's weights, before the model is loaded from the copy
     write_tokenizer(md, out)
     # config.json last: its presence marks a complete directory.
     (out / "config.json").write_text(json.dumps(config, indent=1))

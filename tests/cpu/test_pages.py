@@ -6,6 +6,7 @@ import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engin
 from mlx_notebook.cpu import ext as _ext
 from mlx_notebook.cpu import fast as cpu_fast
 from mlx_notebook.cpu import pages as cpu_pages
+from mlx_notebook.testing import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def test_huge_pages_are_skipped_with_a_reason(ext, tiny_dir, tmp_path, monkeypat
     thp.write_text("always [madvise] never\n")
     monkeypatch.setattr(cpu_pages, "THP", thp)
     monkeypatch.setattr(cpu_pages, "available_bytes", lambda: 1000)
-    assert "needs twice that free" in cpu_pages.install(model)
+    assert "needs twice that free" in cpu_pages.install(model)  # a group of it
     monkeypatch.setenv(cpu_pages.ENV, "0")
     assert cpu_pages.install(model) is None
 
@@ -98,3 +99,58 @@ def test_the_engine_names_the_huge_pages(engine, tiny_dir):
     mode = cpu_pages.thp_mode()
     want = "weights on huge pages (" if mode in ("always", "madvise") else "weights on 4 KiB pages"
     assert any(line.startswith(want) for line in fast), fast
+
+
+class _Counting:
+    """The extension, with its ``huge_pack`` calls and their sizes recorded."""
+
+    def __init__(self, ext):
+        self._ext, self.packs = ext, []
+
+    def __getattr__(self, name):
+        return getattr(self._ext, name)
+
+    def huge_pack(self, arrays):
+        self.packs.append(sum(a.nbytes for a in arrays))
+        return self._ext.huge_pack(arrays)
+
+
+def test_the_copy_goes_a_group_at_a_time_and_never_holds_the_weights_twice(ext, monkeypatch):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    args = llama.ModelArgs.from_dict(
+        tiny_config(
+            1000,
+            hidden_size=512,
+            intermediate_size=1408,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+        )
+    )
+    model = llama.Model(args)  # 48 MB of float32 weights
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    x = mx.array([[5, 17, 99, 3]])
+    want = model(x)
+    mx.eval(want)
+    total = sum(a.nbytes for _, a in tree_flatten(model.parameters()))
+    counting = _Counting(ext)
+    monkeypatch.setattr(_ext, "load", lambda: counting)
+    mx.clear_cache()
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    line = cpu_pages.install(model, group_bytes=total // 6)
+    if cpu_pages.thp_mode() not in ("always", "madvise"):
+        pytest.skip(line)
+    grew = mx.get_peak_memory() - before
+    assert len(counting.packs) >= 6 and sum(counting.packs) == total
+    assert max(counting.packs) <= total // 6
+    # Each group's originals are freed before the next is copied: at most one group
+    # beyond the weights, plus each buffer's spare huge page (allocated for the
+    # alignment, never written), where one buffer for all of them held every
+    # weight twice.
+    spare = len(counting.packs) * (2**21 + 2**12)
+    assert grew <= max(counting.packs) + spare < total, (grew, total)
+    assert mx.array_equal(model(x), want).item()
