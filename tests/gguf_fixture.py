@@ -50,12 +50,7 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False, q6k_embeddi
     """
     import gguf
 
-    tok_dir = path.parent / (path.stem + "-tok")
-    build_tokenizer(tok_dir)
-    tj = json.loads((tok_dir / "tokenizer.json").read_text())
-    vocab = tj["model"]["vocab"]
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
+    tokens, merges = _tokens(path)
     cfg = tiny_config(len(tokens), **({"hidden_size": 256} if q6k_embedding else {}))
     E, L, F = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -107,17 +102,7 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False, q6k_embeddi
     w.add_head_count_kv(KV)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_freq_base(cfg["rope_theta"])
-    w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-    w.add_bos_token_id(tokens.index("<|im_start|>"))
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    _add_tokenizer(w, tokens, merges, "smollm")
     for name, (arr, qtype) in gg.items():
         if qtype is None:
             w.add_tensor(name, arr)
@@ -128,3 +113,108 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False, q6k_embeddi
     w.write_tensors_to_file()
     w.close()
     return path, hf, cfg
+
+
+def _tokens(path: Path) -> tuple[list[str], list[str]]:
+    """The tiny tokenizer's tokens (by id) and merges, built beside ``path``."""
+    tok_dir = path.parent / (path.stem + "-tok")
+    build_tokenizer(tok_dir)
+    tj = json.loads((tok_dir / "tokenizer.json").read_text())
+    vocab = tj["model"]["vocab"]
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
+    return tokens, merges
+
+
+def _add_tokenizer(w, tokens: list[str], merges: list[str], pre: str) -> None:
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_bos_token_id(tokens.index("<|im_start|>"))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_pad_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML)
+
+
+def gguf_name(name: str) -> str:
+    """An mlx-lm tensor name as llama.cpp writes it (the converter's table, reversed)."""
+    import re
+
+    from mlx_notebook.models.gguf import _NAMES
+
+    for pat, rep in _NAMES:
+        back = "^" + re.escape(rep).replace(re.escape("\\1"), "(\\d+)")
+        forth = pat[1:].replace("\\.", ".").replace("(\\d+)", "\\1")
+        new, n = re.subn(back, forth, name)
+        if n:
+            return new
+    raise KeyError(name)
+
+
+def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int = 0):
+    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3) as llama.cpp writes it.
+
+    Q/K rows as they are (llama.cpp permutes only llama's), the tokenizer's pre-type
+    ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``): every matrix quantized, else float32.
+
+    Returns:
+        ``(path, model)``: the mlx-lm model holding the weights the file stores (after
+        the quantization round trip), the reference a correct loader must equal.
+    """
+    import importlib
+
+    import gguf
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    tokens, merges = _tokens(path)
+    cfg = tiny_config(len(tokens), model_type=arch, head_dim=16, rope_theta=1e6)
+    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    mx.random.seed(seed)
+    model = mod.Model(mod.ModelArgs.from_dict(cfg))
+    T = gguf.GGMLQuantizationType
+    stored = []
+    rng = np.random.default_rng(seed)
+    for name, a in tree_flatten(model.parameters()):
+        w = np.array(a.astype(mx.float32))
+        if name.endswith("norm.weight"):
+            w = (1 + 0.2 * rng.standard_normal(w.shape)).astype(np.float32)  # not all ones
+        if qtype and w.ndim == 2:
+            q = gguf.quants.quantize(w, getattr(T, qtype))
+            stored.append((name, q, getattr(T, qtype)))
+            w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
+        else:
+            stored.append((name, w, None))
+        model.update(_tree(name, mx.array(w)))
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    _add_tokenizer(w, tokens, merges, "qwen2")
+    for name, arr, kind in stored:
+        if kind is None:
+            w.add_tensor(gguf_name(name), arr)
+        else:
+            w.add_tensor(gguf_name(name), arr, raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, model
+
+
+def _tree(name: str, value):
+    from mlx.utils import tree_unflatten
+
+    return tree_unflatten([(name, value)])

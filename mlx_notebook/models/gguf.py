@@ -1,9 +1,10 @@
-"""GGUF -> MLX model directory for the llama architecture, cached and written atomically.
+"""GGUF -> MLX model directory (llama, qwen2, qwen3), cached and written atomically.
 
-``mx.load`` already returns GGUF weights in MLX's quantized layout. llama.cpp
-stores Q/K rows in interleaved-RoPE order, so we set ``rope_traditional`` and
-keep them as they are (measured: perplexity 7.9 this way, 398 un-permuted
-with the default RoPE).
+``mx.load`` already returns GGUF weights in MLX's quantized layout. For the llama
+architecture (Llama, Mistral, SmolLM) llama.cpp stores Q/K rows in
+interleaved-RoPE order, so we set ``rope_traditional`` and keep them as they are
+(measured: perplexity 7.9 this way, 398 un-permuted with the default RoPE); its
+converter leaves Qwen's rows as they are, in mlx-lm's order.
 """
 
 from __future__ import annotations
@@ -36,10 +37,19 @@ _NAMES = [
     (r"^blk\.(\d+)\.attn_k\.", r"model.layers.\1.self_attn.k_proj."),
     (r"^blk\.(\d+)\.attn_v\.", r"model.layers.\1.self_attn.v_proj."),
     (r"^blk\.(\d+)\.attn_output\.", r"model.layers.\1.self_attn.o_proj."),
+    (r"^blk\.(\d+)\.attn_q_norm\.", r"model.layers.\1.self_attn.q_norm."),
+    (r"^blk\.(\d+)\.attn_k_norm\.", r"model.layers.\1.self_attn.k_norm."),
     (r"^blk\.(\d+)\.ffn_gate\.", r"model.layers.\1.mlp.gate_proj."),
     (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.up_proj."),
     (r"^blk\.(\d+)\.ffn_down\.", r"model.layers.\1.mlp.down_proj."),
 ]
+
+
+# The architectures converted, and whether llama.cpp's converter permuted their Q/K
+# rows for interleaved RoPE (its LlamaModel does; Qwen2Model and Qwen3Model do not).
+# Each is the mlx-lm model type of the same name; the tensors are named as llama's,
+# plus Qwen3's per-head Q/K norms (Qwen2's Q/K/V biases follow their weights' names).
+ARCHS = {"llama": True, "qwen2": False, "qwen3": False}
 
 
 def cache_root() -> Path:
@@ -145,17 +155,17 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
 
     weights, md = mx.load(str(gguf), return_metadata=True)
     arch = str(md.get("general.architecture"))
-    if arch != "llama":
+    if arch not in ARCHS:
         raise ValueError(
-            f"GGUF architecture {arch!r} is not supported: only 'llama' can be converted "
-            f"({gguf.name})"
+            f"GGUF architecture {arch!r} is not supported: only "
+            f"{', '.join(map(repr, ARCHS))} can be converted ({gguf.name})"
         )
     try:
         kquants = {_rename(k) for k, t in _tensor_types(gguf).items() if t in _K_QUANTS}
     except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
         kquants = set()  # a header this reader does not know: K-quants stay float
-    weights = {_rename(k): v for k, v in weights.items() if not k.startswith("rope_freqs")}
-    config = _config(md, weights)
+    weights = {_rename(k, arch): v for k, v in weights.items() if not k.startswith("rope_freqs")}
+    config = _config(md, weights, arch)
     if variant != "f32":
         _requantize(weights, kquants)
     quant = _quantization(weights, config)
@@ -244,23 +254,23 @@ def _broken(out: Path) -> bool:
         return True
 
 
-def _rename(name: str) -> str:
+def _rename(name: str, arch: str = "llama") -> str:
     for pat, rep in _NAMES:
         new, n = re.subn(pat, rep, name)
         if n:
             return new
-    raise ValueError(f"unexpected GGUF tensor {name!r} for the llama architecture")
+    raise ValueError(f"unexpected GGUF tensor {name!r} for the {arch} architecture")
 
 
-def _config(md: dict, weights: dict) -> dict:
+def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
     def g(key, default=None):
-        v = md.get(f"llama.{key}", default)
+        v = md.get(f"{arch}.{key}", default)
         return _scalar(v) if v is not None else None
 
     hidden = int(g("embedding_length"))
     heads = int(g("attention.head_count"))
     return {
-        "model_type": "llama",
+        "model_type": arch,
         "hidden_size": hidden,
         "num_hidden_layers": int(g("block_count")),
         "intermediate_size": int(g("feed_forward_length")),
@@ -269,7 +279,7 @@ def _config(md: dict, weights: dict) -> dict:
         "head_dim": int(g("attention.key_length", hidden // heads)),
         "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon", 1e-5)),
         "rope_theta": float(g("rope.freq_base", 10000.0)),
-        "rope_traditional": True,
+        "rope_traditional": ARCHS[arch],
         "vocab_size": int(g("vocab_size", len(md.get("tokenizer.ggml.tokens", [])))),
         "max_position_embeddings": int(g("context_length", 2048)),
         "tie_word_embeddings": "lm_head.weight" not in weights,

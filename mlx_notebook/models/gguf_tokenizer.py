@@ -10,7 +10,22 @@ from typing import Any
 SPECIAL_TYPES = (3, 4)
 
 
+# llama.cpp's splitting regexes (llama-vocab.cpp) for the pre-types that are not
+# GPT-2's: Llama 3's groups digits by three, Qwen2's splits every digit.
+_SPLIT = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
+    r"\p{N}DIGITS| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_REGEX_PRES = {
+    **dict.fromkeys(
+        ("llama-bpe", "llama3", "falcon3", "pixtral"), _SPLIT.replace("DIGITS", "{1,3}")
+    ),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _SPLIT.replace("DIGITS", "")),
+}
+
+
 def _pre_tokenizer(pre: str):
+    from tokenizers import Regex
     from tokenizers import pre_tokenizers as pt
 
     byte_level = pt.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
@@ -19,9 +34,12 @@ def _pre_tokenizer(pre: str):
         return pt.Sequence([pt.Digits(individual_digits=True), byte_level])
     if pre in ("gpt-2", "gpt2", "default", "mpt", "olmo", "jais"):
         return byte_level
+    if pre in _REGEX_PRES:  # as these models' own tokenizer.json has it
+        split = pt.Split(Regex(_REGEX_PRES[pre]), behavior="isolated", invert=False)
+        return pt.Sequence([split, pt.ByteLevel(add_prefix_space=False, use_regex=False)])
     raise ValueError(
         f"GGUF tokenizer pre-type {pre!r} is not supported yet "
-        "(supported: the gpt2 and smollm families)"
+        "(supported: the gpt2, smollm, llama-bpe and qwen2 families)"
     )
 
 
@@ -41,6 +59,7 @@ def write_tokenizer(md: dict, out: Path) -> None:
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
+    arch = str(md.get("general.architecture", "llama"))
     kind = md.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (only 'gpt2' BPE)")
@@ -80,7 +99,7 @@ def write_tokenizer(md: dict, out: Path) -> None:
         "add_bos_token": add_bos,
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": int(_scalar(md.get("llama.context_length", 2048))),
+        "model_max_length": int(_scalar(md.get(f"{arch}.context_length", 2048))),
         "additional_special_tokens": [t for t in specials if t not in (bos, eos, unk, pad)],
     }
     if "tokenizer.chat_template" in md:

@@ -224,3 +224,57 @@ def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
         (d / "model.safetensors").write_bytes(b"x" * 1000)
     assert conv.convert_gguf(path, "q") == final  # a cache hit
     assert not stale.exists() and live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("qtype", [None, "Q8_0"])
+def test_qwen_ggufs_load_and_decode_as_mlx_lm_does_on_the_same_weights(
+    engine, cache, tmp_path, arch, qtype
+):
+    from mlx_lm.generate import generate_step
+
+    from mlx_notebook.engine import Request
+    from tests.gguf_fixture import build_arch_gguf
+
+    path, ref = build_arch_gguf(tmp_path / f"{arch}.gguf", arch, qtype)
+    TEXT = "The 12 ships sailed at dawn"
+    ids = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 31]
+
+    def run():
+        import mlx.core as mx
+        from mlx_lm import load
+
+        out = conv.convert_gguf(path, "q")
+        model, tok = load(str(out))
+        prompt = mx.array(tok.encode(TEXT))
+        want = [t for (t, _), _ in zip(generate_step(prompt, ref), range(8))]
+        return out, logits_of(model, ids), logits_of(ref, ids), want
+
+    out, ours, want_logits, want = engine.call(run).result()
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == arch and config["rope_traditional"] is False
+    assert ("quantization" in config) == (qtype is not None)
+    np.testing.assert_allclose(ours, want_logits, atol=2e-2 * np.abs(want_logits).max())
+    assert (ours.argmax(-1) == want_logits.argmax(-1)).all()
+    if qtype is None:  # float32 weights: the engine's greedy ids are mlx-lm's (fast path on)
+        res = engine.submit(
+            Request(
+                TEXT, model=str(path), chat=False, max_tokens=8, temperature=0, repetition_penalty=1
+            )  # fmt: skip
+        ).result(timeout=300)
+        assert res.token_ids == want
+
+
+@pytest.mark.parametrize(
+    "pre, text, pieces",
+    [
+        ("llama-bpe", "I'm 12345", ["I", "'m", "Ġ", "123", "45"]),
+        ("qwen2", "I'm 123", ["I", "'m", "Ġ", "1", "2", "3"]),
+        ("smollm", "a  b\n\nc", ["a", "Ġ", "Ġb", "Ċ", "Ċ", "c"]),
+        ("qwen2", "a  b\n\nc", ["a", "Ġ", "Ġb", "ĊĊ", "c"]),
+    ],
+)
+def test_llama3_and_qwen_pre_tokenizers_split_as_their_regexes(pre, text, pieces):
+    from mlx_notebook.models.gguf_tokenizer import _pre_tokenizer
+
+    assert [w for w, _ in _pre_tokenizer(pre).pre_tokenize_str(text)] == pieces
