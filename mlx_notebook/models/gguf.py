@@ -153,6 +153,11 @@ def _alive(pid: int) -> bool:
 def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     import mlx.core as mx
 
+    try:
+        types = _tensor_types(gguf)
+    except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
+        types = {}  # a header this reader does not know: K-quants stay float
+    _refuse_unreadable(types, gguf)
     weights, md = mx.load(str(gguf), return_metadata=True)
     arch = str(md.get("general.architecture"))
     if arch not in ARCHS:
@@ -160,10 +165,7 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
             f"GGUF architecture {arch!r} is not supported: only "
             f"{', '.join(map(repr, ARCHS))} can be converted ({gguf.name})"
         )
-    try:
-        kquants = {_rename(k) for k, t in _tensor_types(gguf).items() if t in _K_QUANTS}
-    except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
-        kquants = set()  # a header this reader does not know: K-quants stay float
+    kquants = {_rename(k, arch) for k, t in types.items() if t in _K_QUANTS}
     weights = {_rename(k, arch): v for k, v in weights.items() if not k.startswith("rope_freqs")}
     config = _config(md, weights, arch)
     if variant != "f32":
@@ -179,6 +181,34 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     write_tokenizer(md, out)
     # config.json last: its presence marks a complete directory.
     (out / "config.json").write_text(json.dumps(config, indent=1))
+
+
+# The GGML types MLX's reader loads (F32, F16, Q4_0, Q4_1, Q8_0, the K-quants, BF16),
+# and the names of the others, for the one line that refuses them.
+_READABLE = {0, 1, 2, 3, 8, 10, 11, 12, 13, 14, 15, 30}
+_TYPE_NAMES = {
+    6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
+    20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+    27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+}  # fmt: skip
+
+
+def _refuse_unreadable(types: dict[str, int], gguf: Path) -> None:
+    """Refuse a file with a tensor type MLX's reader cannot load, in one line.
+
+    MLX says only ``gguf_tensor_to_f16 failed``; this names the type, a tensor,
+    how many more have it, and the types that load.
+    """
+    bad = [(name, t) for name, t in types.items() if t not in _READABLE]
+    if bad:
+        name, t = bad[0]
+        kind = _TYPE_NAMES.get(t, f"type {t}")
+        more = sum(1 for _, u in bad if u == t) - 1
+        raise ValueError(
+            f"GGUF tensor type {kind} is not supported ({name}"
+            f"{f' and {more} more' if more else ''}, in {gguf.name}): F32, F16, BF16, "
+            "Q4_0, Q4_1, Q8_0 and the K-quants (Q2_K to Q6_K) load"
+        )
 
 
 # GGML's K-quant types (Q2_K .. Q8_K): MLX's GGUF reader dequantizes them to float16,

@@ -278,3 +278,19 @@ def test_llama3_and_qwen_pre_tokenizers_split_as_their_regexes(pre, text, pieces
     from mlx_notebook.models.gguf_tokenizer import _pre_tokenizer
 
     assert [w for w, _ in _pre_tokenizer(pre).pre_tokenize_str(text)] == pieces
+
+
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1"])
+def test_a_tensor_type_mlx_cannot_read_is_refused_in_one_line_naming_it(cache, tmp_path, kind):
+    import gguf
+
+    from tests.gguf_fixture import build_arch_gguf
+
+    path, _ = build_arch_gguf(tmp_path / "q.gguf", "qwen2", kind)
+    assert gguf.GGUFReader(str(path)).tensors[1].tensor_type.name == kind
+    with pytest.raises(ValueError) as err:
+        conv.convert_gguf(path, "q")
+    msg = str(err.value)
+    assert "\n" not in msg and f"GGUF tensor type {kind} is not supported (" in msg
+    assert " more, in q.gguf)" in msg
+    assert not list((cache / "gguf").iterdir())  # nothing left behind
