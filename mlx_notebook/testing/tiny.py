@@ -150,11 +150,15 @@ def build_tiny_model(
     return path
 
 
-def quantize_model_dir(src: str | Path, dst: str | Path, group_size: int, bits: int) -> Path:
+def quantize_model_dir(
+    src: str | Path, dst: str | Path, group_size: int, bits: int, dtype: str | None = None
+) -> Path:
     """Write an mlx-lm quantized copy of the model directory ``src`` to ``dst``.
 
     Quantized the way ``mlx_lm.convert -q`` does it (affine, every linear layer and
-    the embedding), with the tokenizer files copied as they are.
+    the embedding), with the tokenizer files copied as they are. ``dtype``
+    (``"bfloat16"``): the weights cast first, so scales and biases are stored in
+    it, as in mlx-community's directories.
 
     Returns:
         ``dst``, loadable with ``mlx_lm.load``.
@@ -165,6 +169,10 @@ def quantize_model_dir(src: str | Path, dst: str | Path, group_size: int, bits: 
 
     src, dst = Path(src), Path(dst)
     model, config = load_model(src)
+    if dtype is not None:
+        import mlx.core as mx
+
+        model.set_dtype(getattr(mx, dtype))
     model, config = quantize_model(model, config, group_size, bits)
     save_model(dst, model)
     save_config(config, dst / "config.json")

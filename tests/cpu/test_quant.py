@@ -13,10 +13,13 @@ from tests.cpu.test_fast import check_against_mlx_lm
 @pytest.fixture(scope="module")
 def quantized(tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("quantized")
-    return {
+    out = {
         (gs, bits): str(quantize_model_dir(tiny_dir, root / f"q{gs}-{bits}", gs, bits))
         for gs, bits in [(32, 4), (64, 4), (64, 8), (32, 3)]
     }
+    # As mlx-community's 4-bit directories: group 64, bfloat16 scales and biases.
+    out["community"] = str(quantize_model_dir(tiny_dir, root / "bf16", 64, 4, "bfloat16"))
+    return out
 
 
 def _load(path):
@@ -68,9 +71,18 @@ def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatc
     assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8)])
+@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8), "community"])
 def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
     path = quantized[kind]
+    if kind == "community":
+        import json
+        from pathlib import Path
+
+        import mlx.core as mx
+
+        stored = mx.load(str(next(Path(path).glob("*.safetensors"))))
+        assert stored["model.layers.0.self_attn.q_proj.scales"].dtype == mx.bfloat16
+        assert json.loads(Path(path, "config.json").read_text())["quantization"]["group_size"] == 64
     prompts = ["Hello world. The quick brown fox", "Rivers flow to the sea;", "def main():"]
     check_against_mlx_lm(engine, path, prompts, 40)
     (info,) = [m for m in engine.info().models if m.name == path]
