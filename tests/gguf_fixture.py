@@ -41,12 +41,33 @@ def q6_k(rows: int, cols: int, rng) -> np.ndarray:
     return raw.reshape(rows, -1)
 
 
-def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False, q6k_embedding=False):
+def llama3_rope_factors(head_dim, base, factor, low, high, orig) -> np.ndarray:
+    """``rope_freqs.weight`` as llama.cpp's converter computes it for Llama 3's scaling."""
+    import math
+
+    out = []
+    for f in 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)):
+        wavelen = 2 * math.pi / f
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def build_tiny_gguf(
+    path: Path, arch="llama", seed=0, float32=False, q6k_embedding=False, rope_scaling=None
+):
     """Returns (gguf_path, hf_weights): the float32 weights a correct loader must reproduce.
 
     ``float32``: every tensor unquantized (a float32 GGUF), else Q4_1 and Q8_0 as above.
     ``q6k_embedding``: the token embedding in Q6_K, as llama.cpp's quantizer writes it
     (the model is 256 wide: a K-quant's rows are whole blocks of 256).
+    ``rope_scaling``: Llama 3's (mlx-lm's dict), written as llama.cpp does: only as
+    the ``rope_freqs.weight`` tensor.
     """
     import gguf
 
@@ -81,6 +102,14 @@ def build_tiny_gguf(path: Path, arch="llama", seed=0, float32=False, q6k_embeddi
     else:
         put("model.embed_tokens.weight", "token_embd.weight", r(len(tokens), E) * 5, Q8)
     put("model.norm.weight", "output_norm.weight", 1 + r(E))
+    if rope_scaling:
+        cfg["rope_scaling"] = rope_scaling
+        rs = rope_scaling
+        gg["rope_freqs.weight"] = (
+            llama3_rope_factors(hd, cfg["rope_theta"], rs["factor"], rs["low_freq_factor"],
+                                rs["high_freq_factor"], rs["original_max_position_embeddings"]),
+            None,
+        )  # fmt: skip
     for i in range(L):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         put(p + "input_layernorm.weight", b + "attn_norm.weight", 1 + r(E))

@@ -1,7 +1,7 @@
 """GGUF -> MLX model directory (llama, qwen2, qwen3), cached and written atomically.
 
 ``mx.load`` already returns GGUF weights in MLX's quantized layout. For the llama
-architecture (Llama, Mistral, SmolLM) llama.cpp stores Q/K rows in
+architecture (Llama 3, SmolLM) llama.cpp stores Q/K rows in
 interleaved-RoPE order, so we set ``rope_traditional`` and keep them as they are
 (measured: perplexity 7.9 this way, 398 un-permuted with the default RoPE); its
 converter leaves Qwen's rows as they are, in mlx-lm's order.
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .. import config
+from .gguf_rope import llama3_scaling
 from .gguf_tokenizer import _scalar, write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
@@ -70,7 +71,7 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
     """Convert once and return the MLX model directory (a cache hit is free).
 
     Args:
-        gguf: Path to a llama-architecture ``.gguf`` file.
+        gguf: Path to a ``.gguf`` file of an architecture in `ARCHS`.
         variant: ``"q"`` keeps each tensor's own quantization where MLX reads it
             (Q4_0, Q4_1, Q8_0) and stores K-quants as MLX 8-bit (`_requantize`);
             ``"f32"`` dequantizes everything to float32 (fastest on x86 CPUs with
@@ -166,8 +167,13 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
             f"{', '.join(map(repr, ARCHS))} can be converted ({gguf.name})"
         )
     kquants = {_rename(k, arch) for k, t in types.items() if t in _K_QUANTS}
-    weights = {_rename(k, arch): v for k, v in weights.items() if not k.startswith("rope_freqs")}
+    rope_freqs = weights.pop("rope_freqs.weight", None)
+    weights = {_rename(k, arch): v for k, v in weights.items()}
     config = _config(md, weights, arch)
+    if rope_freqs is not None:  # Llama 3.1/3.2: their RoPE scaling, kept only as this
+        scaling = llama3_scaling(rope_freqs, config["head_dim"], config["rope_theta"], gguf.name)
+        if scaling is not None:
+            config["rope_scaling"] = scaling
     if variant != "f32":
         _requantize(weights, kquants)
     quant = _quantization(weights, config)
@@ -183,13 +189,14 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=1))
 
 
-# The GGML types MLX's reader loads (F32, F16, Q4_0, Q4_1, Q8_0, the K-quants, BF16),
-# and the names of the others, for the one line that refuses them.
-_READABLE = {0, 1, 2, 3, 8, 10, 11, 12, 13, 14, 15, 30}
+# The GGML types MLX's reader (gguf-tools) loads: F32, F16, Q4_0, Q4_1, Q8_0, Q2_K,
+# Q4_K, Q6_K, I8, I16, I32, BF16 (measured: Q3_K, Q5_K and Q8_K fail like Q5_0), and
+# the names of the others, for the one line that refuses them.
+_READABLE = {0, 1, 2, 3, 8, 10, 12, 14, 24, 25, 26, 30}
 _TYPE_NAMES = {
-    6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
-    20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
-    27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+    6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 11: "Q3_K", 13: "Q5_K", 15: "Q8_K", 16: "IQ2_XXS",
+    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S",
+    23: "IQ4_XS", 27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
 }  # fmt: skip
 
 
@@ -207,7 +214,7 @@ def _refuse_unreadable(types: dict[str, int], gguf: Path) -> None:
         raise ValueError(
             f"GGUF tensor type {kind} is not supported ({name}"
             f"{f' and {more} more' if more else ''}, in {gguf.name}): F32, F16, BF16, "
-            "Q4_0, Q4_1, Q8_0 and the K-quants (Q2_K to Q6_K) load"
+            "Q4_0, Q4_1, Q8_0, Q2_K, Q4_K and Q6_K load"
         )
 
 

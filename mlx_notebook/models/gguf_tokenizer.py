@@ -16,10 +16,11 @@ _SPLIT = (
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
     r"\p{N}DIGITS| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Llama 3's pre-types: llama.cpp also sets ignore_merges (a whole word in the vocabulary
+# is one token, as in their tokenizer.json) and, where the file does not say, a BOS.
+LLAMA3_PRES = ("llama-bpe", "llama3", "falcon3", "pixtral")
 _REGEX_PRES = {
-    **dict.fromkeys(
-        ("llama-bpe", "llama3", "falcon3", "pixtral"), _SPLIT.replace("DIGITS", "{1,3}")
-    ),
+    **dict.fromkeys(LLAMA3_PRES, _SPLIT.replace("DIGITS", "{1,3}")),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _SPLIT.replace("DIGITS", "")),
 }
 
@@ -68,10 +69,11 @@ def write_tokenizer(md: dict, out: Path) -> None:
     types = md.get("tokenizer.ggml.token_type")
     types = types.tolist() if hasattr(types, "tolist") else list(types or [1] * len(tokens))
 
-    tok = Tokenizer(
-        models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False)
-    )
-    tok.pre_tokenizer = _pre_tokenizer(str(md.get("tokenizer.ggml.pre", "default")))
+    pre = str(md.get("tokenizer.ggml.pre", "default"))
+    llama3 = pre in LLAMA3_PRES
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=llama3))
+    tok.pre_tokenizer = _pre_tokenizer(pre)
     tok.decoder = decoders.ByteLevel()
     specials = [t for t, ty in zip(tokens, types) if ty in SPECIAL_TYPES]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
@@ -81,7 +83,7 @@ def write_tokenizer(md: dict, out: Path) -> None:
         return None if i is None else tokens[int(_scalar(i))]
 
     bos, eos, unk, pad = name("bos"), name("eos"), name("unknown"), name("padding")
-    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", False)))
+    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", llama3)))
     if add_bos and bos is not None:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos}:0 $A:0",

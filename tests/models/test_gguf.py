@@ -280,13 +280,25 @@ def test_llama3_and_qwen_pre_tokenizers_split_as_their_regexes(pre, text, pieces
     assert [w for w, _ in _pre_tokenizer(pre).pre_tokenize_str(text)] == pieces
 
 
-@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1"])
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q5_K"])
 def test_a_tensor_type_mlx_cannot_read_is_refused_in_one_line_naming_it(cache, tmp_path, kind):
     import gguf
 
     from tests.gguf_fixture import build_arch_gguf
 
-    path, _ = build_arch_gguf(tmp_path / "q.gguf", "qwen2", kind)
+    if kind == "Q5_K":  # gguf-py cannot write it: raw blocks (read only as far as the header)
+        path = tmp_path / "q.gguf"
+        w = gguf.GGUFWriter(str(path), "llama")
+        _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q5_K]
+        for name in ("blk.0.attn_q.weight", "blk.0.attn_k.weight"):
+            raw = np.zeros((8, size), dtype=np.uint8)
+            w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType.Q5_K)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    else:
+        path, _ = build_arch_gguf(tmp_path / "q.gguf", "qwen2", kind)
     assert gguf.GGUFReader(str(path)).tensors[1].tensor_type.name == kind
     with pytest.raises(ValueError) as err:
         conv.convert_gguf(path, "q")
@@ -294,3 +306,56 @@ def test_a_tensor_type_mlx_cannot_read_is_refused_in_one_line_naming_it(cache, t
     assert "\n" not in msg and f"GGUF tensor type {kind} is not supported (" in msg
     assert " more, in q.gguf)" in msg
     assert not list((cache / "gguf").iterdir())  # nothing left behind
+
+
+def test_llama3_rope_scaling_kept_only_as_rope_freqs_is_given_back(engine, cache, tmp_path):
+    from mlx_notebook.engine import Request
+
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    path, hf, cfg = build_tiny_gguf(tmp_path / "l3.gguf", float32=True, rope_scaling=scaling)
+    ids = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 31]
+    text = "The 12 ships sailed at dawn"
+
+    def run():
+        import mlx.core as mx
+        from mlx_lm import load
+        from mlx_lm.generate import generate_step
+
+        out = conv.convert_gguf(path, "q")
+        model, tok = load(str(out))
+        unscaled = reference_model(hf, {k: v for k, v in cfg.items() if k != "rope_scaling"})
+        ref = reference_model(hf, cfg)
+        steps = generate_step(mx.array(tok.encode(text)), ref)
+        want = [t for (t, _), _ in zip(steps, range(8))]
+        return out, logits_of(model, ids), logits_of(ref, ids), logits_of(unscaled, ids), want
+
+    out, ours, ref, unscaled, want = engine.call(run).result()
+    assert json.loads((out / "config.json").read_text())["rope_scaling"] == scaling
+    # Dropping the tensor would give the unscaled model's logits: ours are 100 times nearer.
+    assert np.abs(ours - ref).max() * 100 < np.abs(unscaled - ref).max()
+    res = engine.submit(
+        Request(text, model=str(path), chat=False, max_tokens=8, temperature=0,
+                repetition_penalty=1)
+    ).result(timeout=300)  # fmt: skip
+    assert res.token_ids == want  # the engine (fast path on) decodes as mlx-lm does
+
+
+def test_rope_freqs_no_llama3_scaling_gives_are_refused(engine, cache, tmp_path):
+    import mlx.core as mx
+
+    from mlx_notebook.models.gguf_rope import llama3_scaling
+
+    def run():
+        odd = mx.array([1.0, 2.0, 3.0, 1.0, 5.0, 1.0, 1.0, 9.0])
+        return llama3_scaling(mx.ones(8), 16, 1e4), odd
+
+    none, odd = engine.call(run).result()
+    assert none is None  # every divisor 1: no scaling
+    with pytest.raises(ValueError, match="no Llama 3 RoPE scaling gives"):
+        engine.call(lambda: llama3_scaling(odd, 16, 1e4, "x.gguf")).result()

@@ -64,3 +64,28 @@ def test_chat_template_renders(converted):
         [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
     )
     assert out == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("pre", ["llama-bpe", "smollm"])
+def test_llama3_files_ignore_merges_and_add_a_bos_unless_they_say(tmp_path, pre):
+    from tokenizers import Tokenizer
+
+    from mlx_notebook.models.gguf_tokenizer import write_tokenizer
+
+    # "abc" is in the vocabulary, but no merge builds it from "ab" + "c".
+    tokens = ["<|begin_of_text|>", "a", "b", "c", "ab", "abc"]
+    md = {
+        "general.architecture": "llama",
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": ["a b"],
+        "tokenizer.ggml.token_type": [3, 1, 1, 1, 1, 1],
+        "tokenizer.ggml.bos_token_id": 0,
+    }
+    write_tokenizer(md, tmp_path)
+    ids = Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode("abc").ids
+    if pre == "llama-bpe":  # as llama.cpp and Llama 3's own tokenizer.json do
+        assert ids == [0, 5]
+    else:
+        assert ids == [4, 3]
