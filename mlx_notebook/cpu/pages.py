@@ -60,7 +60,7 @@ def huge_bytes(arrays: list[mx.array]) -> int:
     """Bytes of huge pages behind the memory ``arrays`` lie in (``/proc/self/smaps``).
 
     Args:
-        arrays: Arrays packed by `install`, which share one buffer.
+        arrays: Arrays packed together by `huge_pack`, which share one buffer.
     """
     try:
         import numpy as np
@@ -103,35 +103,40 @@ def install(model, group_bytes: int | None = None) -> str | None:
         return f"weights on 4 KiB pages: transparent huge pages are {mode or 'unavailable'}"
     sizes = [(name, a.nbytes) for name, a in tree_flatten(model.parameters())]
     total = sum(n for _, n in sizes)
-    group = min(total, group_bytes or max(total // GROUPS, MIN_GROUP))
+    groups = _groups(sizes, min(total, group_bytes or max(total // GROUPS, MIN_GROUP)))
+    largest = max(size for _, size in groups)  # a parameter bigger than a group is one
     free = available_bytes()
-    if free is not None and group > free // 2:
-        return f"weights on 4 KiB pages: copying {group / 1e9:.1f} GB needs twice that free"
+    if free is not None and largest > free // 2:
+        return f"weights on 4 KiB pages: copying {largest / 1e9:.1f} GB needs twice that free"
     before = ext.huge_allocated()
-    packed = []
-    for names in _groups(sizes, group):
-        packed += _pack(ext, model, names)
+    huge = 0
+    for names, size in groups:
+        copies = _pack(ext, model, names)
+        huge += min(huge_bytes(copies), size)  # whole mappings are counted: a neighbour's too
     slack = ext.huge_allocated() - before - total  # alignment: counted in the model's memory
     object.__setattr__(model, "_mlxnb_page_slack", slack)  # not a parameter
-    huge = min(huge_bytes(packed), total)  # whole mappings are counted: a neighbour's too
     return f"weights on huge pages ({_mib(huge)} of {_mib(total)} MiB)"
 
 
-GROUPS = 8  # copies at a time: an eighth of the weights is held twice, at most
+# Copies at a time: about an eighth of the weights is held twice (a parameter bigger
+# than that, a float32 embedding say, is a group of its own).
+GROUPS = 8
 MIN_GROUP = 16 * 2**20  # a buffer's last huge page is part-used: keep them few
 
 
-def _groups(sizes: list[tuple[str, int]], group: int):
-    """The parameters' names in order, in runs of about ``group`` bytes."""
+def _groups(sizes: list[tuple[str, int]], group: int) -> list[tuple[list[str], int]]:
+    """The parameters' names in order, in runs of about ``group`` bytes, with their bytes."""
+    runs: list[tuple[list[str], int]] = []
     run, size = [], 0
     for name, n in sizes:
         if run and size + n > group:
-            yield run
+            runs.append((run, size))
             run, size = [], 0
         run.append(name)
         size += n
     if run:
-        yield run
+        runs.append((run, size))
+    return runs
 
 
 def _pack(ext, model, names: list[str]) -> list[mx.array]:
