@@ -93,7 +93,7 @@ print(json.dumps(out))
 """
 
 LLAMA = r"""
-import json, sys, time
+import json, resource, sys, time
 import llama_cpp
 from llama_cpp import Llama
 # Multi-token batches of the Q4_1 file crash in llama.cpp's repacked CPU buffers
@@ -118,11 +118,13 @@ for chunk in llm.create_chat_completion(msgs, max_tokens=n, temperature=0.0, str
             t_first = time.perf_counter()
 t_end = time.perf_counter()
 out = {"decode": (count - 1) / (t_end - t_first)}
-long_ids = llm.tokenize(open(sys.argv[4]).read().encode())[:1500]
+n_pre = int(sys.argv[5]) if len(sys.argv) > 5 else 1500
+long_ids = llm.tokenize(open(sys.argv[4]).read().encode())[:n_pre]
 llm.reset()
 t0 = time.perf_counter()
 llm.eval(long_ids)
 out["prefill"] = len(long_ids) / (time.perf_counter() - t0)
+out["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps(out))
 """
 
