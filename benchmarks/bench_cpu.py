@@ -52,7 +52,7 @@ greedy = dict(temperature=0, repetition_penalty=1)  # as llama.cpp and mlx-lm ru
 r = eng.submit(Request(prompt_text, model=spec, max_tokens=n, reuse_cache=False, **greedy)).result()
 out = {"decode": r.stats.generation_tps, "ids": r.token_ids}
 tok = eng.registry.peek(spec).tokenizer
-long_prompt = tok.decode(tok.encode(open(sys.argv[4]).read())[:1500])
+long_prompt = tok.decode(tok.encode(open(sys.argv[4]).read())[:int(sys.argv[6])])
 once = dict(model=spec, chat=False, max_tokens=1, reuse_cache=False)
 r = eng.submit(Request(long_prompt, **once)).result()
 out["prefill"], out["chunk"] = r.stats.prompt_tps, r.stats.prefill_chunk
@@ -85,7 +85,7 @@ ids = tok.apply_chat_template(msgs, add_generation_prompt=True)
 for r in stream_generate(model, tok, ids, max_tokens=n, sampler=make_sampler(0.0)):
     pass
 out = {"decode": r.generation_tps}
-long_ids = tok.encode(open(sys.argv[4]).read())[:1500]
+long_ids = tok.encode(open(sys.argv[4]).read())[:int(sys.argv[5])]
 for r in stream_generate(model, tok, long_ids, max_tokens=1):
     pass
 out["prefill"] = r.prompt_tps
@@ -196,6 +196,16 @@ def llama_targets(llama_python: str | None, q41: Path) -> list[tuple[str, str, P
     return [("llama.cpp f32", llama_python, f32), ("llama.cpp Q4_1", llama_python, q41)]
 
 
+def print_speeds(args, names: list[str], results: dict, width: int) -> None:
+    """Each configuration's decode and prefill tok/s: median (min, max) over the rounds."""
+    print(f"\nDecode ({args.tokens} tokens, greedy), tok/s, median over {args.rounds} rounds:")
+    for name in names:
+        print(f"  {name:{width}s} {fmt([x['decode'] for x in results[name]], 'tok/s')}")
+    print(f"\nPrefill of a {args.prefill}-token prompt, tok/s:")
+    for name in names:
+        print(f"  {name:{width}s} {fmt([x['prefill'] for x in results[name]], 'tok/s')}")
+
+
 def run(cmd, env=None) -> dict:
     res = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=900
@@ -215,6 +225,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--stops", type=int, default=4, help="random Stops per engine process")
+    ap.add_argument("--prefill", type=int, default=1500, help="prompt tokens for prefill")
     ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
     ap.add_argument("--save", default=None, help="write every round's raw results to this file")
     args = ap.parse_args()
@@ -226,22 +237,24 @@ def main() -> None:
     q41 = default_gguf()
     mlx_dir, q_dir = convert_gguf(q41, "f32"), convert_gguf(q41, "q")
     text = ROOT / "docs" / "performance-log.md"  # long, stable text (the old lab notes)
-    py = sys.executable
+    py, pre = sys.executable, str(args.prefill)
     ours = [py, "-c", OURS, DECODE_PROMPT, str(args.tokens)]
     configs = {
-        "ours, fast path on": ([*ours, str(args.stops), str(text), "default:f32"],
+        "ours, fast path on": ([*ours, str(args.stops), str(text), "default:f32", pre],
                                {"MLX_NOTEBOOK_FAST": "1"}),
-        "ours, fast path off": ([*ours, "0", str(text), "default:f32"], {"MLX_NOTEBOOK_FAST": "0"}),
-        "ours, MLX's attention": ([*ours, "0", str(text), "default:f32"],
+        "ours, fast path off": ([*ours, "0", str(text), "default:f32", pre],
+                                {"MLX_NOTEBOOK_FAST": "0"}),
+        "ours, MLX's attention": ([*ours, "0", str(text), "default:f32", pre],
                                   {"MLX_NOTEBOOK_FUSED_ATTENTION": "0"}),
-        "ours, default:q4": ([*ours, str(args.stops), str(text), "default:q4"], {}),
-        "mlx-lm": ([py, "-c", MLX_LM, str(mlx_dir), DECODE_PROMPT, str(args.tokens), str(text)],
+        "ours, default:q4": ([*ours, str(args.stops), str(text), "default:q4", pre], {}),
+        "mlx-lm": ([py, "-c", MLX_LM, str(mlx_dir), DECODE_PROMPT, str(args.tokens), str(text),
+                    pre],
                    {"MLX_NOTEBOOK_FAST": "0"}),
         "mlx-lm, 4-bit": ([py, "-c", MLX_LM, str(q_dir), DECODE_PROMPT, str(args.tokens),
-                           str(text)], {"MLX_NOTEBOOK_FAST": "0"}),
+                           str(text), pre], {"MLX_NOTEBOOK_FAST": "0"}),
     }  # fmt: skip
     for name, llama_py, path in llama_targets(args.llama_python, q41):
-        cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), DECODE_PROMPT, str(text)]
+        cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), DECODE_PROMPT, str(text), pre]
         configs[name] = (cmd, {})
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
@@ -256,12 +269,7 @@ def main() -> None:
 
     one, gemv = bandwidth_gbs()
     weights = sum(p.stat().st_size for p in Path(mlx_dir).glob("*.safetensors"))
-    print(f"\nDecode ({args.tokens} tokens, greedy), tok/s, median over {args.rounds} rounds:")
-    for name in names:
-        print(f"  {name:22s} {fmt([x['decode'] for x in results[name]], 'tok/s')}")
-    print("\nPrefill of a 1,500-token prompt, tok/s:")
-    for name in names:
-        print(f"  {name:22s} {fmt([x['prefill'] for x in results[name]], 'tok/s')}")
+    print_speeds(args, names, results, 22)
 
     def ratio(a: str, b: str, key: str) -> str:
         rs = [x[key] / y[key] for x, y in zip(results[a], results[b])]

@@ -12,7 +12,8 @@ float32, then Q4_0 and Q4_1 from it: with llama.cpp's own quantizer when the
 cache (``$MLX_NOTEBOOK_CACHE/bench``).
 
 Every configuration runs in a process of its own, each round in a rotated order,
-greedy: decode tok/s (``--tokens``), prefill of a 512-token prompt, peak resident
+greedy: decode tok/s (``--tokens``), prefill of a 512-token prompt, Stop latency at
+random moments of that prefill (ours, ``--stops``), peak resident
 memory (``ru_maxrss``) against the weights as loaded (and, for ours, the KV cache).
 Ratios are paired round by round. The memory-bandwidth bound (OpenBLAS sgemv on
 every thread) gives the decode limit of each file's bytes.
@@ -29,7 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_cpu import LLAMA, bandwidth_gbs, fmt, run
+from bench_cpu import LLAMA, bandwidth_gbs, print_speeds, run
 
 os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
@@ -51,7 +52,7 @@ def kv_bytes(cfg, tokens):  # float32 K and V, in mlx-lm's steps of 256 position
 OURS = (
     KV
     + r"""
-import json, resource, sys
+import json, random, resource, sys, time
 from mlx.utils import tree_flatten
 from mlx_notebook.engine import Engine, Request
 path, n, text, n_pre = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -67,6 +68,16 @@ r = eng.submit(Request(lm.tokenizer.decode(ids), chat=False, max_tokens=1, **gre
 out["prefill"] = r.stats.prompt_tps
 out["weights"] = sum(v.nbytes for _, v in tree_flatten(lm.model.parameters()))
 out["kv"] = kv_bytes(lm.model.args, r.stats.prompt_tokens)
+out["chunk"], out["stop"] = r.stats.prefill_chunk, []
+for _ in range(int(sys.argv[6])):  # Stop at a random moment of the prefill
+    job = eng.submit(Request(lm.tokenizer.decode(ids), chat=False, max_tokens=1, **greedy))
+    next(e for e in job.events(detach=True) if type(e).__name__ == "PrefillProgress")
+    time.sleep(random.uniform(0.0, 0.8 * n_pre / out["prefill"]))
+    t0 = time.perf_counter()
+    job.cancel()
+    job.wait()
+    if job.finished.finish_reason == "cancelled":
+        out["stop"].append(time.perf_counter() - t0)
 out["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 out["base"] = base
 eng.close()
@@ -231,6 +242,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prefill", type=int, default=512, help="prompt tokens for prefill")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
+    ap.add_argument("--stops", type=int, default=3, help="random Stops mid-prefill per run")
     ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
     ap.add_argument("--skip", default="", help="comma-separated configurations to leave out")
     ap.add_argument("--save", default=None, help="write every round's raw results to this file")
@@ -256,7 +268,7 @@ def main() -> None:
     py, common = sys.executable, [str(args.tokens), str(TEXT), str(args.prefill), PROMPT]
     configs: dict[str, tuple[list, dict]] = {}
     for k, path in files.items():
-        configs[f"ours {k}"] = ([py, "-c", OURS, str(path), *common], {})
+        configs[f"ours {k}"] = ([py, "-c", OURS, str(path), *common, str(args.stops)], {})
         convert_gguf(path, "q")  # the engine's own: converted here, not inside a timed run
         mlx_dir = convert_gguf(path, "f32" if k == "f32" else "q")
         configs[f"mlx-lm {k}"] = ([py, "-c", MLX_LM, str(mlx_dir), *common],
@@ -281,13 +293,7 @@ def main() -> None:
 
 def report(args, names: list[str], results: dict, files: dict) -> None:
     one, gemv = bandwidth_gbs()
-    n = args.rounds
-    print(f"\nDecode ({args.tokens} tokens, greedy), tok/s, median over {n} rounds:")
-    for name in names:
-        print(f"  {name:16s} {fmt([x['decode'] for x in results[name]], 'tok/s')}")
-    print(f"\nPrefill of a {args.prefill}-token prompt, tok/s:")
-    for name in names:
-        print(f"  {name:16s} {fmt([x['prefill'] for x in results[name]], 'tok/s')}")
+    print_speeds(args, names, results, 16)
 
     def ratio(a: str, b: str, key: str) -> str:
         if a not in results or b not in results:
@@ -312,6 +318,12 @@ def report(args, names: list[str], results: dict, files: dict) -> None:
                      f"{w / 1e6:.0f} MB (+ KV {kv / 1e6:.0f} MB): "
                      f"{(rss - base) / (w + kv):.2f}x")  # fmt: skip
         print(line)
+    for name in names:
+        stops = [s * 1e3 for x in results[name] for s in x.get("stop", [])]
+        if stops:
+            print(f"Stop mid-prefill, {name} ({len(stops)} random cancels): median "
+                  f"{statistics.median(stops):.0f} ms, max {max(stops):.0f} ms; largest chunk "
+                  f"{max(x['chunk'] for x in results[name])} tokens")  # fmt: skip
     print("\nFile sizes and the decode limit at the sgemv bandwidth:")
     for k, p in files.items():
         size = p.stat().st_size
