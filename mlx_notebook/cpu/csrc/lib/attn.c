@@ -43,6 +43,13 @@ enum { HELPER_MIN = 1 << 18 };
 /* Chunks of up to this many queries (verify passes) take the decode step's kernels per
  * query: two sgemm calls per key/value head (OpenBLAS waking its threads) cost more. */
 enum { FEW_QUERIES = 32 };
+/* A prefill chunk's softmax rows go over OpenMP's threads only from this many scores per
+ * key/value head: between two OpenBLAS calls, a parallel region takes the second core
+ * from OpenBLAS's spinning threads and hands it back, which on 2 cores cost more than the
+ * softmax of chunks up to about 256 queries (default model, float32, one process:
+ * 64-query chunks 545-655 ms with the threads, 176 ms without; 512 queries 1.67-1.88 s
+ * with them, 2.17 s without). */
+enum { SOFTMAX_PARALLEL_MIN = 1 << 19 };
 long mlxnb_attention_calls(void) { return calls; }
 long mlxnb_attention_splits(void) { return splits; } /* decode steps whose keys were split */
 
@@ -319,12 +326,13 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
 #ifdef _OPENMP
   nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
 #endif
+  if ((long)rows * S < SOFTMAX_PARALLEL_MIN) nt = 1;
   for (int g = 0; g < Hkv; g++) {
     /* The group's query heads are consecutive: rows g*group*L .. of q and out. */
     const float *qg = q + (size_t)g * rows * D;
     const float *kg = k + (size_t)g * ksh, *vg = v + (size_t)g * vsh;
     mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, S, D, 1.0f, qg, D, kg, D, 0.0f, scores, S);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int r = 0; r < rows; r++) softmax_row(scores + (size_t)r * S, S - L + r % L + 1, S, scale);
     mlxnb_openblas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, D, S, 1.0f, scores, S, vg, D, 0.0f,
                out + (size_t)g * rows * D, D);
