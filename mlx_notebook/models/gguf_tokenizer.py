@@ -18,7 +18,9 @@ _SPLIT = (
 )
 # Llama 3's pre-types: llama.cpp also sets ignore_merges (a whole word in the vocabulary
 # is one token, as in their tokenizer.json) and, where the file does not say, a BOS.
-LLAMA3_PRES = ("llama-bpe", "llama3", "falcon3", "pixtral")
+LLAMA3_PRES = ("llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral")
+# Llama 3's turns end on these as well as on the file's one eos (llama.cpp stops on each).
+LLAMA3_ENDS = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 _REGEX_PRES = {
     **dict.fromkeys(LLAMA3_PRES, _SPLIT.replace("DIGITS", "{1,3}")),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _SPLIT.replace("DIGITS", "")),
@@ -92,6 +94,11 @@ def write_tokenizer(md: dict, out: Path) -> None:
         )
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
+    if llama3:  # mlx-lm reads the stop ids from here
+        ends = {tokens.index(t) for t in LLAMA3_ENDS if t in tokens}
+        eos_id = md.get("tokenizer.ggml.eos_token_id")
+        ids = sorted(ends | ({int(_scalar(eos_id))} if eos_id is not None else set()))
+        (out / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}))
     cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": bos,

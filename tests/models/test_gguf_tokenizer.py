@@ -89,3 +89,26 @@ def test_llama3_files_ignore_merges_and_add_a_bos_unless_they_say(tmp_path, pre)
         assert ids == [0, 5]
     else:
         assert ids == [4, 3]
+
+
+def test_llama3_turns_end_on_eot_and_eom_too(tmp_path):
+    import json
+
+    from mlx_notebook.models.gguf_tokenizer import write_tokenizer
+
+    tokens = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "a"]
+    md = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "llama-bpe",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": [],
+        "tokenizer.ggml.token_type": [3, 3, 3, 3, 1],
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 1,  # a base model's: chat turns end on <|eot_id|>
+    }
+    write_tokenizer(md, tmp_path)
+    gen = json.loads((tmp_path / "generation_config.json").read_text())
+    assert gen == {"eos_token_id": [1, 2, 3]}
+    md["tokenizer.ggml.pre"] = "smollm"  # other files: their own eos only, as before
+    write_tokenizer(md, tmp_path / "other")
+    assert not (tmp_path / "other" / "generation_config.json").exists()
