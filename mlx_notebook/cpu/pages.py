@@ -104,7 +104,7 @@ def install(model, group_bytes: int | None = None) -> str | None:
     sizes = [(name, a.nbytes) for name, a in tree_flatten(model.parameters())]
     total = sum(n for _, n in sizes)
     groups = _groups(sizes, min(total, group_bytes or max(total // GROUPS, MIN_GROUP)))
-    largest = max(size for _, size in groups)  # a parameter bigger than a group is one
+    largest = max((size for _, size in groups), default=0)  # a parameter bigger than a group is one
     free = available_bytes()
     if free is not None and largest > free // 2:
         return f"weights on 4 KiB pages: copying {largest / 1e9:.1f} GB needs twice that free"

@@ -55,7 +55,7 @@ def llama3_scaling(divisors, head_dim: int, base: float, name: str = "") -> dict
             "original_max_position_embeddings": orig,
         }
         got = Llama3RoPE(head_dim, base=base, scaling_config=cand)._freqs / plain
-        if mx.allclose(got, divisors, rtol=1e-4, atol=1e-6).item():
+        if mx.allclose(got, divisors, rtol=1e-3, atol=1e-6).item():  # a file may store F16
             return cand
     raise ValueError(
         f"GGUF rope_freqs that no Llama 3 RoPE scaling gives (factor {factor:g}): not "
