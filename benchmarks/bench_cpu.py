@@ -137,27 +137,47 @@ def f32_gguf(src: Path, dst: Path) -> Path:
     import gguf
     import numpy as np
 
-    reader = gguf.GGUFReader(str(src))
-    arch = reader.fields["general.architecture"].contents()
-    writer = gguf.GGUFWriter(str(dst), arch)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_key_value(name, field.contents(), vtype, sub_type=field.types[-1])
-        else:
-            writer.add_key_value(name, field.contents(), vtype)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    for t in reader.tensors:
+    def dequantized(t):
         data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        shape = [int(d) for d in reversed(t.shape)]  # GGUF lists dimensions fastest first
-        writer.add_tensor(t.name, data.reshape(shape))
+        return data.reshape([int(d) for d in reversed(t.shape)]), None
+
+    rewrite_gguf(src, dst, gguf.LlamaFileType.ALL_F32, dequantized)
+    return dst
+
+
+def rewrite_gguf(src: Path, dst: Path, file_type, convert) -> None:
+    """``src`` written to ``dst`` with its metadata, as ``file_type``, each tensor as
+    ``convert(tensor)`` gives it: ``(array, raw GGML type or None)``."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    writer = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
+    skip = ("general.architecture", "general.file_type")
+    copy_fields(reader, writer, lambda name: not name.startswith("GGUF.") and name not in skip)
+    writer.add_file_type(file_type)
+    for t in reader.tensors:
+        data, raw = convert(t)
+        writer.add_tensor(t.name, data, **({"raw_dtype": raw} if raw is not None else {}))
+    write_out(writer)
+
+
+def copy_fields(reader, writer, keep) -> None:
+    """The metadata fields of ``reader`` whose name ``keep`` accepts, into ``writer``."""
+    import gguf
+
+    for name, field in reader.fields.items():
+        if keep(name):
+            kind = field.types[0]
+            sub = {"sub_type": field.types[-1]} if kind == gguf.GGUFValueType.ARRAY else {}
+            writer.add_key_value(name, field.contents(), kind, **sub)
+
+
+def write_out(writer) -> None:
+    """Header, metadata and tensors to the file; closed."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return dst
 
 
 def bandwidth_gbs() -> tuple[float, float]:

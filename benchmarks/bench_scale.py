@@ -30,7 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_cpu import LLAMA, bandwidth_gbs, print_speeds, run
+from bench_cpu import LLAMA, bandwidth_gbs, copy_fields, print_speeds, rewrite_gguf, run, write_out
 
 os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
@@ -135,11 +135,8 @@ def build_f32(dst: Path, shape: tuple, seed: int = 0) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), "llama")
-    for name, field in src.fields.items():
-        if name.startswith("tokenizer.") or name in ("general.quantization_version",):
-            kind = field.types[0]
-            sub = {"sub_type": field.types[-1]} if kind == gguf.GGUFValueType.ARRAY else {}
-            w.add_key_value(name, field.contents(), kind, **sub)
+    keep = ("general.quantization_version",)
+    copy_fields(src, w, lambda name: name.startswith("tokenizer.") or name in keep)
     w.add_name(f"random llama {hidden}x{layers}")
     w.add_block_count(layers)
     w.add_context_length(8192)
@@ -172,10 +169,7 @@ def build_f32(dst: Path, shape: tuple, seed: int = 0) -> Path:
         w.add_tensor(b + "ffn_gate.weight", rand(ffn, hidden))
         w.add_tensor(b + "ffn_up.weight", rand(ffn, hidden))
         w.add_tensor(b + "ffn_down.weight", rand(hidden, ffn))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_out(w)
     tmp.rename(dst)
     return dst
 
@@ -214,26 +208,15 @@ def _quantize_gguf_py(src: Path, dst: Path, qtype: str) -> None:
     import gguf
 
     T = gguf.GGMLQuantizationType
-    reader = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), "llama")
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        kind = field.types[0]
-        sub = {"sub_type": field.types[-1]} if kind == gguf.GGUFValueType.ARRAY else {}
-        w.add_key_value(name, field.contents(), kind, **sub)
-    w.add_file_type(getattr(gguf.LlamaFileType, f"MOSTLY_{qtype}"))
-    for t in reader.tensors:
+
+    def quantized(t):
         data = t.data.reshape([int(d) for d in reversed(t.shape)])
         if data.ndim != 2:
-            w.add_tensor(t.name, data)
-            continue
+            return data, None
         kind = T.Q8_0 if t.name == "token_embd.weight" else getattr(T, qtype)
-        w.add_tensor(t.name, gguf.quants.quantize(data, kind), raw_dtype=kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        return gguf.quants.quantize(data, kind), kind
+
+    rewrite_gguf(src, dst, getattr(gguf.LlamaFileType, f"MOSTLY_{qtype}"), quantized)
 
 
 def main() -> None:

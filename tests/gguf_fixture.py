@@ -123,25 +123,38 @@ def build_tiny_gguf(
         put(p + "mlp.down_proj.weight", b + "ffn_down.weight", r(E, F), Q4)
 
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(L)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(E)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KV)
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(cfg["rope_theta"])
+    _add_shape(w, cfg)
     _add_tokenizer(w, tokens, merges, "smollm")
     for name, (arr, qtype) in gg.items():
         if qtype is None:
             w.add_tensor(name, arr)
         else:
             w.add_tensor(name, arr, raw_dtype=qtype)
+    write_out(w)
+    return path, hf, cfg
+
+
+def _add_shape(w, cfg: dict) -> None:
+    """The model's shape as llama.cpp's converter writes it, under ``w``'s architecture."""
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    if "head_dim" in cfg:
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+
+
+def write_out(w) -> None:
+    """Header, metadata and tensors to the file; closed."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path, hf, cfg
 
 
 def _tokens(path: Path) -> tuple[list[str], list[str]]:
@@ -220,26 +233,14 @@ def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int =
             stored.append((name, w, None))
         model.update(_tree(name, mx.array(w)))
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(cfg["rope_theta"])
+    _add_shape(w, cfg)
     _add_tokenizer(w, tokens, merges, "qwen2")
     for name, arr, kind in stored:
         if kind is None:
             w.add_tensor(gguf_name(name), arr)
         else:
             w.add_tensor(gguf_name(name), arr, raw_dtype=kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_out(w)
     return path, model
 
 

@@ -284,7 +284,7 @@ def test_llama3_and_qwen_pre_tokenizers_split_as_their_regexes(pre, text, pieces
 def test_a_tensor_type_mlx_cannot_read_is_refused_in_one_line_naming_it(cache, tmp_path, kind):
     import gguf
 
-    from tests.gguf_fixture import build_arch_gguf
+    from tests.gguf_fixture import build_arch_gguf, write_out
 
     if kind == "Q5_K":  # gguf-py cannot write it: raw blocks (read only as far as the header)
         path = tmp_path / "q.gguf"
@@ -293,10 +293,7 @@ def test_a_tensor_type_mlx_cannot_read_is_refused_in_one_line_naming_it(cache, t
         for name in ("blk.0.attn_q.weight", "blk.0.attn_k.weight"):
             raw = np.zeros((8, size), dtype=np.uint8)
             w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType.Q5_K)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        write_out(w)
     else:
         path, _ = build_arch_gguf(tmp_path / "q.gguf", "qwen2", kind)
     assert gguf.GGUFReader(str(path)).tensors[1].tensor_type.name == kind
