@@ -168,4 +168,4 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.{1 if n < 10 * 2**20 else 0}f}"
 
 
-__all__ = ["ENV", "GROUPS", "MIN_GROUP", "huge_bytes", "install", "thp_mode"]
+__all__ = ["ENV", "huge_bytes", "install", "thp_mode"]
