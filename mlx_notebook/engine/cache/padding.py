@@ -125,7 +125,7 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     """
     from mlx_lm.models.cache import make_prompt_cache
 
-    window = _window(model)
+    window = sliding_window(model)
     start = window + 1 if LONG <= window <= MAX_WINDOW else LONG
     ids = _probe(vocab_size, start + SHORT)
     for t in tables:
@@ -151,7 +151,7 @@ def _probe(vocab_size: int, n: int = LONG + SHORT + MID) -> list[int]:
     return [(5 + i * step) % vocab_size for i in range(n)]
 
 
-def _window(model) -> int:
+def sliding_window(model) -> int:
     """The longest sliding window of ``model``'s caches (0: none keeps a window)."""
     from mlx_lm.models.cache import make_prompt_cache
 

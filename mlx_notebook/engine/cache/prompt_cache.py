@@ -227,6 +227,7 @@ class ModelState:
     _unbatchable: tuple | None = field(default=None, repr=False)
     _padding: tuple | None = field(default=None, repr=False)
     _multi: tuple | None = field(default=None, repr=False)
+    _window: int | None = field(default=None, repr=False)
 
     def unbatchable(self, model) -> str | None:
         """The first cache kind of ``model`` that cannot join a batch, or None (found once)."""
@@ -269,10 +270,43 @@ class ModelState:
                 self._multi = (f"the check of a multi-token pass failed ({exc})",)
         return self._multi[0]
 
+    def prefill_grid(self, main, n: int, tables=()) -> tuple[int, int]:
+        """``(window, grid)`` for prefilling ``n`` tokens on ``main`` (`ChunkSizer`).
+
+        ``(0, 0)``: chunks may end anywhere. A model whose caches keep a sliding
+        window and whose passes over several tokens differ from single steps
+        (mlx-lm's plamo3) gives text that depends on where a chunk begins once its
+        window is full: past the window its chunks end where mlx-lm's
+        ``generate_step`` ends its passes, whatever the time they take. Checked once
+        per model, at its first prompt longer than its window.
+
+        Worker thread only.
+        """
+        if self._window is None:
+            from .padding import sliding_window
+
+            self._window = sliding_window(main.model)
+        if not self._window or n - 1 <= self._window:  # every chunk ends short of it
+            return 0, 0
+        if self.multi_token_problem(main, tables) is None:
+            return 0, 0
+        return self._window, prefill_step()
+
     def batch_failure(self, main, tables=()) -> str | None:
         """Why ``main`` cannot run rows batched at all (its batched pass raised), or None."""
         self.padding_problem(main, tables)
         return None if self._padding is None else self._padding[1]
+
+    @property
+    def layout(self) -> str | None:
+        """What `%mlx status` says about this model's prefill chunks, where it matters."""
+        if self._window and self._multi is not None and self._multi[0] is not None:
+            return (
+                f"chunks past its {self._window}-token window end every {prefill_step()}"
+                " tokens, as mlx-lm's prefill does (a pass over several tokens differs"
+                " from single steps there)"
+            )
+        return None
 
     @property
     def drafts(self) -> str | None:
@@ -295,3 +329,13 @@ class ModelState:
         if self._padding[0] is None:
             return "rows decode together; short prompts prefill together (padding checked)"
         return f"rows decode together; prompts prefill one at a time: {self._padding[0]}"
+
+
+def prefill_step() -> int:
+    """Where mlx-lm's ``generate_step`` ends its prefill passes (its ``prefill_step_size``)."""
+    import inspect
+
+    from mlx_lm.generate import generate_step
+
+    default = inspect.signature(generate_step).parameters["prefill_step_size"].default
+    return int(default) if isinstance(default, int) else 2048

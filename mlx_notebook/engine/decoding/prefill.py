@@ -150,6 +150,12 @@ class ChunkSizer:
         first: Length of the first chunk for a model not yet measured.
         lo: Smallest chunk.
         hi: Largest chunk (bounds the memory of the attention scores).
+        window: With ``grid``: chunks ending before this position end where time says.
+        grid: Past ``window``, chunks end on multiples of this instead (0: never).
+            For a model whose passes over several tokens differ from single steps
+            (`padding.multi_token_problem`), where a chunk begins changes the text once
+            the sliding window is full; ending chunks where mlx-lm's ``generate_step``
+            ends its prefill passes gives its text, whatever the machine's load.
     """
 
     # Aim under the target: one chunk's time varies with the machine's load.
@@ -165,8 +171,11 @@ class ChunkSizer:
         first: int = 8,
         lo: int = 1,
         hi: int = 2048,
+        window: int = 0,
+        grid: int = 0,
     ) -> None:
         self.target_s, self.lo, self.hi = target_s, lo, hi
+        self.window, self.grid = window, grid
         self.profile = profile if profile is not None else PrefillProfile()
         self.first = max(lo, min(first, hi))
         self.largest = 0  # the largest chunk used, for the stats
@@ -180,6 +189,12 @@ class ChunkSizer:
             points: Stretches between cancel points in a chunk (its layers, where
                 gated): each must fit the target, the whole chunk `HOLD_S`.
         """
+        want = self._timed(pos, points)
+        if self.grid and pos + want >= self.window:  # it would end past the window
+            return self.grid - pos % self.grid
+        return want
+
+    def _timed(self, pos: int, points: int) -> int:
         p = self.profile
         most = self.target_s if points <= 1 else min(self.target_s * points, self.HOLD_S)
         fit = p.largest_within(most * self.MARGIN, pos)

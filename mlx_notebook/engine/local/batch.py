@@ -117,18 +117,21 @@ class Batch:
                     job.emit(stored)
                     return None
             out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
+            tables = rope_tables(main.model) if self.main is None else self._tables
+            window, grid = state.prefill_grid(main, len(setup.prompt), tables)
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached
             out.stats.sampling = setup.sampling
             out.stats.model = about_model(main, identify=bool(self.replays and self.replays.on))
-            tables = rope_tables(main.model) if self.main is None else self._tables
         except Exception as exc:  # noqa: BLE001 - ends this job only
             fin = Finished.failed(exc)
             job.emit(fin if out is None else out.finish("error", fin.error, fin.exception))
             return None
         if self.main is None:
             self.main, self._tables = main, tables
-        self.rows.append(Row(job, state, setup, seq, out, alone=lambda: not self.decoding))
+        self.rows.append(
+            Row(job, state, setup, seq, out, alone=lambda: not self.decoding, grid=(window, grid))
+        )
         return None
 
     # -- the step -------------------------------------------------------------------------
@@ -180,6 +183,8 @@ class Batch:
         for r in pre:
             if total + r.left > budget:
                 break
+            if r.sizer.grid and r.left > r.sizer.size_at(len(r.seq.tokens)):
+                break  # one pass would not end where its prefill must (`ChunkSizer`)
             group.append(r)
             total += r.left
         try:

@@ -66,6 +66,8 @@ def status_notes(states: Mapping[str, Any]) -> list[str]:
             notes.append(f"batching of {name}: {state.batching}")
         if state.drafts is not None:
             notes.append(f"speculation on {name}: {state.drafts}")
+        if state.layout is not None:
+            notes.append(f"prefill of {name}: {state.layout}")
     return notes
 
 

@@ -21,13 +21,24 @@ class Row:
         seq: Its KV cache and tokens (taken from the prompt cache).
         out: Turns its tokens into events.
         alone: Whether no other row waits for its prefill chunks (see `prefill_steps`).
+        grid: ``(window, grid)`` of its chunks (`ModelState.prefill_grid`).
     """
 
     def __init__(
-        self, job: Job, state: ModelState, setup: Setup, seq, out: Output, alone=lambda: True
+        self,
+        job: Job,
+        state: ModelState,
+        setup: Setup,
+        seq,
+        out: Output,
+        alone=lambda: True,
+        grid: tuple[int, int] = (0, 0),
     ) -> None:
         self.job, self.state, self.setup, self.seq, self.out = job, state, setup, seq, out
-        self.sizer = ChunkSizer(job.request.prefill_target_s, state.prefill)
+        window, step = grid
+        self.sizer = ChunkSizer(
+            job.request.prefill_target_s, state.prefill, window=window, grid=step
+        )
         self.steps = prefill_steps(
             seq,
             setup.prompt,

@@ -74,6 +74,7 @@ def run_job(
             mx.random.seed(req.seed)
         main_state = state_for(main)
         main_cache = main_state.cache
+        window, grid = main_state.prefill_grid(main, len(prompt), rope_tables(main.model))
         seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
         ctx = DraftContext(req, setup.sampler, session=main_state.suffix)
@@ -94,7 +95,7 @@ def run_job(
             main, rope_tables(main.model)
         ):
             c.jump = False  # forced tokens fed together would change it too: one a step
-        sizer = ChunkSizer(req.prefill_target_s, main_state.prefill)
+        sizer = ChunkSizer(req.prefill_target_s, main_state.prefill, window=window, grid=grid)
         try:
             prefill(
                 seq,

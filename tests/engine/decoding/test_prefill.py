@@ -84,6 +84,25 @@ def test_a_young_fit_does_not_size_a_chunk_far_past_what_was_measured():
     assert fresh.size_at(12) == 48
 
 
+def test_past_the_window_chunks_end_on_the_grid_whatever_the_time():
+    # A model whose multi-token pass differs from single steps: a chunk that begins past
+    # its window changes the text, so there chunks end where mlx-lm's prefill ends them.
+    ends = []
+    for target in (1e-6, 0.05, 30.0):
+        s = ChunkSizer(target_s=target, profile=PrefillProfile(), window=20, grid=64)
+        pos, cuts = 0, []
+        while pos < 300:
+            n = s.size_at(pos)
+            s.observe(n, 0.001 * n, pos)
+            pos += n
+            cuts.append(pos)
+        assert all(c < 20 or c % 64 == 0 for c in cuts), cuts
+        ends.append([c for c in cuts if c >= 20])
+    assert ends[0] == ends[1] == ends[2] == [64, 128, 192, 256, 320]
+    plain = ChunkSizer(target_s=1e-6, profile=PrefillProfile(), window=20)  # no grid
+    assert plain.size_at(40) == plain.first
+
+
 @pytest.mark.slow
 def test_stop_mid_prefill_on_the_default_model(engine):
     engine.submit(Request("hi", max_tokens=2)).result(timeout=300)
