@@ -162,7 +162,7 @@ def test_a_window_longer_than_the_probe_is_checked_past_its_end(tmp_path, monkey
     path = build_family("plamo3", tmp_path / "m", sliding_window=40)
     model, tok = load(str(path))
     vocab = len(tok.get_vocab())
-    assert padding._window(model) == 40
+    assert padding.sliding_window(model) == 40
     assert "parts from single steps" in padding.multi_token_problem(model, vocab)
     monkeypatch.setattr(padding, "MAX_WINDOW", 0)  # as the check was: a short prefix
     assert padding.multi_token_problem(model, vocab) is None  # finds nothing
