@@ -41,6 +41,33 @@ def q6_k(rows: int, cols: int, rng) -> np.ndarray:
     return raw.reshape(rows, -1)
 
 
+# Where each K-quant keeps its float16 super-block scales (byte offsets in a block),
+# and modest values for them: random bytes elsewhere are valid blocks.
+K_SCALES = {
+    "Q2_K": [(80, 0.01), (82, 0.005)],
+    "Q3_K": [(108, 0.004)],
+    "Q4_K": [(0, 0.0005), (2, 0.001)],
+    "Q5_K": [(0, 0.00025), (2, 0.001)],
+    "Q6_K": [(208, 0.004)],
+}
+
+
+def k_blocks(kind: str, rows: int, cols: int, rng) -> np.ndarray:
+    """Random ``kind`` K-quant blocks (``cols`` a multiple of 256): raw bytes per row.
+
+    gguf-py reads every K-quant but writes none; llama.cpp's quantizer is a build away.
+    """
+    import gguf
+
+    if kind == "Q6_K":
+        return q6_k(rows, cols, rng)
+    _, size = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, kind)]
+    raw = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
+    for at, value in K_SCALES[kind]:
+        raw[..., at : at + 2] = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
+    return raw.reshape(rows, -1)
+
+
 def llama3_rope_factors(head_dim, base, factor, low, high, orig) -> np.ndarray:
     """``rope_freqs.weight`` as llama.cpp's converter computes it for Llama 3's scaling."""
     import math
@@ -201,7 +228,8 @@ def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int =
     """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3) as llama.cpp writes it.
 
     Q/K rows as they are (llama.cpp permutes only llama's), the tokenizer's pre-type
-    ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``): every matrix quantized, else float32.
+    ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``, ``Q5_0``; a K-quant: random blocks, 256
+    wide): every matrix quantized, else float32.
 
     Returns:
         ``(path, model)``: the mlx-lm model holding the weights the file stores (after
@@ -214,7 +242,10 @@ def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int =
     from mlx.utils import tree_flatten
 
     tokens, merges = _tokens(path)
-    cfg = tiny_config(len(tokens), model_type=arch, head_dim=16, rope_theta=1e6)
+    shape = dict(head_dim=16)
+    if qtype in K_SCALES:  # every matrix's rows whole blocks of 256
+        shape = dict(hidden_size=256, intermediate_size=512, head_dim=64)
+    cfg = tiny_config(len(tokens), model_type=arch, rope_theta=1e6, **shape)
     mod = importlib.import_module(f"mlx_lm.models.{arch}")
     mx.random.seed(seed)
     model = mod.Model(mod.ModelArgs.from_dict(cfg))
@@ -225,7 +256,11 @@ def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int =
         w = np.array(a.astype(mx.float32))
         if name.endswith("norm.weight"):
             w = (1 + 0.2 * rng.standard_normal(w.shape)).astype(np.float32)  # not all ones
-        if qtype and w.ndim == 2:
+        if qtype in K_SCALES and w.ndim == 2:
+            q = k_blocks(qtype, w.shape[0], w.shape[1], rng)
+            stored.append((name, q, getattr(T, qtype)))
+            w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
+        elif qtype and w.ndim == 2:
             q = gguf.quants.quantize(w, getattr(T, qtype))
             stored.append((name, q, getattr(T, qtype)))
             w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)

@@ -19,11 +19,13 @@ import tempfile
 from pathlib import Path
 
 from .. import config
+from .gguf_blocks import NEEDS_BLOCKS, read_blocks
+from .gguf_blocks import TYPES as BLOCK_TYPES
 from .gguf_rope import llama3_scaling
 from .gguf_tokenizer import _scalar, write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
-VERSION = "2"  # bump when the output format changes (2: K-quants stored 8-bit)
+VERSION = "3"  # bump when the output format changes (3: Q4_K at 4 bits, Q5 at 8)
 TMP_TAG = "pid"
 _TMP_OWNER = re.compile(rf"^\..+-[0-9a-f]{{16}}\.{TMP_TAG}(\d+)\.")
 _TMP_LEGACY = re.compile(r"^\..+-[0-9a-f]{16}\.")
@@ -72,8 +74,9 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
 
     Args:
         gguf: Path to a ``.gguf`` file of an architecture in `ARCHS`.
-        variant: ``"q"`` keeps each tensor's own quantization where MLX reads it
-            (Q4_0, Q4_1, Q8_0) and stores K-quants as MLX 8-bit (`_requantize`);
+        variant: ``"q"`` keeps each tensor quantized in MLX's layout (Q4_0, Q4_1
+            and Q4_K at 4 bits, Q5 and Q8_0 at 8; Q2_K, Q3_K, Q6_K re-quantized to 8
+            bits: `gguf_blocks`);
             ``"f32"`` dequantizes everything to float32 (fastest on x86 CPUs with
             OpenBLAS).
 
@@ -159,14 +162,16 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
         types = {}  # a header this reader does not know: K-quants stay float
     _refuse_unreadable(types, gguf)
-    weights, md = mx.load(str(gguf), return_metadata=True)
+    if NEEDS_BLOCKS & set(types.values()):  # K-quants and Q5 kept quantized, or read at all
+        weights, md = read_blocks(gguf)
+    else:
+        weights, md = mx.load(str(gguf), return_metadata=True)
     arch = str(md.get("general.architecture"))
     if arch not in ARCHS:
         raise ValueError(
             f"GGUF architecture {arch!r} is not supported: only "
             f"{', '.join(map(repr, ARCHS))} can be converted ({gguf.name})"
         )
-    kquants = {_rename(k, arch) for k, t in types.items() if t in _K_QUANTS}
     rope_freqs = weights.pop("rope_freqs.weight", None)
     weights = {_rename(k, arch): v for k, v in weights.items()}
     config = _config(md, weights, arch)
@@ -174,8 +179,6 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
         scaling = llama3_scaling(rope_freqs, config["head_dim"], config["rope_theta"], gguf.name)
         if scaling is not None:
             config["rope_scaling"] = scaling
-    if variant != "f32":
-        _requantize(weights, kquants)
     quant = _quantization(weights, config)
     if variant == "f32":
         weights = _dequantize_all(weights, quant)
@@ -189,14 +192,13 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=1))
 
 
-# The GGML types MLX's reader (gguf-tools) loads: F32, F16, Q4_0, Q4_1, Q8_0, Q2_K,
-# Q4_K, Q6_K, I8, I16, I32, BF16 (measured: Q3_K, Q5_K and Q8_K fail like Q5_0), and
-# the names of the others, for the one line that refuses them.
-_READABLE = {0, 1, 2, 3, 8, 10, 12, 14, 24, 25, 26, 30}
+# The GGML types read: MLX's reader (F32, F16, BF16, Q4_0, Q4_1, Q8_0) or
+# `gguf_blocks` (K-quants and Q5), and the names of the others, for the one line that
+# refuses them.
 _TYPE_NAMES = {
-    6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 11: "Q3_K", 13: "Q5_K", 15: "Q8_K", 16: "IQ2_XXS",
-    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S",
-    23: "IQ4_XS", 27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
+    9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
+    20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+    27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
 }  # fmt: skip
 
 
@@ -206,7 +208,7 @@ def _refuse_unreadable(types: dict[str, int], gguf: Path) -> None:
     MLX says only ``gguf_tensor_to_f16 failed``; this names the type, a tensor,
     how many more have it, and the types that load.
     """
-    bad = [(name, t) for name, t in types.items() if t not in _READABLE]
+    bad = [(name, t) for name, t in types.items() if t not in BLOCK_TYPES]
     if bad:
         name, t = bad[0]
         kind = _TYPE_NAMES.get(t, f"type {t}")
@@ -214,33 +216,8 @@ def _refuse_unreadable(types: dict[str, int], gguf: Path) -> None:
         raise ValueError(
             f"GGUF tensor type {kind} is not supported ({name}"
             f"{f' and {more} more' if more else ''}, in {gguf.name}): F32, F16, BF16, "
-            "Q4_0, Q4_1, Q8_0, Q2_K, Q4_K and Q6_K load"
+            "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K load"
         )
-
-
-# GGML's K-quant types (Q2_K .. Q8_K): MLX's GGUF reader dequantizes them to float16,
-# which a CPU load then widens to float32 (4 bytes a weight, against 0.8 in a Q6_K).
-_K_QUANTS = {10, 11, 12, 13, 14, 15}
-_KQ_GROUP, _KQ_BITS = 32, 8  # MLX's affine 8-bit: finer than any K-quant, fast path's layout
-
-
-def _requantize(weights: dict, names: set) -> None:
-    """Store K-quant matrices (a token embedding in Q6_K, say) as MLX 8-bit, not float.
-
-    1.25 bytes a weight once loaded on the CPU (scales in float32) instead of 4, in
-    the quantized layout the fast path computes; 8 bits over groups of 32 keep each of
-    the K-quant's values within about 1/255 of its group's range (a Q6_K's own step
-    is 1/63 of its 16 values' range).
-    """
-    import mlx.core as mx
-
-    for name in names:
-        w = weights.get(name)
-        if w is None or w.ndim != 2 or w.shape[-1] % _KQ_GROUP or not name.endswith(".weight"):
-            continue
-        module = name[: -len(".weight")]
-        q, scales, biases = mx.quantize(w.astype(mx.float32), group_size=_KQ_GROUP, bits=_KQ_BITS)
-        weights[name], weights[f"{module}.scales"], weights[f"{module}.biases"] = q, scales, biases
 
 
 def _tensor_types(path: Path) -> dict[str, int]:

@@ -1,0 +1,158 @@
+"""GGUF files with K-quants or Q5 blocks, read block by block into MLX's quantized layout.
+
+MLX's own reader (``mx.load``) expands K-quants to float16 and refuses Q5_0, Q5_1,
+Q3_K and Q5_K outright, so a Q4_K_M file would load at twice its size and a Q5_K_M
+file not at all. Here every block type whose groups of 32 are affine maps onto MLX's
+affine layout (``w = scale * q + bias``, groups of 32) exactly, but for the float16
+rounding of a K-quant's products ``d * scale`` (relative 2**-11, as MLX's reader
+stores every scale in float16):
+
+- Q4_0, Q4_1 and Q4_K at 4 bits (Q4_K: each 32-value sub-block's 6-bit scale and
+  minimum times the super-block's ``d`` and ``dmin``);
+- Q8_0, and Q5_0, Q5_1 and Q5_K at 8 bits (a 5-bit group is an 8-bit group with the
+  same scale and bias; MLX's CPU kernels and the fast path compute 4 and 8 bits).
+
+Q2_K, Q3_K and Q6_K scale 16-value halves of a group separately, which no affine
+group of 32 holds exactly: they are dequantized (gguf-py, llama.cpp's own reader)
+and stored at 8 bits, each value within 1/510 of its group's range.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+GROUP = 32
+# GGML type ids read here, and how each one is stored.
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16 = 0, 1, 2, 3, 6, 7, 8, 30
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 10, 11, 12, 13, 14
+EXACT_4 = {Q4_0, Q4_1, Q4_K}
+EXACT_8 = {Q8_0, Q5_0, Q5_1, Q5_K}
+REQUANTIZED = {Q2_K, Q3_K, Q6_K}
+TYPES = {F32, F16, BF16} | EXACT_4 | EXACT_8 | REQUANTIZED
+# The types MLX's reader refuses or widens to float16: a file with any goes through here.
+NEEDS_BLOCKS = {Q5_0, Q5_1} | {Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+
+
+def read_blocks(path: Path) -> tuple[dict, dict]:
+    """``(weights, metadata)`` of a GGUF file, as ``mx.load(path, return_metadata=True)``.
+
+    Quantized matrices come as ``name`` (packed ``uint32``), ``name``'s ``scales`` and
+    ``biases`` siblings (``.weight`` -> ``.scales``/``.biases``), groups of 32.
+    """
+    import mlx.core as mx
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    md = {}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):
+            continue  # the header's own counts
+        md[name] = field.contents()
+    weights = {}
+    for t in reader.tensors:
+        kind = int(t.tensor_type)
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        raw = np.asarray(t.data)
+        if kind == F32 or kind == F16:
+            weights[t.name] = mx.array(raw.reshape(shape))
+        elif kind == BF16:
+            weights[t.name] = mx.array(raw.view(np.uint16).reshape(shape)).view(mx.bfloat16)
+        else:
+            q, scales, biases, bits = _blocks(raw.reshape(-1, raw.shape[-1]), kind, shape[-1])
+            rows = shape[:-1]
+            stem = t.name[: -len(".weight")] if t.name.endswith(".weight") else t.name
+            weights[t.name] = mx.array(_pack(q, bits).reshape(*rows, -1))
+            # float16, as MLX's reader stores Q4_0/Q4_1 (a GPU computes in it; the CPU
+            # loader widens to float32): a K-quant's d * scale is rounded there, 2**-11.
+            weights[f"{stem}.scales"] = mx.array(scales.reshape(*rows, -1).astype(np.float16))
+            weights[f"{stem}.biases"] = mx.array(biases.reshape(*rows, -1).astype(np.float16))
+        mx.eval(weights[t.name])  # off the file's pages before the next tensor
+    return weights, md
+
+
+def _blocks(raw: np.ndarray, kind: int, cols: int) -> tuple:
+    """``(q, scales, biases, bits)`` of one matrix's rows of raw blocks (``uint8``)."""
+    rows = raw.shape[0]
+    if kind in REQUANTIZED:
+        from gguf import GGMLQuantizationType, dequantize
+
+        w = dequantize(raw, GGMLQuantizationType(kind)).reshape(rows, cols)
+        return (*_quantize8(w.astype(np.float32)), 8)
+    if kind in (Q4_K, Q5_K):
+        b = raw.reshape(rows, cols // 256, -1)
+        d, dmin = _f16(b[..., 0:2]), _f16(b[..., 2:4])
+        sc, m = _scale_min(b[..., 4:16])  # (rows, blocks, 8)
+        ql = b[..., -128:].reshape(rows, -1, 4, 32)  # four 64-value chunks of 32 bytes
+        q = np.stack([ql & 15, ql >> 4], axis=3)  # (rows, blocks, 4, 2, 32)
+        if kind == Q5_K:
+            qh = b[..., 16:48][:, :, None, None, :]  # bit 2i and 2i+1 of each byte
+            shift = (2 * np.arange(4)[:, None] + np.arange(2)[None, :]).astype(np.uint8)
+            shift = shift[None, None, :, :, None]
+            q = q | (((qh >> shift) & 1) << 4)
+        scales = d[..., None] * sc
+        biases = -(dmin[..., None] * m)
+        return (
+            q.reshape(rows, cols),
+            scales.reshape(rows, -1),
+            biases.reshape(rows, -1),
+            (4 if kind == Q4_K else 8),
+        )
+    b = raw.reshape(rows, cols // GROUP, -1)
+    d = _f16(b[..., 0:2])
+    if kind == Q8_0:
+        q = (b[..., 2:34].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        return q.reshape(rows, cols), d, -128 * d, 8
+    lo = 4 if kind in (Q4_1, Q5_1) else 2  # after the minimum, where one is stored
+    bias = _f16(b[..., 2:4]) if lo == 4 else None
+    qh = None
+    if kind in (Q5_0, Q5_1):
+        qh = b[..., lo : lo + 4].copy().view(np.uint32)  # (rows, groups, 1)
+        lo += 4
+    qs = b[..., lo : lo + 16]
+    q = np.concatenate([qs & 15, qs >> 4], axis=-1)  # values j and j + 16 share a byte
+    if qh is not None:
+        q = q | (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
+    if bias is None:
+        bias = -(16 if kind == Q5_0 else 8) * d
+    return q.reshape(rows, cols), d, bias, 4 if kind in EXACT_4 else 8
+
+
+def _f16(two: np.ndarray) -> np.ndarray:
+    """Little-endian float16 fields (the last axis, 2 bytes) as float32."""
+    return np.ascontiguousarray(two).view(np.float16)[..., 0].astype(np.float32)
+
+
+def _scale_min(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 8 six-bit scales and minimums packed in a K-quant's 12 bytes (``get_scale_min_k4``)."""
+    s = s.astype(np.uint8)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
+    m = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+    return sc.astype(np.float32), m.astype(np.float32)
+
+
+def _quantize8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Affine 8-bit over groups of 32, on the float16 scales and biases it is stored with.
+
+    The scale is rounded up and the minimum down to float16 before the values are
+    rounded to it, so every value stays within half a step of the stored grid.
+    """
+    g = w.reshape(w.shape[0], -1, GROUP)
+    lo, hi = g.min(-1), g.max(-1)
+    lo16 = lo.astype(np.float16)
+    lo16 = np.where(lo16.astype(np.float32) > lo, np.nextafter(lo16, np.float16(-np.inf)), lo16)
+    scale = np.where(hi > lo, (hi - lo16.astype(np.float32)) / 255, 1.0)
+    s16 = scale.astype(np.float16)
+    s16 = np.where(s16.astype(np.float32) < scale, np.nextafter(s16, np.float16(np.inf)), s16)
+    lo32, s32 = lo16.astype(np.float32), s16.astype(np.float32)
+    q = np.clip(np.rint((g - lo32[..., None]) / s32[..., None]), 0, 255).astype(np.uint8)
+    return q.reshape(w.shape), s32, lo32
+
+
+def _pack(q: np.ndarray, bits: int) -> np.ndarray:
+    """Values (``uint8``, below ``2**bits``) packed into ``uint32`` as MLX lays them out."""
+    per = 32 // bits
+    v = q.reshape(q.shape[0], -1, per).astype(np.uint32)
+    shifts = (bits * np.arange(per, dtype=np.uint32))[None, None, :]
+    return np.bitwise_or.reduce(v << shifts, axis=-1)

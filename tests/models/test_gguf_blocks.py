@@ -1,0 +1,117 @@
+"""GGUF K-quant and Q5 blocks read into MLX's quantized layout: exact, or within a step."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mlx_notebook.models import gguf as conv
+from mlx_notebook.models import gguf_blocks as blocks
+from tests.gguf_fixture import K_SCALES, build_arch_gguf, k_blocks
+
+# Each type: the bits it is stored at, and whether the mapping is exact.
+KINDS = {
+    "Q4_0": (4, True), "Q4_1": (4, True), "Q8_0": (8, True), "Q5_0": (8, True),
+    "Q5_1": (8, True), "Q4_K": (4, True), "Q5_K": (8, True), "Q2_K": (8, False),
+    "Q3_K": (8, False), "Q6_K": (8, False),
+}  # fmt: skip
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLX_NOTEBOOK_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def raw_of(kind: str, rows: int, cols: int, seed: int = 0):
+    """Random blocks of ``kind`` and what llama.cpp's own reader (gguf-py) makes of them."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    T = getattr(gguf.GGMLQuantizationType, kind)
+    if kind in K_SCALES:
+        raw = k_blocks(kind, rows, cols, rng)
+    else:
+        raw = gguf.quants.quantize(rng.standard_normal((rows, cols)).astype(np.float32), T)
+    return raw, gguf.quants.dequantize(raw, T).reshape(rows, cols)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_block_type_becomes_mlx_affine_groups_of_32(kind):
+    import mlx.core as mx
+
+    bits, exact = KINDS[kind]
+    raw, want = raw_of(kind, 6, 512)
+    q, scales, biases, got_bits = blocks._blocks(raw, blocks.__dict__[kind], 512)
+    assert got_bits == bits and q.max() < 2**bits
+    packed = blocks._pack(q, bits)
+    assert packed.shape == (6, 512 * bits // 32) and scales.shape == (6, 16)
+    # As stored: float16 scales and biases (as MLX's own reader stores Q4_0 and Q4_1),
+    # computed here in float32.
+    s32, b32 = (a.astype(np.float16).astype(np.float32) for a in (scales, biases))
+    deq = np.array(
+        mx.dequantize(mx.array(packed), mx.array(s32), mx.array(b32), group_size=32, bits=bits)
+    )
+    err = np.abs(deq - want).reshape(6, -1, 32)
+    s32, b32 = s32[..., None], b32[..., None]
+    if exact:  # the same values; a K-quant's d * scale rounded to float16 (2**-11)
+        rel = 2**-10 if kind in ("Q4_K", "Q5_K") else 2**-20
+        assert (err <= rel * (np.abs(s32) * (2**bits - 1) + np.abs(b32)) + 1e-9).all()
+    else:  # re-quantized: within half a step of the stored grid (1/510 of the group's range)
+        assert (err <= s32 / 2 * (1 + 2**-8) + 1e-9).all(), float((err / s32).max())
+        assert err.max() > 0  # not exact: the docs say so
+
+
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q3_K", "Q2_K"])
+def test_a_file_of_each_type_loads_quantized_and_decodes_as_mlx_lm_does(
+    engine, cache, tmp_path, kind
+):
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+
+    from mlx_notebook.engine import Request
+
+    path, ref = build_arch_gguf(tmp_path / f"{kind}.gguf", "qwen2", kind)
+    text = "The 12 ships sailed at dawn"
+    ids = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 31]
+
+    def run():
+        out = conv.convert_gguf(path, "q")
+        model, tok = load(str(out))  # stock mlx-lm on the converted weights
+        prompt = mx.array(tok.encode(text))
+        want = [t for (t, _), _ in zip(generate_step(prompt, model), range(8))]
+        logits = np.array(model(mx.array([ids]))[0].astype(mx.float32))
+        truth = np.array(ref(mx.array([ids]))[0].astype(mx.float32))
+        return out, want, logits, truth
+
+    out, want, ours, truth = engine.call(run).result()
+    quant = json.loads((out / "config.json").read_text())["quantization"]
+    layers = {k: v for k, v in quant.items() if isinstance(v, dict)}
+    assert layers and {v["bits"] for v in layers.values()} == {KINDS[kind][0]}
+    assert {v["group_size"] for v in layers.values()} == {32}
+    # Against the file's own values (gguf-py's dequantization) in float32.
+    tol = 2e-2 if KINDS[kind][1] else 0.1
+    np.testing.assert_allclose(ours, truth, atol=tol * np.abs(truth).max())
+    # The engine (fast path on, where the CPU has it) gives mlx-lm's greedy ids.
+    res = engine.submit(
+        Request(text, model=str(path), chat=False, max_tokens=8, temperature=0,
+                repetition_penalty=1)
+    ).result(timeout=300)  # fmt: skip
+    assert res.token_ids == want
+
+
+def test_a_q4_k_file_loads_at_4_bits_near_its_own_size(engine, cache, tmp_path):
+    # Q4_K is 4.5 bits a weight in the file; 4 bits and a float16 scale and bias per 32
+    # here (5), where MLX's reader gave float16 (16) and the CPU load widened it (32).
+    path, _ = build_arch_gguf(tmp_path / "q4k.gguf", "qwen2", "Q4_K")
+    out = engine.call(lambda: conv.convert_gguf(path, "q")).result()
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), "np") as f:
+        sizes = {k: f.get_tensor(k).nbytes for k in f.keys()}
+    mats = sum(v for k, v in sizes.items() if not k.endswith("norm.weight"))
+    file_mats = sum(
+        t.n_bytes for t in __import__("gguf").GGUFReader(str(path)).tensors if len(t.shape) == 2
+    )
+    assert mats / file_mats == pytest.approx(5 / 4.5, rel=0.02)
