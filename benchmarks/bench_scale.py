@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/bench_scale.py [--rounds 3] [--shape 1b] [--llama-python PYTHON]
+        [--types Q4_0,Q4_1] [--skip "mlx-lm f32,..."]
 
 Builds a random-weight GGUF with Llama-3.2-1B's layers (hidden 2048, 16 layers,
 32/8 heads, FFN 8192, tied embedding) and the bundled model's tokenizer (nothing
@@ -175,8 +176,11 @@ def build_f32(dst: Path, shape: tuple, seed: int = 0) -> Path:
 
 
 def quantize(f32: Path, qtype: str, llama_python: str | None) -> tuple[Path, str]:
-    """``f32`` quantized to ``qtype`` (Q4_0 or Q4_1), and which quantizer made it."""
+    """``f32`` quantized to ``qtype`` (Q4_0, Q4_1; with llama.cpp also its K-quant mixes,
+    Q4_K_M, Q5_K_M, ...), and which quantizer made it."""
     tool = "llama.cpp" if llama_python else "gguf-py"
+    if "_K" in qtype and not llama_python:
+        raise SystemExit(f"{qtype}: only llama.cpp's quantizer writes K-quants (the bench extra)")
     dst = f32.with_name(f32.name.replace(".f32.", f".{qtype}.{tool}."))
     if dst.is_file():
         return dst, tool
@@ -227,6 +231,11 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     ap.add_argument("--stops", type=int, default=3, help="random Stops mid-prefill per run")
     ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    ap.add_argument(
+        "--types",
+        default="Q4_0,Q4_1",
+        help="quantized files beside float32 (Q4_K_M, Q5_K_M: llama.cpp's mixes)",
+    )
     ap.add_argument("--skip", default="", help="comma-separated configurations to leave out")
     ap.add_argument("--save", default=None, help="write every round's raw results to this file")
     args = ap.parse_args()
@@ -244,7 +253,7 @@ def main() -> None:
     f32 = build_f32(cache_root() / "bench" / f"random-llama-{args.shape}.f32.gguf",
                     SHAPES[args.shape])  # fmt: skip
     files = {"f32": f32}
-    for q in ("Q4_0", "Q4_1"):
+    for q in filter(None, args.types.split(",")):
         files[q], tool = quantize(f32, q, llama_py)
     print(f"files: {', '.join(f'{k} {p.stat().st_size / 1e6:.0f} MB' for k, p in files.items())}"
           f" (quantized by {tool})", file=sys.stderr)  # fmt: skip
@@ -288,7 +297,7 @@ def report(args, names: list[str], results: dict, files: dict) -> None:
     for k in files:
         for peer in ("llama.cpp", "mlx-lm"):
             a, b = f"ours {k}", f"{peer} {k}"
-            print(f"  {k:5s} / {peer:9s} {ratio(a, b, 'decode'):22s} {ratio(a, b, 'prefill')}")
+            print(f"  {k:6s} / {peer:9s} {ratio(a, b, 'decode'):22s} {ratio(a, b, 'prefill')}")
     print("\nMemory: peak resident (median round), and what it grew by from the process's")
     print("size before loading (Python, MLX), against the weights as loaded (+ KV cache):")
     for name in names:
@@ -310,7 +319,7 @@ def report(args, names: list[str], results: dict, files: dict) -> None:
     print("\nFile sizes and the decode limit at the sgemv bandwidth:")
     for k, p in files.items():
         size = p.stat().st_size
-        print(f"  {k:5s} {size / 1e6:7.0f} MB -> {gemv * 1e9 / size:6.1f} tok/s")
+        print(f"  {k:6s} {size / 1e6:7.0f} MB -> {gemv * 1e9 / size:6.1f} tok/s")
     print(f"Bandwidth, best of 5 over 512 MB: {one:.1f} GB/s (numpy sum, one thread), "
           f"{gemv:.1f} GB/s (OpenBLAS sgemv, all threads)")  # fmt: skip
 

@@ -86,7 +86,13 @@ def llama3_rope_factors(head_dim, base, factor, low, high, orig) -> np.ndarray:
 
 
 def build_tiny_gguf(
-    path: Path, arch="llama", seed=0, float32=False, q6k_embedding=False, rope_scaling=None
+    path: Path,
+    arch="llama",
+    seed=0,
+    float32=False,
+    q6k_embedding=False,
+    rope_scaling=None,
+    sentencepiece=None,
 ):
     """Returns (gguf_path, hf_weights): the float32 weights a correct loader must reproduce.
 
@@ -95,10 +101,15 @@ def build_tiny_gguf(
     (the model is 256 wide: a K-quant's rows are whole blocks of 256).
     ``rope_scaling``: Llama 3's (mlx-lm's dict), written as llama.cpp does: only as
     the ``rope_freqs.weight`` tensor.
+    ``sentencepiece``: a SentencePiece processor whose vocabulary the file carries (as
+    Llama 2's and Mistral's files do) instead of the byte-level BPE one.
     """
     import gguf
 
-    tokens, merges = _tokens(path)
+    if sentencepiece is not None:
+        tokens = [sentencepiece.id_to_piece(i) for i in range(sentencepiece.get_piece_size())]
+    else:
+        tokens, merges = _tokens(path)
     cfg = tiny_config(len(tokens), **({"hidden_size": 256} if q6k_embedding else {}))
     E, L, F = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -151,7 +162,10 @@ def build_tiny_gguf(
 
     w = gguf.GGUFWriter(str(path), arch)
     _add_shape(w, cfg)
-    _add_tokenizer(w, tokens, merges, "smollm")
+    if sentencepiece is not None:
+        add_spm_tokenizer(w, sentencepiece)
+    else:
+        _add_tokenizer(w, tokens, merges, "smollm")
     for name, (arr, qtype) in gg.items():
         if qtype is None:
             w.add_tensor(name, arr)
@@ -207,6 +221,52 @@ def _add_tokenizer(w, tokens: list[str], merges: list[str], pre: str) -> None:
     w.add_pad_token_id(tokens.index("<|endoftext|>"))
     w.add_add_bos_token(False)
     w.add_chat_template(CHATML)
+
+
+def sentencepiece_model(text: str, vocab_size: int = 400):
+    """A SentencePiece BPE model trained on ``text``, set up as Llama 2's is."""
+    import io
+
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(line for line in text.splitlines() if line.strip()),
+        model_writer=buf, vocab_size=vocab_size, model_type="bpe", byte_fallback=True,
+        character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, minloglevel=2,
+        # Llama 2's and Mistral's: no normalization (llama.cpp applies none either).
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, allow_whitespace_only_pieces=True,
+    )  # fmt: skip
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue())
+
+
+def add_spm_tokenizer(w, sp) -> list[str]:
+    """``sp``'s vocabulary as llama.cpp's converter writes a SentencePiece one; its tokens."""
+    n = sp.get_piece_size()
+    tokens = [sp.id_to_piece(i) for i in range(n)]
+
+    def kind(i: int) -> int:  # llama.cpp's token types
+        if sp.is_unknown(i):
+            return 2
+        if sp.is_control(i):
+            return 3
+        if sp.is_unused(i):
+            return 5
+        return 6 if sp.is_byte(i) else 1
+
+    w.add_vocab_size(n)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([sp.get_score(i) for i in range(n)])
+    w.add_token_types([kind(i) for i in range(n)])
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+    return tokens
 
 
 def gguf_name(name: str) -> str:

@@ -46,6 +46,46 @@ def _pre_tokenizer(pre: str):
     )
 
 
+def _spm(md: dict, tokens: list[str], types: list[int]):
+    """A SentencePiece vocabulary (``tokenizer.ggml.model`` ``llama``) as a BPE ``Tokenizer``.
+
+    llama.cpp (like SentencePiece) merges the adjacent pair whose joined piece scores
+    highest; BPE merges ranked by that score do the same. Characters outside the
+    vocabulary fall back to the ``<0xXX>`` byte tokens. A space is put in front of the
+    text, and after every special token, as llama.cpp does with ``add_space_prefix``
+    (Hugging Face's "legacy" Llama tokenizer).
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    scores = md.get("tokenizer.ggml.scores")
+    scores = scores.tolist() if hasattr(scores, "tolist") else list(scores or [0.0] * len(tokens))
+    vocab = {t: i for i, t in enumerate(tokens)}
+    # Pieces that merges may make: normal and user-defined ones (not control, unknown,
+    # unused or byte tokens), best score first, ties by id.
+    pieces = [(sc, t) for t, sc, ty in zip(tokens, scores, types) if ty in (1, 4) and len(t) > 1]
+    merges = []
+    for _, piece in sorted(pieces, key=lambda p: -p[0]):
+        pairs = [(piece[:i], piece[i:]) for i in range(1, len(piece))]
+        pairs = [p for p in pairs if p[0] in vocab and p[1] in vocab]
+        merges += sorted(pairs, key=lambda p: (vocab[p[0]], vocab[p[1]]))
+    unk = md.get("tokenizer.ggml.unknown_token_id")
+    unk_token = tokens[int(_scalar(unk))] if unk is not None else None
+    tok = Tokenizer(
+        models.BPE(
+            vocab=vocab, merges=merges, unk_token=unk_token, fuse_unk=True, byte_fallback=True
+        )
+    )
+    norm = [normalizers.Replace(" ", "\u2581")]
+    if bool(_scalar(md.get("tokenizer.ggml.add_space_prefix", True))):
+        norm.insert(0, normalizers.Prepend("\u2581"))
+    tok.normalizer = normalizers.Sequence(norm)
+    strip = [decoders.Strip(content=" ", left=1, right=0)] if len(norm) > 1 else []
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), *strip]
+    )
+    return tok
+
+
 def _scalar(v: Any):
     return v.item() if hasattr(v, "item") else v
 
@@ -58,25 +98,34 @@ def write_tokenizer(md: dict, out: Path) -> None:
         out: Target directory.
 
     Raises:
-        ValueError: For tokenizer models other than byte-level BPE (``gpt2``).
+        ValueError: For tokenizer models other than byte-level BPE (``gpt2``) and
+            SentencePiece (``llama``: Llama 2, Mistral, TinyLlama).
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
     arch = str(md.get("general.architecture", "llama"))
     kind = md.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (only 'gpt2' BPE)")
+    if kind not in ("gpt2", "llama"):
+        raise ValueError(
+            f"GGUF tokenizer model {kind!r} is not supported (only 'gpt2' byte-level BPE and"
+            " 'llama' SentencePiece)"
+        )
     tokens: list[str] = list(md["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
     types = md.get("tokenizer.ggml.token_type")
     types = types.tolist() if hasattr(types, "tolist") else list(types or [1] * len(tokens))
 
     pre = str(md.get("tokenizer.ggml.pre", "default"))
     llama3 = pre in LLAMA3_PRES
-    vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=llama3))
-    tok.pre_tokenizer = _pre_tokenizer(pre)
-    tok.decoder = decoders.ByteLevel()
+    if kind == "llama":
+        tok = _spm(md, tokens, types)
+    else:
+        merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
+        vocab = {t: i for i, t in enumerate(tokens)}
+        tok = Tokenizer(
+            models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=llama3)
+        )
+        tok.pre_tokenizer = _pre_tokenizer(pre)
+        tok.decoder = decoders.ByteLevel()
     specials = [t for t, ty in zip(tokens, types) if ty in SPECIAL_TYPES]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
 
@@ -85,7 +134,8 @@ def write_tokenizer(md: dict, out: Path) -> None:
         return None if i is None else tokens[int(_scalar(i))]
 
     bos, eos, unk, pad = name("bos"), name("eos"), name("unknown"), name("padding")
-    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", llama3)))
+    # llama.cpp's defaults where the file does not say: a BOS for SentencePiece and Llama 3.
+    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", llama3 or kind == "llama")))
     if add_bos and bos is not None:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos}:0 $A:0",

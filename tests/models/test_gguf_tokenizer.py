@@ -112,3 +112,62 @@ def test_llama3_turns_end_on_eot_and_eom_too(tmp_path):
     md["tokenizer.ggml.pre"] = "smollm"  # other files: their own eos only, as before
     write_tokenizer(md, tmp_path / "other")
     assert not (tmp_path / "other" / "generation_config.json").exists()
+
+
+@pytest.fixture(scope="module")
+def spm_files(tmp_path_factory):
+    """A SentencePiece BPE model (Llama 2's kind) and a tiny llama GGUF carrying it."""
+    import os
+
+    from tests.gguf_fixture import sentencepiece_model
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    text = "\n".join(p.read_text() for p in sorted(docs.glob("guide/*.md")))
+    sp = sentencepiece_model(text + "\n" + "\n".join(SAMPLES[:2]))
+    root = tmp_path_factory.mktemp("spm")
+    old = os.environ.get("MLX_NOTEBOOK_CACHE")
+    os.environ["MLX_NOTEBOOK_CACHE"] = str(root / "cache")
+    try:
+        path, _, _ = build_tiny_gguf(root / "spm.gguf", sentencepiece=sp)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as ex:  # MLX work off the main thread
+            return sp, ex.submit(conv.convert_gguf, path, "q").result(), path
+    finally:
+        if old is None:
+            os.environ.pop("MLX_NOTEBOOK_CACHE")
+        else:
+            os.environ["MLX_NOTEBOOK_CACHE"] = old
+
+
+SPM_SAMPLES = [
+    *SAMPLES,
+    "",
+    " leading space and  two  spaces, trailing ",
+    "new\nlines\n\nand\ttabs",
+    "The model's tokens: 1234567890 and ++--**",
+    "GGUF files of the llama architecture are converted once",
+]
+
+
+@pytest.mark.parametrize("text", SPM_SAMPLES)
+def test_a_sentencepiece_vocabulary_encodes_as_sentencepiece_does(spm_files, text):
+    # SentencePiece itself is the reference: llama.cpp's tokenizer follows its merges
+    # by score and its byte fallback (the samples have characters the model never saw).
+    sp, out, _ = spm_files
+    tok = load_tokenizer(out)
+    want = [sp.bos_id(), *sp.encode(text)]
+    assert tok.encode(text) == want
+    assert tok.decode(want[1:]) == sp.decode(want[1:])
+    assert (tok.bos_token, tok.eos_token) == ("<s>", "</s>")
+
+
+def test_a_sentencepiece_file_streams_its_text_through_the_engine(spm_files, engine):
+    from mlx_notebook.engine import Request, Token
+
+    sp, _, path = spm_files
+    job = engine.submit(Request("Hello café 東京", model=str(path), chat=False, max_tokens=24))
+    pieces = [ev.text for ev in job.events() if isinstance(ev, Token)]
+    res = job.result(timeout=300)
+    assert len(res.token_ids) == 24 and "".join(pieces) == res.text
+    assert res.text == sp.decode(res.token_ids)  # streamed as SentencePiece decodes it
