@@ -269,27 +269,29 @@ def add_spm_tokenizer(w, sp) -> list[str]:
     return tokens
 
 
-def gguf_name(name: str) -> str:
-    """An mlx-lm tensor name as llama.cpp writes it (the converter's table, reversed)."""
-    import re
+def gguf_name(name: str, arch: str = "llama", blocks: int = 64) -> str:
+    """An mlx-lm (Hugging Face) tensor name as llama.cpp writes it: gguf-py's own map."""
+    import gguf
 
-    from mlx_notebook.models.gguf import _NAMES
-
-    for pat, rep in _NAMES:
-        back = "^" + re.escape(rep).replace(re.escape("\\1"), "(\\d+)")
-        forth = pat[1:].replace("\\.", ".").replace("(\\d+)", "\\1")
-        new, n = re.subn(back, forth, name)
-        if n:
-            return new
-    raise KeyError(name)
+    kind = {a.lower(): a for a in gguf.MODEL_ARCH.__members__}[arch]
+    tmap = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, kind), blocks)
+    out = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+    if out is None:
+        raise KeyError(name)
+    return out
 
 
-def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int = 0):
-    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3) as llama.cpp writes it.
+def build_arch_gguf(
+    path: Path, arch: str, qtype: str | None = None, seed: int = 0, longrope: dict | None = None
+):
+    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, phi3), as llama.cpp
+    writes one.
 
-    Q/K rows as they are (llama.cpp permutes only llama's), the tokenizer's pre-type
-    ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``, ``Q5_0``; a K-quant: random blocks, 256
-    wide): every matrix quantized, else float32.
+    Tensor names from gguf-py's own map, Q/K rows as they are (llama.cpp permutes only
+    llama's), the tokenizer's pre-type ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``,
+    ``Q5_0``; a K-quant: random blocks, 256 wide): every matrix quantized, else
+    float32. phi3: LongRoPE's ``longrope`` factors (mlx-lm's ``rope_scaling``) as
+    llama.cpp keeps them, two tensors. Worker thread (its model's arrays are lazy).
 
     Returns:
         ``(path, model)``: the mlx-lm model holding the weights the file stores (after
@@ -305,6 +307,10 @@ def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int =
     shape = dict(head_dim=16)
     if qtype in K_SCALES:  # every matrix's rows whole blocks of 256
         shape = dict(hidden_size=256, intermediate_size=512, head_dim=64)
+    if arch == "phi3":  # its own lm_head; LongRoPE over half of each head's dimensions
+        shape = dict(tie_word_embeddings=False, partial_rotary_factor=0.5,
+                     max_position_embeddings=4096, original_max_position_embeddings=512,
+                     rope_scaling=longrope)  # fmt: skip
     cfg = tiny_config(len(tokens), model_type=arch, rope_theta=1e6, **shape)
     mod = importlib.import_module(f"mlx_lm.models.{arch}")
     mx.random.seed(seed)
@@ -330,11 +336,19 @@ def build_arch_gguf(path: Path, arch: str, qtype: str | None = None, seed: int =
     w = gguf.GGUFWriter(str(path), arch)
     _add_shape(w, cfg)
     _add_tokenizer(w, tokens, merges, "qwen2")
+    if arch == "phi3":
+        head = cfg["hidden_size"] // cfg["num_attention_heads"]
+        w.add_rope_dimension_count(int(head * cfg["partial_rotary_factor"]))
+        w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+        if longrope:
+            for k in ("long", "short"):
+                w.add_tensor(f"rope_factors_{k}.weight",
+                             np.array(longrope[f"{k}_factor"], dtype=np.float32))  # fmt: skip
     for name, arr, kind in stored:
         if kind is None:
-            w.add_tensor(gguf_name(name), arr)
+            w.add_tensor(gguf_name(name, arch), arr)
         else:
-            w.add_tensor(gguf_name(name), arr, raw_dtype=kind)
+            w.add_tensor(gguf_name(name, arch), arr, raw_dtype=kind)
     write_out(w)
     return path, model
 

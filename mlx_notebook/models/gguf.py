@@ -1,4 +1,4 @@
-"""GGUF -> MLX model directory (llama, qwen2, qwen3), cached and written atomically.
+"""GGUF -> MLX model directory (llama, qwen2, qwen3, phi3), cached and written atomically.
 
 ``mx.load`` already returns GGUF weights in MLX's quantized layout. For the llama
 architecture (Llama 3, SmolLM) llama.cpp stores Q/K rows in
@@ -49,10 +49,19 @@ _NAMES = [
 
 
 # The architectures converted, and whether llama.cpp's converter permuted their Q/K
-# rows for interleaved RoPE (its LlamaModel does; Qwen2Model and Qwen3Model do not).
-# Each is the mlx-lm model type of the same name; the tensors are named as llama's,
-# plus Qwen3's per-head Q/K norms (Qwen2's Q/K/V biases follow their weights' names).
-ARCHS = {"llama": True, "qwen2": False, "qwen3": False}
+# rows for interleaved RoPE (its LlamaModel does; Qwen2Model, Qwen3Model and
+# Phi3MiniModel do not). Each is the mlx-lm model type of the same name; the tensors
+# are named as llama's, plus Qwen3's per-head Q/K norms (Qwen2's Q/K/V biases follow
+# their weights' names) and Phi-3's fused projections (`_ARCH_NAMES`).
+ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "phi3": False}
+# Phi-3 keeps Q, K and V in one matrix and the gate and up projections in another,
+# as mlx-lm's phi3 does: llama.cpp names the second ffn_up.
+_ARCH_NAMES = {
+    "phi3": [
+        (r"^blk\.(\d+)\.attn_qkv\.", r"model.layers.\1.self_attn.qkv_proj."),
+        (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.gate_up_proj."),
+    ],
+}
 
 
 def cache_root() -> Path:
@@ -173,12 +182,19 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
             f"{', '.join(map(repr, ARCHS))} can be converted ({gguf.name})"
         )
     rope_freqs = weights.pop("rope_freqs.weight", None)
+    long_short = [weights.pop(f"rope_factors_{k}.weight", None) for k in ("long", "short")]
     weights = {_rename(k, arch): v for k, v in weights.items()}
     config = _config(md, weights, arch)
     if rope_freqs is not None:  # Llama 3.1/3.2: their RoPE scaling, kept only as this
         scaling = llama3_scaling(rope_freqs, config["head_dim"], config["rope_theta"], gguf.name)
         if scaling is not None:
             config["rope_scaling"] = scaling
+    if all(f is not None for f in long_short):  # Phi-3's LongRoPE (its 128k variants)
+        import numpy as np
+
+        # The shortest decimals of the file's float32 values (as the model's config had them).
+        long, short = ([float(str(v)) for v in np.array(f, dtype=np.float32)] for f in long_short)
+        config["rope_scaling"] = {"type": "longrope", "long_factor": long, "short_factor": short}
     quant = _quantization(weights, config)
     if variant == "f32":
         weights = _dequantize_all(weights, quant)
@@ -269,7 +285,7 @@ def _broken(out: Path) -> bool:
 
 
 def _rename(name: str, arch: str = "llama") -> str:
-    for pat, rep in _NAMES:
+    for pat, rep in _ARCH_NAMES.get(arch, []) + _NAMES:
         new, n = re.subn(pat, rep, name)
         if n:
             return new
@@ -283,14 +299,21 @@ def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
 
     hidden = int(g("embedding_length"))
     heads = int(g("attention.head_count"))
+    head_dim = int(g("attention.key_length", hidden // heads))
+    extra = {}
+    if arch == "phi3":  # rotary dimensions and the context LongRoPE scales from
+        extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
+        ctx = g("rope.scaling.original_context_length", g("context_length", 4096))
+        extra["original_max_position_embeddings"] = int(ctx)
     return {
+        **extra,
         "model_type": arch,
         "hidden_size": hidden,
         "num_hidden_layers": int(g("block_count")),
         "intermediate_size": int(g("feed_forward_length")),
         "num_attention_heads": heads,
         "num_key_value_heads": int(g("attention.head_count_kv", heads)),
-        "head_dim": int(g("attention.key_length", hidden // heads)),
+        "head_dim": head_dim,
         "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon", 1e-5)),
         "rope_theta": float(g("rope.freq_base", 10000.0)),
         "rope_traditional": ARCHS[arch],

@@ -226,7 +226,7 @@ def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
     assert not stale.exists() and live.exists() and other.exists()
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3"])
 @pytest.mark.parametrize("qtype", [None, "Q8_0"])
 def test_qwen_ggufs_load_and_decode_as_mlx_lm_does_on_the_same_weights(
     engine, cache, tmp_path, arch, qtype
@@ -263,6 +263,29 @@ def test_qwen_ggufs_load_and_decode_as_mlx_lm_does_on_the_same_weights(
             )  # fmt: skip
         ).result(timeout=300)
         assert res.token_ids == want
+
+
+def test_phi3_longrope_kept_only_as_two_tensors_is_given_back(engine, cache, tmp_path):
+    # Phi-3's 128k variants: llama.cpp keeps LongRoPE's factors as rope_factors_long and
+    # rope_factors_short, and the context they scale from as a key.
+    from tests.gguf_fixture import build_arch_gguf
+
+    rope = {"type": "longrope", "long_factor": [1.0, 2.5, 7.0, 30.0],
+            "short_factor": [1.0, 1.1, 1.3, 2.0]}  # fmt: skip
+    ids = list(range(5, 600, 7))  # past the original 512 positions: the long factors
+
+    def run():
+        from mlx_lm import load
+
+        path, ref = build_arch_gguf(tmp_path / "phi3.gguf", "phi3", longrope=rope)
+        out = conv.convert_gguf(path, "q")
+        return out, logits_of(load(str(out))[0], ids), logits_of(ref, ids)
+
+    out, ours, want = engine.call(run).result()
+    config = json.loads((out / "config.json").read_text())
+    assert config["rope_scaling"] == rope and config["partial_rotary_factor"] == 0.5
+    assert config["original_max_position_embeddings"] == 512
+    np.testing.assert_allclose(ours, want, atol=1e-4 * np.abs(want).max())
 
 
 @pytest.mark.parametrize(
