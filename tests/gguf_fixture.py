@@ -237,6 +237,7 @@ def sentencepiece_model(text: str, vocab_size: int = 400):
         # Llama 2's and Mistral's: no normalization (llama.cpp applies none either).
         normalization_rule_name="identity", remove_extra_whitespaces=False,
         split_digits=True, allow_whitespace_only_pieces=True,
+        control_symbols=["<end_of_turn>"],  # Gemma's end of a turn
     )  # fmt: skip
     return spm.SentencePieceProcessor(model_proto=buf.getvalue())
 
@@ -284,8 +285,8 @@ def gguf_name(name: str, arch: str = "llama", blocks: int = 64) -> str:
 def build_arch_gguf(
     path: Path, arch: str, qtype: str | None = None, seed: int = 0, longrope: dict | None = None
 ):
-    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, phi3), as llama.cpp
-    writes one.
+    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, phi3, gemma3), as
+    llama.cpp writes one.
 
     Tensor names from gguf-py's own map, Q/K rows as they are (llama.cpp permutes only
     llama's), the tokenizer's pre-type ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``,
@@ -307,12 +308,18 @@ def build_arch_gguf(
     shape = dict(head_dim=16)
     if qtype in K_SCALES:  # every matrix's rows whole blocks of 256
         shape = dict(hidden_size=256, intermediate_size=512, head_dim=64)
+    if arch == "gemma3":  # a window shorter than the prompts; layer 6 of 6 global
+        shape = dict(head_dim=16, num_hidden_layers=6, sliding_window=8,
+                     sliding_window_pattern=6, query_pre_attn_scalar=16,
+                     rope_local_base_freq=10000.0,
+                     rope_scaling={"type": "linear", "factor": 8.0})  # fmt: skip
     if arch == "phi3":  # its own lm_head; LongRoPE over half of each head's dimensions
         shape = dict(tie_word_embeddings=False, partial_rotary_factor=0.5,
                      max_position_embeddings=4096, original_max_position_embeddings=512,
                      rope_scaling=longrope)  # fmt: skip
-    cfg = tiny_config(len(tokens), model_type=arch, rope_theta=1e6, **shape)
-    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    model_type = {"gemma3": "gemma3_text"}.get(arch, arch)
+    cfg = tiny_config(len(tokens), model_type=model_type, rope_theta=1e6, **shape)
+    mod = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
     model = mod.Model(mod.ModelArgs.from_dict(cfg))
     T = gguf.GGMLQuantizationType
@@ -330,12 +337,18 @@ def build_arch_gguf(
             q = gguf.quants.quantize(w, getattr(T, qtype))
             stored.append((name, q, getattr(T, qtype)))
             w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
+        elif arch == "gemma3" and name.endswith("norm.weight"):
+            stored.append((name, w + 1, None))  # llama.cpp stores Gemma's norms as 1 + weight
         else:
             stored.append((name, w, None))
-        model.update(_tree(name, mx.array(w)))
+        model.update(_tree(name, mx.array(w)))  # the reference: what the file holds
     w = gguf.GGUFWriter(str(path), arch)
     _add_shape(w, cfg)
     _add_tokenizer(w, tokens, merges, "qwen2")
+    if arch == "gemma3":
+        w.add_sliding_window(cfg["sliding_window"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
     if arch == "phi3":
         head = cfg["hidden_size"] // cfg["num_attention_heads"]
         w.add_rope_dimension_count(int(head * cfg["partial_rotary_factor"]))

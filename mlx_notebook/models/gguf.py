@@ -1,4 +1,4 @@
-"""GGUF -> MLX model directory (llama, qwen2, qwen3, phi3), cached and written atomically.
+"""GGUF -> MLX model directory (llama, qwen2, qwen3, phi3, gemma3), cached, written atomically.
 
 ``mx.load`` already returns GGUF weights in MLX's quantized layout. For the llama
 architecture (Llama 3, SmolLM) llama.cpp stores Q/K rows in
@@ -53,13 +53,23 @@ _NAMES = [
 # Phi3MiniModel do not). Each is the mlx-lm model type of the same name; the tensors
 # are named as llama's, plus Qwen3's per-head Q/K norms (Qwen2's Q/K/V biases follow
 # their weights' names) and Phi-3's fused projections (`_ARCH_NAMES`).
-ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "phi3": False}
+ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "phi3": False, "gemma3": False}
+# mlx-lm's model type, where it is not the GGUF architecture's name.
+_MODEL_TYPES = {"gemma3": "gemma3_text"}
+# Gemma's norms scale by 1 + weight; llama.cpp's converter stores weight + 1.
+_NORM_SHIFT = {"gemma3": 1.0}
 # Phi-3 keeps Q, K and V in one matrix and the gate and up projections in another,
 # as mlx-lm's phi3 does: llama.cpp names the second ffn_up.
 _ARCH_NAMES = {
     "phi3": [
         (r"^blk\.(\d+)\.attn_qkv\.", r"model.layers.\1.self_attn.qkv_proj."),
         (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.gate_up_proj."),
+    ],
+    # Gemma 3 normalizes before and after both attention and the MLP.
+    "gemma3": [
+        (r"^blk\.(\d+)\.post_attention_norm\.", r"model.layers.\1.post_attention_layernorm."),
+        (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.pre_feedforward_layernorm."),
+        (r"^blk\.(\d+)\.post_ffw_norm\.", r"model.layers.\1.post_feedforward_layernorm."),
     ],
 }
 
@@ -184,6 +194,9 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     rope_freqs = weights.pop("rope_freqs.weight", None)
     long_short = [weights.pop(f"rope_factors_{k}.weight", None) for k in ("long", "short")]
     weights = {_rename(k, arch): v for k, v in weights.items()}
+    if arch in _NORM_SHIFT:
+        for k in [k for k in weights if k.endswith("norm.weight")]:
+            weights[k] = weights[k].astype(mx.float32) - _NORM_SHIFT[arch]
     config = _config(md, weights, arch)
     if rope_freqs is not None:  # Llama 3.1/3.2: their RoPE scaling, kept only as this
         scaling = llama3_scaling(rope_freqs, config["head_dim"], config["rope_theta"], gguf.name)
@@ -301,13 +314,23 @@ def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
     heads = int(g("attention.head_count"))
     head_dim = int(g("attention.key_length", hidden // heads))
     extra = {}
+    if arch == "gemma3":  # what llama.cpp's loader fixes for Gemma 3 where the file is silent
+        extra["sliding_window"] = int(g("attention.sliding_window", 512))
+        extra["sliding_window_pattern"] = 6  # every sixth layer global, as llama.cpp has it
+        extra["rope_local_base_freq"] = float(g("rope.freq_base_swa", 10000.0))
+        # Queries scaled by 1/sqrt(head_dim), but by 1/sqrt(hidden/heads) for the 27B
+        # (62 layers), as in llama.cpp and the models' own configs.
+        wide = int(g("block_count")) == 62
+        extra["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
+        if g("rope.scaling.type") == "linear":  # the 4B and larger: global layers
+            extra["rope_scaling"] = {"type": "linear", "factor": float(g("rope.scaling.factor"))}
     if arch == "phi3":  # rotary dimensions and the context LongRoPE scales from
         extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
         ctx = g("rope.scaling.original_context_length", g("context_length", 4096))
         extra["original_max_position_embeddings"] = int(ctx)
     return {
         **extra,
-        "model_type": arch,
+        "model_type": _MODEL_TYPES.get(arch, arch),
         "hidden_size": hidden,
         "num_hidden_layers": int(g("block_count")),
         "intermediate_size": int(g("feed_forward_length")),

@@ -21,6 +21,9 @@ _SPLIT = (
 LLAMA3_PRES = ("llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral")
 # Llama 3's turns end on these as well as on the file's one eos (llama.cpp stops on each).
 LLAMA3_ENDS = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+# And SentencePiece models' turns on these control tokens (Gemma's, Phi-3's), which
+# llama.cpp also treats as ends of generation when the file does not name them.
+SPM_ENDS = ("<end_of_turn>", "<|end|>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>")
 _REGEX_PRES = {
     **dict.fromkeys(LLAMA3_PRES, _SPLIT.replace("DIGITS", "{1,3}")),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _SPLIT.replace("DIGITS", "")),
@@ -144,8 +147,14 @@ def write_tokenizer(md: dict, out: Path) -> None:
         )
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
-    if llama3:  # mlx-lm reads the stop ids from here
-        ends = {tokens.index(t) for t in LLAMA3_ENDS if t in tokens}
+    # Ends of generation besides the eos: the file's eot/eom, and the known turn ends.
+    ends = {int(_scalar(i)) for k in ("eot", "eom")
+            if (i := md.get(f"tokenizer.ggml.{k}_token_id")) is not None}  # fmt: skip
+    if llama3:
+        ends |= {tokens.index(t) for t in LLAMA3_ENDS if t in tokens}
+    if kind == "llama":
+        ends |= {i for i, t in enumerate(tokens) if t in SPM_ENDS and types[i] == 3}
+    if ends:  # mlx-lm reads the stop ids from here
         eos_id = md.get("tokenizer.ggml.eos_token_id")
         ids = sorted(ends | ({int(_scalar(eos_id))} if eos_id is not None else set()))
         (out / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}))

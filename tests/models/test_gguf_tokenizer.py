@@ -171,3 +171,16 @@ def test_a_sentencepiece_file_streams_its_text_through_the_engine(spm_files, eng
     res = job.result(timeout=300)
     assert len(res.token_ids) == 24 and "".join(pieces) == res.text
     assert res.text == sp.decode(res.token_ids)  # streamed as SentencePiece decodes it
+
+
+def test_a_sentencepiece_model_stops_on_its_turn_end_as_well_as_its_eos(spm_files):
+    # llama.cpp ends generation on known turn ends among the control tokens (Gemma's
+    # <end_of_turn>, Phi-3's <|end|>), not only on the file's one eos.
+    import json
+
+    sp, out, _ = spm_files
+    ids = json.loads((out / "generation_config.json").read_text())["eos_token_id"]
+    assert ids == sorted([sp.eos_id(), sp.piece_to_id("<end_of_turn>")])
+    from mlx_lm.utils import load_config
+
+    assert load_config(out)["eos_token_id"] == ids  # what mlx-lm's load stops on
