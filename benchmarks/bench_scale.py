@@ -258,19 +258,20 @@ def main() -> None:
     print(f"files: {', '.join(f'{k} {p.stat().st_size / 1e6:.0f} MB' for k, p in files.items())}"
           f" (quantized by {tool})", file=sys.stderr)  # fmt: skip
     py, common = sys.executable, [str(args.tokens), str(TEXT), str(args.prefill), PROMPT]
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     configs: dict[str, tuple[list, dict]] = {}
     for k, path in files.items():
-        configs[f"ours {k}"] = ([py, "-c", OURS, str(path), *common, str(args.stops)], {})
-        convert_gguf(path, "q")  # the engine's own: converted here, not inside a timed run
-        mlx_dir = convert_gguf(path, "f32" if k == "f32" else "q")
-        configs[f"mlx-lm {k}"] = ([py, "-c", MLX_LM, str(mlx_dir), *common],
-                                  {"MLX_NOTEBOOK_FAST": "0"})  # fmt: skip
-        if llama_py:
+        if f"ours {k}" not in skip:
+            configs[f"ours {k}"] = ([py, "-c", OURS, str(path), *common, str(args.stops)], {})
+            convert_gguf(path, "q")  # the engine's own: converted here, not inside a timed run
+        if f"mlx-lm {k}" not in skip:
+            mlx_dir = convert_gguf(path, "f32" if k == "f32" else "q")
+            configs[f"mlx-lm {k}"] = ([py, "-c", MLX_LM, str(mlx_dir), *common],
+                                      {"MLX_NOTEBOOK_FAST": "0"})  # fmt: skip
+        if llama_py and f"llama.cpp {k}" not in skip:
             cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), PROMPT, str(TEXT),
                    str(args.prefill)]  # fmt: skip
             configs[f"llama.cpp {k}"] = (cmd, {})
-    for name in filter(None, args.skip.split(",")):
-        configs.pop(name.strip(), None)
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):

@@ -274,7 +274,8 @@ def test_phi3_longrope_kept_only_as_two_tensors_is_given_back(engine, cache, tmp
 
     rope = {"type": "longrope", "long_factor": [1.0, 2.5, 7.0, 30.0],
             "short_factor": [1.0, 1.1, 1.3, 2.0]}  # fmt: skip
-    ids = list(range(5, 600, 7))  # past the original 512 positions: the long factors
+    # 600 positions, past the original 512: the long factors apply (ids in the vocabulary).
+    ids = [5 + (7 * i) % 240 for i in range(600)]
 
     def run():
         from mlx_lm import load
