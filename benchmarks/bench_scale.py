@@ -15,7 +15,7 @@ cache (``$MLX_NOTEBOOK_CACHE/bench``).
 Every configuration runs in a process of its own, each round in a rotated order,
 greedy: decode tok/s (``--tokens``), prefill of a 512-token prompt, Stop latency at
 random moments of that prefill (ours, ``--stops``), peak resident
-memory (``ru_maxrss``) against the weights as loaded (and, for ours, the KV cache).
+memory (``VmHWM``) against the weights as loaded (and, for ours, the KV cache).
 Ratios are paired round by round. The memory-bandwidth bound (OpenBLAS sgemv on
 every thread) gives the decode limit of each file's bytes.
 
@@ -31,7 +31,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_cpu import LLAMA, bandwidth_gbs, copy_fields, print_speeds, rewrite_gguf, run, write_out
+from bench_cpu import (
+    LLAMA,
+    PEAK,
+    bandwidth_gbs,
+    copy_fields,
+    print_speeds,
+    rewrite_gguf,
+    run,
+    write_out,
+)
 
 os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
@@ -43,12 +52,15 @@ SHAPES = {  # hidden, layers, heads, kv heads, ffn
     "tiny": (256, 2, 4, 2, 512),
 }
 
-KV = r"""
+KV = (
+    PEAK
+    + r"""
 def kv_bytes(cfg, tokens):  # float32 K and V, in mlx-lm's steps of 256 positions
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * 4 * -(-tokens // 256) * 256
 """
+)
 
 OURS = (
     KV
@@ -58,7 +70,7 @@ from mlx.utils import tree_flatten
 from mlx_notebook.engine import Engine, Request
 path, n, text, n_pre = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 eng = Engine.default()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before the model
+base = peak_rss()  # before the model
 greedy = dict(model=path, temperature=0, repetition_penalty=1, reuse_cache=False)
 eng.submit(Request("hi", max_tokens=2, **greedy)).result()
 r = eng.submit(Request(sys.argv[5], max_tokens=n, **greedy)).result()
@@ -79,7 +91,7 @@ for _ in range(int(sys.argv[6])):  # Stop at a random moment of the prefill
     job.wait()
     if job.finished.finish_reason == "cancelled":
         out["stop"].append(time.perf_counter() - t0)
-out["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+out["rss"] = peak_rss()
 out["base"] = base
 eng.close()
 print(json.dumps(out))
@@ -95,7 +107,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm import load, stream_generate
 from mlx_lm.sample_utils import make_sampler
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before the model
+base = peak_rss()  # before the model
 path, n, text, n_pre = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 model, tok = load(path)
 model.set_dtype(mx.float32)  # the float16 scales of a quantized file, as the engine runs them
@@ -109,7 +121,7 @@ for r in stream_generate(model, tok, tok.encode(open(text).read())[:n_pre], max_
 out["prefill"] = r.prompt_tps
 out["kv"] = kv_bytes(model.args, r.prompt_tokens)
 out["weights"] = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-out["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+out["rss"] = peak_rss()
 out["base"] = base
 print(json.dumps(out))
 """
@@ -252,7 +264,7 @@ def main() -> None:
             print("llama-cpp-python not installed (pip install '.[bench]'): llama.cpp skipped")
     f32 = build_f32(cache_root() / "bench" / f"random-llama-{args.shape}.f32.gguf",
                     SHAPES[args.shape])  # fmt: skip
-    files = {"f32": f32}
+    files, tool = {"f32": f32}, "-"
     for q in filter(None, args.types.split(",")):
         files[q], tool = quantize(f32, q, llama_py)
     print(f"files: {', '.join(f'{k} {p.stat().st_size / 1e6:.0f} MB' for k, p in files.items())}"

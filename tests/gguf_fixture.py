@@ -223,8 +223,9 @@ def _add_tokenizer(w, tokens: list[str], merges: list[str], pre: str) -> None:
     w.add_chat_template(CHATML)
 
 
-def sentencepiece_model(text: str, vocab_size: int = 400):
-    """A SentencePiece BPE model trained on ``text``, set up as Llama 2's is."""
+def sentencepiece_model(text: str, vocab_size: int = 400, dummy_prefix: bool = True):
+    """A SentencePiece BPE model trained on ``text``, set up as Llama 2's is (as Gemma's,
+    no space in front of the text, with ``dummy_prefix=False``)."""
     import io
 
     import sentencepiece as spm
@@ -238,6 +239,7 @@ def sentencepiece_model(text: str, vocab_size: int = 400):
         normalization_rule_name="identity", remove_extra_whitespaces=False,
         split_digits=True, allow_whitespace_only_pieces=True,
         control_symbols=["<end_of_turn>"],  # Gemma's end of a turn
+        add_dummy_prefix=dummy_prefix,
     )  # fmt: skip
     return spm.SentencePieceProcessor(model_proto=buf.getvalue())
 
@@ -266,7 +268,7 @@ def add_spm_tokenizer(w, sp) -> list[str]:
     w.add_unk_token_id(sp.unk_id())
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_add_space_prefix(True)
+    w.add_add_space_prefix(sp.encode("a", out_type=str)[0].startswith("\u2581"))
     return tokens
 
 

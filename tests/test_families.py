@@ -17,7 +17,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_notebook.chat.conversation import Chat
-from mlx_notebook.engine import Engine, GenerationError, Request, Token
+from mlx_notebook.engine import Engine, GenerationError, Notice, Request, Token
 from mlx_notebook.engine.cache.caches import always_trimmable, layers
 from mlx_notebook.models.spec import ModelUnavailable
 from mlx_notebook.testing.families import (
@@ -349,6 +349,18 @@ def test_chunks_past_the_window_give_mlx_lm_text_however_small(family, dirs, eng
             assert solo(eng, path, prompt, prefill_target_s=target) == want, (prompt, target)
     notes = eng.info().notes  # `%mlx status` says why
     assert any(f"past its {WINDOW}-token window end every 2048" in n for n in notes), notes
+    fresh = Engine()  # the check, once per model, at its first prompt past the window
+    try:
+        job = fresh.submit(Request(COPY, model=path, chat=False, max_tokens=4))
+        told = [e.message for e in job.events() if isinstance(e, Notice)]
+        assert told == [
+            f"{path}: checking once whether a pass over several tokens equals single steps"
+            f" past its {WINDOW}-token window (two prefills of {WINDOW + 1} tokens)"
+        ]
+        again = fresh.submit(Request(COPY, model=path, chat=False, max_tokens=4))
+        assert not [e for e in again.events() if isinstance(e, Notice)]
+    finally:
+        fresh.close()
 
 
 @pytest.mark.skipif(mx.metal.is_available(), reason="Metal runs bitnet's kernels")

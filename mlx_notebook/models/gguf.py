@@ -179,7 +179,7 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     try:
         types = _tensor_types(gguf)
     except (OSError, ValueError, KeyError, struct.error, UnicodeDecodeError):
-        types = {}  # a header this reader does not know: K-quants stay float
+        types = {}  # a header this reader does not know: MLX's reader says what it can
     _refuse_unreadable(types, gguf)
     if NEEDS_BLOCKS & set(types.values()):  # K-quants and Q5 kept quantized, or read at all
         weights, md = read_blocks(gguf)

@@ -60,16 +60,36 @@ def read_blocks(path: Path) -> tuple[dict, dict]:
         elif kind == BF16:
             weights[t.name] = mx.array(raw.view(np.uint16).reshape(shape)).view(mx.bfloat16)
         else:
-            q, scales, biases, bits = _blocks(raw.reshape(-1, raw.shape[-1]), kind, shape[-1])
+            w, scales, biases = _matrix(raw.reshape(-1, raw.shape[-1]), kind, shape[-1])
             rows = shape[:-1]
             stem = t.name[: -len(".weight")] if t.name.endswith(".weight") else t.name
-            weights[t.name] = mx.array(_pack(q, bits).reshape(*rows, -1))
-            # float16, as MLX's reader stores Q4_0/Q4_1 (a GPU computes in it; the CPU
-            # loader widens to float32): a K-quant's d * scale is rounded there, 2**-11.
-            weights[f"{stem}.scales"] = mx.array(scales.reshape(*rows, -1).astype(np.float16))
-            weights[f"{stem}.biases"] = mx.array(biases.reshape(*rows, -1).astype(np.float16))
+            weights[t.name] = mx.array(w.reshape(*rows, -1))
+            weights[f"{stem}.scales"] = mx.array(scales.reshape(*rows, -1))
+            weights[f"{stem}.biases"] = mx.array(biases.reshape(*rows, -1))
         mx.eval(weights[t.name])  # off the file's pages before the next tensor
     return weights, md
+
+
+# Values decoded at a time: the decoders' temporaries (float32 for the re-quantized
+# types, several arrays) stay near 100 MB whatever the matrix (a 262k-row embedding).
+SLAB = 1 << 22
+
+
+def _matrix(raw: np.ndarray, kind: int, cols: int) -> tuple:
+    """One matrix's packed ``uint32`` values and float16 scales and biases, by slabs.
+
+    float16, as MLX's reader stores Q4_0/Q4_1's (a GPU computes in it; the CPU loader
+    widens to float32): a K-quant's ``d * scale`` is rounded there, 2**-11.
+    """
+    rows, step = raw.shape[0], max(1, SLAB // cols)
+    bits = 4 if kind in EXACT_4 else 8
+    w = np.empty((rows, cols * bits // 32), np.uint32)
+    scales = np.empty((rows, cols // GROUP), np.float16)
+    biases = np.empty_like(scales)
+    for r in range(0, rows, step):
+        q, s, b, _ = _blocks(raw[r : r + step], kind, cols)
+        w[r : r + step], scales[r : r + step], biases[r : r + step] = _pack(q, bits), s, b
+    return w, scales, biases
 
 
 def _blocks(raw: np.ndarray, kind: int, cols: int) -> tuple:
@@ -79,7 +99,7 @@ def _blocks(raw: np.ndarray, kind: int, cols: int) -> tuple:
         from gguf import GGMLQuantizationType, dequantize
 
         w = dequantize(raw, GGMLQuantizationType(kind)).reshape(rows, cols)
-        return (*_quantize8(w.astype(np.float32)), 8)
+        return (*_quantize8(w.astype(np.float32, copy=False)), 8)
     if kind in (Q4_K, Q5_K):
         b = raw.reshape(rows, cols // 256, -1)
         d, dmin = _f16(b[..., 0:2]), _f16(b[..., 2:4])
@@ -138,7 +158,7 @@ def _quantize8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     The scale is rounded up and the minimum down to float16 before the values are
     rounded to it, so every value stays within half a step of the stored grid.
     """
-    g = w.reshape(w.shape[0], -1, GROUP)
+    g = w.reshape(w.shape[0], -1, GROUP)  # float32 from gguf-py: no copy
     lo, hi = g.min(-1), g.max(-1)
     lo16 = lo.astype(np.float16)
     lo16 = np.where(lo16.astype(np.float32) > lo, np.nextafter(lo16, np.float16(-np.inf)), lo16)

@@ -153,7 +153,8 @@ def write_tokenizer(md: dict, out: Path) -> None:
     if llama3:
         ends |= {tokens.index(t) for t in LLAMA3_ENDS if t in tokens}
     if kind == "llama":
-        ends |= {i for i, t in enumerate(tokens) if t in SPM_ENDS and types[i] == 3}
+        # Control or user-defined: Phi-3's converter writes <|end|> as the latter.
+        ends |= {i for i, t in enumerate(tokens) if t in SPM_ENDS and types[i] in (3, 4)}
     if ends:  # mlx-lm reads the stop ids from here
         eos_id = md.get("tokenizer.ggml.eos_token_id")
         ids = sorted(ends | ({int(_scalar(eos_id))} if eos_id is not None else set()))

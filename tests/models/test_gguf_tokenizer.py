@@ -114,16 +114,18 @@ def test_llama3_turns_end_on_eot_and_eom_too(tmp_path):
     assert not (tmp_path / "other" / "generation_config.json").exists()
 
 
-@pytest.fixture(scope="module")
-def spm_files(tmp_path_factory):
-    """A SentencePiece BPE model (Llama 2's kind) and a tiny llama GGUF carrying it."""
+@pytest.fixture(scope="module", params=[True, False], ids=["llama2", "gemma"])
+def spm_files(tmp_path_factory, request):
+    """A SentencePiece BPE model and a tiny llama GGUF carrying it: Llama 2's kind, and
+    Gemma's (no space put in front of the text: ``add_space_prefix`` false)."""
     import os
 
     from tests.gguf_fixture import sentencepiece_model
 
     docs = Path(__file__).resolve().parents[2] / "docs"
     text = "\n".join(p.read_text() for p in sorted(docs.glob("guide/*.md")))
-    sp = sentencepiece_model(text + "\n" + "\n".join(SAMPLES[:2]))
+    sp = sentencepiece_model(text + "\n" + "\n".join(SAMPLES[:2]), dummy_prefix=request.param)
+    assert sp.encode("a", out_type=str)[0].startswith("\u2581") == request.param
     root = tmp_path_factory.mktemp("spm")
     old = os.environ.get("MLX_NOTEBOOK_CACHE")
     os.environ["MLX_NOTEBOOK_CACHE"] = str(root / "cache")

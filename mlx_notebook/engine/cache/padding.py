@@ -108,7 +108,7 @@ def check_batching(model, vocab_size: int, tables=()) -> tuple[str | None, str |
     return prefill, decoding
 
 
-def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
+def multi_token_problem(model, vocab_size: int, tables=(), between=lambda: None) -> str | None:
     """Why a pass over several new tokens differs from single steps on ``model``, or None.
 
     Speculative decoding verifies drafts in one pass over several tokens; it equals
@@ -119,9 +119,10 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     mlx-lm's plamo3 masks ``window + 1`` keys in a pass and keeps ``window`` for a
     step, so the pass is made past the model's longest window (up to `MAX_WINDOW`).
 
-    Worker thread only. Costs a prefill of `LONG` tokens, or of one window plus one on a
-    model with sliding windows (once per model, at its first speculative job), one pass
-    of `SHORT` tokens and as many single steps.
+    Worker thread only. Costs two prefills of `LONG` tokens, or of one window plus one
+    on a model with sliding windows (once per model: at its first speculative job, or
+    its first prompt longer than its window), one pass of `SHORT` tokens and as many
+    single steps. ``between`` is called between the prefills' chunks (a cancel point).
     """
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -134,6 +135,7 @@ def multi_token_problem(model, vocab_size: int, tables=()) -> str | None:
     for c in caches:
         for i in range(0, start, CHUNK):
             mx.eval(model(mx.array([ids[i : min(i + CHUNK, start)]]), cache=c))
+            between()
     new = ids[start : start + SHORT]
     together = model(mx.array([new]), cache=caches[0])[0].astype(mx.float32)
     single = [model(mx.array([[t]]), cache=caches[1])[0, -1] for t in new]

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from ... import config
 from ..decoding.prefill import PrefillProfile
 from ..decoding.suffix import SuffixIndex
+from ..errors import Cancelled
+from ..events import Notice
 from .disk import MIN_TOKENS
 from .sequence import CachedSequence, common_prefix
 
@@ -256,21 +258,26 @@ class ModelState:
                 self._padding = (why, why)
         return self._padding[0]
 
-    def multi_token_problem(self, main, tables=()) -> str | None:
+    def multi_token_problem(self, main, tables=(), between=lambda: None) -> str | None:
         """Why verifying drafts on ``main`` would change its text, or None (checked once).
 
-        Worker thread only. A check that fails to run counts as a problem.
+        Worker thread only. A check that fails to run counts as a problem; one that
+        ``between`` stops (`Cancelled`) runs again next time.
         """
         if self._multi is None:
             from .padding import multi_token_problem
 
             try:
-                self._multi = (multi_token_problem(main.model, main.vocab_size, tables),)
+                self._multi = (multi_token_problem(main.model, main.vocab_size, tables, between),)
+            except Cancelled:
+                raise
             except Exception as exc:  # noqa: BLE001 - the safe way round: no drafts
                 self._multi = (f"the check of a multi-token pass failed ({exc})",)
         return self._multi[0]
 
-    def prefill_grid(self, main, n: int, tables=()) -> tuple[int, int]:
+    def prefill_grid(
+        self, main, n: int, tables=(), before=lambda: None, between=lambda: None
+    ) -> tuple[int, int]:
         """``(window, grid)`` for prefilling ``n`` tokens on ``main`` (`ChunkSizer`).
 
         ``(0, 0)``: chunks may end anywhere. A model whose caches keep a sliding
@@ -278,7 +285,8 @@ class ModelState:
         (mlx-lm's plamo3) gives text that depends on where a chunk begins once its
         window is full: past the window its chunks end where mlx-lm's
         ``generate_step`` ends its passes, whatever the time they take. Checked once
-        per model, at its first prompt longer than its window.
+        per model, at its first prompt longer than its window (`multi_token_problem`:
+        ``before`` is called first, when the check runs; ``between`` inside it).
 
         Worker thread only.
         """
@@ -288,9 +296,19 @@ class ModelState:
             self._window = sliding_window(main.model)
         if not self._window or n - 1 <= self._window:  # every chunk ends short of it
             return 0, 0
-        if self.multi_token_problem(main, tables) is None:
+        if self._multi is None:
+            before()
+        if self.multi_token_problem(main, tables, between) is None:
             return 0, 0
         return self._window, prefill_step()
+
+    def checking(self, name: str) -> Notice:
+        """What a job hears while `prefill_grid` checks its model (once, seconds)."""
+        w = self._window
+        return Notice(
+            f"{name}: checking once whether a pass over several tokens equals single steps"
+            f" past its {w}-token window (two prefills of {w + 1} tokens)"
+        )
 
     def batch_failure(self, main, tables=()) -> str | None:
         """Why ``main`` cannot run rows batched at all (its batched pass raised), or None."""

@@ -74,7 +74,13 @@ def run_job(
             mx.random.seed(req.seed)
         main_state = state_for(main)
         main_cache = main_state.cache
-        window, grid = main_state.prefill_grid(main, len(prompt), rope_tables(main.model))
+        window, grid = main_state.prefill_grid(
+            main,
+            len(prompt),
+            rope_tables(main.model),
+            lambda: job.emit(main_state.checking(main.name)),
+            check,
+        )
         seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
         ctx = DraftContext(req, setup.sampler, session=main_state.suffix)
