@@ -292,8 +292,8 @@ def build_arch_gguf(
 
     Tensor names from gguf-py's own map, Q/K rows as they are (llama.cpp permutes only
     llama's), the tokenizer's pre-type ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``,
-    ``Q5_0``; a K-quant: random blocks, 256 wide): every matrix quantized, else
-    float32. phi3: LongRoPE's ``longrope`` factors (mlx-lm's ``rope_scaling``) as
+    ``Q5_0``, ``F16``, ``BF16``; a K-quant: random blocks, 256 wide): every matrix in
+    it, else float32. phi3: LongRoPE's ``longrope`` factors (mlx-lm's ``rope_scaling``) as
     llama.cpp keeps them, two tensors. Worker thread (its model's arrays are lazy).
 
     Returns:
@@ -335,6 +335,9 @@ def build_arch_gguf(
             q = k_blocks(qtype, w.shape[0], w.shape[1], rng)
             stored.append((name, q, getattr(T, qtype)))
             w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
+        elif qtype == "F16" and w.ndim == 2:
+            stored.append((name, w.astype(np.float16), None))  # written as F16
+            w = w.astype(np.float16).astype(np.float32)
         elif qtype and w.ndim == 2:
             q = gguf.quants.quantize(w, getattr(T, qtype))
             stored.append((name, q, getattr(T, qtype)))

@@ -31,8 +31,9 @@ EXACT_4 = {Q4_0, Q4_1, Q4_K}
 EXACT_8 = {Q8_0, Q5_0, Q5_1, Q5_K}
 REQUANTIZED = {Q2_K, Q3_K, Q6_K}
 TYPES = {F32, F16, BF16} | EXACT_4 | EXACT_8 | REQUANTIZED
-# The types MLX's reader refuses or widens to float16: a file with any goes through here.
-NEEDS_BLOCKS = {Q5_0, Q5_1} | {Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+# The types MLX's reader refuses or turns into float16 (BF16 too, measured: out of
+# float16's range, a bfloat16 weight would not survive): a file with any comes here.
+NEEDS_BLOCKS = {Q5_0, Q5_1, BF16} | {Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
 
 
 def read_blocks(path: Path) -> tuple[dict, dict]:

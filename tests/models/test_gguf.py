@@ -267,6 +267,38 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
         assert res.token_ids == want
 
 
+@pytest.mark.parametrize("qtype", ["F16", "BF16"])
+def test_half_precision_ggufs_load_at_their_precision_and_decode_as_mlx_lm_does(
+    engine, cache, tmp_path, qtype
+):
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    from mlx_notebook.engine import Request
+    from tests.gguf_fixture import build_arch_gguf
+
+    path, text = tmp_path / f"{qtype}.gguf", "The 12 ships sailed at dawn"
+
+    def run():
+        from mlx_lm import load
+
+        _, ref = build_arch_gguf(path, "qwen2", qtype)
+        out = conv.convert_gguf(path, "q")
+        _, tok = load(str(out))
+        want = [t for (t, _), _ in zip(generate_step(mx.array(tok.encode(text)), ref), range(8))]
+        stored = mx.load(str(out / "model.safetensors"))["model.layers.0.mlp.up_proj.weight"]
+        return out, want, str(stored.dtype)
+
+    out, want, dtype = engine.call(run).result()
+    assert dtype == {"F16": "mlx.core.float16", "BF16": "mlx.core.bfloat16"}[qtype]
+    assert "quantization" not in json.loads((out / "config.json").read_text())
+    res = engine.submit(
+        Request(text, model=str(path), chat=False, max_tokens=8, temperature=0,
+                repetition_penalty=1)
+    ).result(timeout=300)  # fmt: skip
+    assert res.token_ids == want  # computed in float32 on the CPU, as mlx-lm's reference
+
+
 def test_phi3_longrope_kept_only_as_two_tensors_is_given_back(engine, cache, tmp_path):
     # Phi-3's 128k variants: llama.cpp keeps LongRoPE's factors as rope_factors_long and
     # rope_factors_short, and the context they scale from as a key.

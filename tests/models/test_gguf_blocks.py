@@ -127,3 +127,37 @@ def test_a_q4_k_file_loads_at_4_bits_near_its_own_size(engine, cache, tmp_path):
         t.n_bytes for t in __import__("gguf").GGUFReader(str(path)).tensors if len(t.shape) == 2
     )
     assert mats / file_mats == pytest.approx(5 / 4.5, rel=0.02)
+
+
+def test_a_file_read_by_blocks_keeps_its_float_tensors(tmp_path):
+    # A K-quant file's float tensors (a bfloat16 embedding, float32 norms) come through.
+    import gguf
+    import mlx.core as mx
+
+    from tests.gguf_fixture import write_out
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((8, 256)).astype(np.float32)
+    norm = rng.standard_normal(256).astype(np.float32)
+    raw, want = raw_of("Q4_K", 4, 256)
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    T = gguf.GGMLQuantizationType
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(emb, T.BF16), raw_dtype=T.BF16)
+    w.add_tensor("output_norm.weight", norm)
+    w.add_tensor("blk.0.attn_q.weight", raw, raw_dtype=T.Q4_K)
+    write_out(w)
+    weights, md = blocks.read_blocks(tmp_path / "m.gguf")
+    assert md["general.architecture"] == "llama"
+    assert weights["token_embd.weight"].dtype == mx.bfloat16
+    bf = gguf.quants.dequantize(gguf.quants.quantize(emb, T.BF16), T.BF16).reshape(emb.shape)
+    assert (np.array(weights["token_embd.weight"].astype(mx.float32)) == bf).all()
+    assert (np.array(weights["output_norm.weight"]) == norm).all()
+    q = weights["blk.0.attn_q.weight"]
+    deq = mx.dequantize(
+        q,
+        weights["blk.0.attn_q.scales"].astype(mx.float32),
+        weights["blk.0.attn_q.biases"].astype(mx.float32),
+        group_size=32,
+        bits=4,
+    )
+    np.testing.assert_allclose(np.array(deq), want, atol=2**-9 * np.abs(want).max())
