@@ -221,9 +221,9 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=1))
 
 
-# The GGML types read: MLX's reader (F32, F16, BF16, Q4_0, Q4_1, Q8_0) or
-# `gguf_blocks` (K-quants and Q5), and the names of the others, for the one line that
-# refuses them.
+# The GGML types read: MLX's reader (F32, F16, Q4_0, Q4_1, Q8_0) or `gguf_blocks`
+# (BF16, K-quants and Q5), and the names of the others, for the one line that refuses
+# them.
 _TYPE_NAMES = {
     9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
     20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",

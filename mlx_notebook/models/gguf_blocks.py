@@ -159,7 +159,7 @@ def _quantize8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     The scale is rounded up and the minimum down to float16 before the values are
     rounded to it, so every value stays within half a step of the stored grid.
     """
-    g = w.reshape(w.shape[0], -1, GROUP)  # float32 from gguf-py: no copy
+    g = w.reshape(w.shape[0], -1, GROUP)
     lo, hi = g.min(-1), g.max(-1)
     lo16 = lo.astype(np.float16)
     lo16 = np.where(lo16.astype(np.float32) > lo, np.nextafter(lo16, np.float16(-np.inf)), lo16)

@@ -126,8 +126,7 @@ def multi_token_problem(model, vocab_size: int, tables=(), between=lambda: None)
     """
     from mlx_lm.models.cache import make_prompt_cache
 
-    window = sliding_window(model)
-    start = window + 1 if LONG <= window <= MAX_WINDOW else LONG
+    start = check_length(sliding_window(model))
     ids = _probe(vocab_size, start + SHORT)
     for t in tables:
         t.grow(start + SHORT + 1)
@@ -145,6 +144,11 @@ def multi_token_problem(model, vocab_size: int, tables=(), between=lambda: None)
         if _apart(together[i], single[i], single[i]):
             return f"a pass over several tokens parts from single steps ({_kinds(model)})"
     return None
+
+
+def check_length(window: int) -> int:
+    """Tokens `multi_token_problem` prefills before its pass: past a window it reaches."""
+    return window + 1 if LONG <= window <= MAX_WINDOW else LONG
 
 
 def _probe(vocab_size: int, n: int = LONG + SHORT + MID) -> list[int]:

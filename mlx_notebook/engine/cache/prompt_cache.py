@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from ... import config
 from ..decoding.prefill import PrefillProfile
 from ..decoding.suffix import SuffixIndex
-from ..errors import Cancelled
 from ..events import Notice
 from .disk import MIN_TOKENS
 from .sequence import CachedSequence, common_prefix
@@ -230,6 +229,7 @@ class ModelState:
     _padding: tuple | None = field(default=None, repr=False)
     _multi: tuple | None = field(default=None, repr=False)
     _window: int | None = field(default=None, repr=False)
+    _checking: bool = field(default=False, repr=False)
 
     def unbatchable(self, model) -> str | None:
         """The first cache kind of ``model`` that cannot join a batch, or None (found once)."""
@@ -258,21 +258,42 @@ class ModelState:
                 self._padding = (why, why)
         return self._padding[0]
 
-    def multi_token_problem(self, main, tables=(), between=lambda: None) -> str | None:
+    def multi_token_problem(
+        self, main, tables=(), between=lambda: None, before=lambda: None
+    ) -> str | None:
         """Why verifying drafts on ``main`` would change its text, or None (checked once).
 
-        Worker thread only. A check that fails to run counts as a problem; one that
-        ``between`` stops (`Cancelled`) runs again next time.
+        Worker thread only. ``before`` is called when the check is about to run,
+        ``between`` between its prefill chunks (a cancel point: other jobs' calls and
+        steps run there). A check that fails counts as a problem; one stopped by what
+        ``between`` raises runs again next time. Asked again from inside the check (a
+        job admitted at one of its cancel points), it answers "a problem" for now:
+        the safe way round, and not remembered.
         """
         if self._multi is None:
+            if self._checking:
+                return "the check of a multi-token pass is still running"
             from .padding import multi_token_problem
 
+            before()
+            raised: list[BaseException] = []
+
+            def guarded() -> None:
+                try:
+                    between()
+                except BaseException as exc:
+                    raised.append(exc)
+                    raise
+
+            self._checking = True
             try:
-                self._multi = (multi_token_problem(main.model, main.vocab_size, tables, between),)
-            except Cancelled:
-                raise
+                self._multi = (multi_token_problem(main.model, main.vocab_size, tables, guarded),)
             except Exception as exc:  # noqa: BLE001 - the safe way round: no drafts
+                if raised:
+                    raise  # a Stop, or other jobs' work between the chunks: not the check's
                 self._multi = (f"the check of a multi-token pass failed ({exc})",)
+            finally:
+                self._checking = False
         return self._multi[0]
 
     def prefill_grid(
@@ -296,18 +317,19 @@ class ModelState:
             self._window = sliding_window(main.model)
         if not self._window or n - 1 <= self._window:  # every chunk ends short of it
             return 0, 0
-        if self._multi is None:
-            before()
-        if self.multi_token_problem(main, tables, between) is None:
+        if self.multi_token_problem(main, tables, between, before) is None:
             return 0, 0
         return self._window, prefill_step()
 
-    def checking(self, name: str) -> Notice:
-        """What a job hears while `prefill_grid` checks its model (once, seconds)."""
-        w = self._window
+    def checking(self, main) -> Notice:
+        """What a job hears while `multi_token_problem` checks its model (once, seconds)."""
+        from .padding import check_length, sliding_window
+
+        w = sliding_window(main.model) if self._window is None else self._window
+        past = f" past its {w}-token window" if check_length(w) > w > 0 else ""
         return Notice(
-            f"{name}: checking once whether a pass over several tokens equals single steps"
-            f" past its {w}-token window (two prefills of {w + 1} tokens)"
+            f"{main.name}: checking once whether a pass over several tokens equals single"
+            f" steps{past} (two prefills of {check_length(w)} tokens)"
         )
 
     def batch_failure(self, main, tables=()) -> str | None:

@@ -119,7 +119,7 @@ class Batch:
             out = Output(job, main.tokenizer, setup.max_tokens, t0, setup.prompt, setup.constraint)
             tables = rope_tables(main.model) if self.main is None else self._tables
             window, grid = state.prefill_grid(
-                main, len(setup.prompt), tables, lambda: job.emit(state.checking(main.name))
+                main, len(setup.prompt), tables, lambda: job.emit(state.checking(main))
             )
             seq, cached = state.cache.fetch(main.model, setup.prompt, job.request.reuse_cache)
             out.stats.prompt_tokens, out.stats.cached_tokens = len(setup.prompt), cached

@@ -74,12 +74,9 @@ def run_job(
             mx.random.seed(req.seed)
         main_state = state_for(main)
         main_cache = main_state.cache
+        told = lambda: job.emit(main_state.checking(main))  # noqa: E731 - the check runs now
         window, grid = main_state.prefill_grid(
-            main,
-            len(prompt),
-            rope_tables(main.model),
-            lambda: job.emit(main_state.checking(main.name)),
-            check,
+            main, len(prompt), rope_tables(main.model), told, check
         )
         seq, stats.cached_tokens = main_cache.fetch(main.model, prompt, req.reuse_cache)
         seqs.append((main_cache, seq))
@@ -92,13 +89,13 @@ def run_job(
             ctx.draft_seq, ctx.draft_profile = dseq, draft_state.prefill
         source: DraftSource | None = make_source(req.kind, ctx)
         if source is not None and (
-            why := main_state.multi_token_problem(main, rope_tables(main.model))
+            why := main_state.multi_token_problem(main, rope_tables(main.model), check, told)
         ):
             job.emit(Notice(f"{main.name} decodes without drafts: {why}"))
             source = None  # verifying drafts would change the text
         c = setup.constraint
         if getattr(c, "jump", False) and main_state.multi_token_problem(
-            main, rope_tables(main.model)
+            main, rope_tables(main.model), check, told
         ):
             c.jump = False  # forced tokens fed together would change it too: one a step
         sizer = ChunkSizer(req.prefill_target_s, main_state.prefill, window=window, grid=grid)

@@ -153,6 +153,36 @@ def test_a_model_whose_multi_token_pass_differs_decodes_without_drafts(eng, plam
     assert "drafts verified in one pass" in "\n".join(eng.info().notes)
 
 
+def test_a_check_stopped_between_its_chunks_runs_again_and_an_ask_inside_it_waits(eng, plamo3):
+    # The check's cancel points run other jobs' work: a job admitted there asks again
+    # (answered "a problem" for now, not remembered); what they raise stops the check,
+    # which runs again next time, and is never taken for the check's own failure.
+    from mlx_notebook.engine.cache.prompt_cache import ModelState
+    from mlx_notebook.engine.errors import Cancelled
+
+    def run():
+        main, state = eng.registry.get(plamo3), ModelState()
+        told, inside = [], []
+
+        def stop(exc):
+            def between():
+                inside.append(state.multi_token_problem(main))
+                raise exc
+
+            return between
+
+        for exc in (Cancelled(), RuntimeError("another job's admission failed")):
+            with pytest.raises(type(exc)):
+                state.multi_token_problem(main, (), stop(exc), lambda: told.append("told"))
+            assert state.drafts is None  # nothing remembered
+        why = state.multi_token_problem(main, (), lambda: None, lambda: told.append("told"))
+        return inside, why, told
+
+    inside, why, told = eng.call(run).result()
+    assert inside == ["the check of a multi-token pass is still running"] * 2
+    assert "parts from single steps" in why and told == ["told"] * 3
+
+
 def test_a_window_longer_than_the_probe_is_checked_past_its_end(tmp_path, monkeypatch):
     # A real plamo3 keeps 2,048 tokens; here 40, still past the check's short prefix
     # (12): a pass over tokens inside the window agrees with single steps, so only a
