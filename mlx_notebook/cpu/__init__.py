@@ -19,12 +19,13 @@ def install(model) -> list[str]:
     Returns:
         What changed, e.g. ``["61 RMSNorm", "30 layers fused"]`` (empty: nothing).
     """
-    from . import fast, layer, pages
+    from . import fast, layer, pages, quant
 
     changes = fast.apply(model, "cpu")
     fused = layer.install(model) if changes else 0  # on the fast path's modules only
     if fused:
         changes.append(f"{fused} layers fused")
+    quant.settle(model)  # MLX's kernels (fast path off, other layouts): float32 scales
     paged = pages.install(model) if changes else None  # the final parameters
     if paged:
         changes.append(paged)

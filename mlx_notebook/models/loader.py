@@ -112,11 +112,17 @@ def _fit_dtype(model) -> None:
     if not on_cpu():
         return  # GPUs have native kernels for every dtype; nothing of cpu/ is imported
     import mlx.core as mx
+    import mlx.nn as nn
 
     from .. import cpu
+    from ..cpu.quant import keeps_scales
 
-    # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there.
-    model.set_dtype(mx.float32)
+    # float16/bfloat16 compute is 10-40x slower on x86 CPUs: run in float32 there. The
+    # quantized layers' scales are left for `cpu.install`: float16 where exact.
+    model.apply(
+        lambda a: a.astype(mx.float32) if mx.issubdtype(a.dtype, mx.floating) else a,
+        lambda m, k, v: nn.Module.valid_parameter_filter(m, k, v) and not keeps_scales(m, k),
+    )
     mx.eval(model.parameters())
     changes = cpu.install(model)
     object.__setattr__(model, "_mlxnb_fast", changes)  # not a parameter: kept off the tree

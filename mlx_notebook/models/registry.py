@@ -245,7 +245,11 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         from ..cpu.fast import buffer_bytes
 
         nbytes += buffer_bytes(model)
-    dtype = next((str(v.dtype).split(".")[-1] for _, v in params if "float" in str(v.dtype)), "?")
+    # the dtype it computes in: quantized scales may be kept narrower (`cpu.quant`)
+    floats = [(k, v) for k, v in params if "float" in str(v.dtype)]
+    kept = [v for k, v in floats if not k.endswith((".scales", ".biases"))]
+    kept = kept or [v for _, v in floats]
+    dtype = str(kept[0].dtype).split(".")[-1] if kept else "?"
     if hasattr(model, "named_modules"):  # quantized layers: their widths first ("4/8-bit")
         quantized = (nn.QuantizedLinear, nn.QuantizedEmbedding)
         bits = sorted({m.bits for _, m in model.named_modules() if isinstance(m, quantized)})

@@ -41,6 +41,27 @@ def test_equals_mlx_quantized_matmul_on_every_path(ext, rows, gs, bits):
     assert ext.calls(path) == before + 1  # the path this row count takes
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("gs", [32, 64])
+@pytest.mark.parametrize("rows", (*ROWS, 64, 100))
+def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits):
+    """Scales and biases kept in float16 (a GGUF file's own) are widened, never rounded:
+    every path gives the products of the same values held in float32, bit for bit."""
+    import mlx.core as mx
+
+    x, wq, s, b, _ = _case(rows, 74, 256, gs, bits, seed=rows)
+    s16 = mx.concatenate([s[:, :1] * 1e-4, s[:, 1:]], axis=1).astype(mx.float16)  # subnormals
+    b16 = b.astype(mx.float16)
+    assert (mx.abs(s16[:, 0]) < 6.1e-5).all().item()  # below float16's smallest normal
+    want = ext.quant_matmul(x, wq, s16.astype(mx.float32), b16.astype(mx.float32), gs, bits)
+    mx.eval(want)  # lazy: counted when evaluated
+    path = ext.path(rows)
+    before = ext.calls(path)
+    got = ext.quant_matmul(x, wq, s16, b16, gs, bits)
+    assert got.dtype == mx.float32 and mx.array_equal(got, want).item()
+    assert ext.calls(path) == before + 1
+
+
 def test_row_counts_take_the_three_paths_in_order(ext):
     ext.set_amx(0)  # AMX tiles, where the CPU has them, take 12-63 rows (test_qmm_amx)
     try:
@@ -208,6 +229,8 @@ def test_products_of_several_rows_share_the_helper_on_two_cores(ext, rows):
         {"gs": 16},
         {"x_dtype": "float16"},
         {"k": 96},  # not a multiple of the group size
+        {"scales": "float16"},  # biases still float32
+        {"scales": "bfloat16", "biases": "bfloat16"},
     ],
 )
 def test_unsupported_inputs_are_refused(ext, change):
@@ -218,6 +241,8 @@ def test_unsupported_inputs_are_refused(ext, change):
         x = x.astype(mx.float16)
     if "k" in change:
         x = x[:, : change["k"]]
+    s = s.astype(getattr(mx, change.get("scales", "float32")))
+    b = b.astype(getattr(mx, change.get("biases", "float32")))
     with pytest.raises(ValueError):
         ext.quant_matmul(x, wq, s, b, change.get("gs", 32), change.get("bits", 4))
 

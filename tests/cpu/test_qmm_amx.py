@@ -54,6 +54,22 @@ def test_products_are_float32_sums_of_exact_products(ext, rows, gs, bits):
     assert np.all(np.abs(got - ref) <= 64 * 2.0**-24 * mag)
 
 
+@pytest.mark.parametrize("bits,gs", [(4, 32), (8, 64)])
+@pytest.mark.parametrize("n", [84, 1000])
+def test_float16_scales_give_the_float32_products_exactly(ext, n, gs, bits):
+    """A chunk's float16 scales and biases are widened for its rows: the products of the
+    same values held in float32, bit for bit, over chunks of every size."""
+    import mlx.core as mx
+
+    x, wq, s, b = _case(16, n, 384, gs, bits, seed=n)
+    s16, b16 = s.astype(mx.float16), b.astype(mx.float16)
+    want = ext.quant_matmul(x, wq, s16.astype(mx.float32), b16.astype(mx.float32), gs, bits)
+    mx.eval(want)
+    before = ext.calls(AMX)
+    got = ext.quant_matmul(x, wq, s16, b16, gs, bits)
+    assert mx.array_equal(got, want).item() and ext.calls(AMX) == before + 1
+
+
 @pytest.mark.parametrize("n", [1000, 4100])
 def test_chunks_the_threads_claim_cover_every_weight_row(ext, n):
     """Chunks claimed in shrinking sizes (256 down to 64 rows, a short last one) cover

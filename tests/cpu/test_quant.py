@@ -19,6 +19,8 @@ def quantized(tiny_dir, tmp_path_factory):
     }
     # As mlx-community's 4-bit directories: group 64, bfloat16 scales and biases.
     out["community"] = str(quantize_model_dir(tiny_dir, root / "bf16", 64, 4, "bfloat16"))
+    # As a converted GGUF file: float16 block scales.
+    out["half"] = str(quantize_model_dir(tiny_dir, root / "f16", 32, 4, "float16"))
     return out
 
 
@@ -71,7 +73,7 @@ def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatc
     assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8), "community"])
+@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8), "community", "half"])
 def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
     path = quantized[kind]
     if kind == "community":
@@ -89,7 +91,54 @@ def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
     assert any("quantized products native" in f for f in info.fast_path)
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 8)])
+def _scale_dtypes(model) -> set[str]:
+    from mlx.utils import tree_flatten
+
+    names = ("scales", "biases")
+    return {str(v.dtype) for k, v in tree_flatten(model.parameters()) if k.endswith(names)}
+
+
+@pytest.mark.parametrize(
+    "kind, want", [((32, 4), "float32"), ("community", "float16"), ("half", "float16")]
+)
+def test_scales_stay_float16_where_that_holds_them_exactly(engine, quantized, kind, want):
+    """A converted GGUF's float16 block scales and mlx-community's bfloat16 ones run at 16
+    bits on the native kernels (a fifth of a 4-bit model's bytes); scales that float16
+    would round stay float32, and the other weights are float32."""
+    from mlx.utils import tree_flatten
+
+    from mlx_notebook.engine import Request
+
+    path = quantized[kind]
+    engine.submit(Request("Hi", model=path, chat=False, max_tokens=2)).result(timeout=60)
+    model = engine.registry.peek(path).model
+    assert _scale_dtypes(model) == {"mlx.core." + want}
+    floats = {str(v.dtype) for k, v in tree_flatten(model.parameters()) if "float" in str(v.dtype)}
+    assert floats == {"mlx.core.float32", "mlx.core." + want}
+    if want == "float16":  # the embedding's rows dequantized in float32, as MLX's would be
+        import mlx.core as mx
+
+        emb = model.model.embed_tokens
+        ids = mx.array([[1, 5, 9]])
+        ref = mx.dequantize(
+            emb.weight[ids], emb.scales[ids].astype(mx.float32), emb.biases[ids].astype(mx.float32),
+            group_size=emb.group_size, bits=emb.bits,
+        )  # fmt: skip
+        got = emb(ids)
+        assert got.dtype == mx.float32 and mx.array_equal(got, ref).item()
+
+
+def test_layers_left_on_mlx_kernels_get_float32_scales(quantized, monkeypatch):
+    """With the fast path off, MLX's own products would follow float16 scales into
+    float16 arithmetic (slow on x86): those layers' scales are float32."""
+    from mlx_notebook.models.loader import load_spec
+
+    monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
+    model = load_spec(quantized["half"])[1]
+    assert _scale_dtypes(model) == {"mlx.core.float32"}
+
+
+@pytest.mark.parametrize("kind", [(32, 4), (64, 8), "half"])
 def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     """A batched step of 16 rows (its products on the row tiles, or AMX's): every row's
     greedy ids are mlx-lm's own, one row at a time on MLX's kernels."""

@@ -50,16 +50,16 @@ class QuantMatmul : public CpuPrimitive<QuantParams> {
     enc.dispatch([x = inputs[0], w = inputs[1], s = inputs[2], b = inputs[3],
                   out = mx::array::unsafe_weak_copy(out), M, N, K, p = p_]() mutable {
       mlxnb_qmm(M, N, K, p.group_size, p.bits, x.data<float>(), w.data<uint32_t>(),
-                s.data<float>(), b.data<float>(), out.data<float>());
+                s.data<void>(), b.data<void>(), s.dtype() == mx::float16, out.data<float>());
     });
   }
 };
 
 mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
                        const mx::array& biases, int group_size, int bits) {
-  if (x.dtype() != mx::float32 || scales.dtype() != mx::float32 ||
-      biases.dtype() != mx::float32 || w.dtype() != mx::uint32)
-    throw std::invalid_argument("quant_matmul: float32 x, scales, biases and uint32 w");
+  if (x.dtype() != mx::float32 || !scale_dtype(scales, biases) || w.dtype() != mx::uint32)
+    throw std::invalid_argument(
+        "quant_matmul: float32 x, uint32 w, scales and biases both float32 or both float16");
   if (w.ndim() != 2 || scales.ndim() != 2 || biases.shape() != scales.shape() || x.ndim() < 1)
     throw std::invalid_argument("quant_matmul: 2-D w, scales and biases");
   const int K = x.shape(-1), N = w.shape(0);

@@ -18,7 +18,7 @@
 
 extern "C" {
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint32_t* w,
-              const float* s, const float* b, float* out);
+              const void* s, const void* b, int half, float* out);
 void mlxnb_qmm_set_threads(int n);
 void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
@@ -29,7 +29,8 @@ int mlxnb_qmm_set_amx(int on);
 typedef struct {
   int N, K, gs, bits;
   const void* w;
-  const float *scales, *biases;
+  const void *scales, *biases;  // float32, or float16 where half
+  int half;
 } mlxnb_linear_t;
 int mlxnb_layer_in(int B, int E, const float* x, const float* norm_w, float eps,
                    const mlxnb_linear_t* qkv, int H, int Hkv, int D, int traditional,
@@ -51,6 +52,12 @@ long mlxnb_sample_calls(int which);
 namespace mlxnb {
 
 namespace mx = mlx::core;
+
+// Whether a quantized layer's scales and biases are a layout the kernels read: both
+// float32, or both float16 (a GGUF file's block scales, kept at their size).
+inline bool scale_dtype(const mx::array& s, const mx::array& b) {
+  return s.dtype() == b.dtype() && (s.dtype() == mx::float32 || s.dtype() == mx::float16);
+}
 
 // Whether a decode step of B rows shares its products and attention with helper.c's
 // thread: one row always; several where OpenMP would have two threads or fewer (qmm.c's

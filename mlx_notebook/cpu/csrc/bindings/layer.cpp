@@ -15,12 +15,13 @@ namespace {
 // (MLX's affine 4/8-bit layout); bits and the group size follow from the shapes.
 struct Lin {
   int N = 0, K = 0, gs = 0, bits = 0;
+  bool half = false;  // float16 scales and biases
   bool operator==(const Lin&) const = default;
   int arrays() const { return bits ? 3 : 1; }
   mlxnb_linear_t at(const mx::array* a) const {
     return {N, K, gs, bits, bits ? static_cast<const void*>(a[0].data<uint32_t>())
                                  : static_cast<const void*>(a[0].data<float>()),
-            bits ? a[1].data<float>() : nullptr, bits ? a[2].data<float>() : nullptr};
+            bits ? a[1].data<void>() : nullptr, bits ? a[2].data<void>() : nullptr, half};
   }
 };
 
@@ -35,10 +36,11 @@ Lin describe(const std::vector<mx::array>& l, int K, const char* what) {
     return d;
   }
   if (l.size() != 3 || l[0].dtype() != mx::uint32 || l[0].ndim() != 2 || l[1].ndim() != 2 ||
-      l[1].dtype() != mx::float32 || l[2].dtype() != mx::float32 || l[2].shape() != l[1].shape() ||
+      !scale_dtype(l[1], l[2]) || l[2].shape() != l[1].shape() ||
       l[1].shape(0) != l[0].shape(0) || l[1].shape(1) == 0 || K % l[1].shape(1))
     throw bad();
   d.N = l[0].shape(0);
+  d.half = l[1].dtype() == mx::float16;
   d.gs = K / l[1].shape(1);
   if (l[0].shape(1) * 32 % K) throw bad();
   d.bits = l[0].shape(1) * 32 / K;

@@ -26,7 +26,7 @@
 #include "vec8.h"
 
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
-              const float *s, const float *b, float *out);
+              const void *s, const void *b, int half, float *out);
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
@@ -34,7 +34,8 @@ void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, co
 typedef struct {
   int N, K, gs, bits; /* bits 0: float32 weights in w [N, K] */
   const void *w;
-  const float *scales, *biases;
+  const void *scales, *biases; /* float32, or float16 where half */
+  int half;
 } mlxnb_linear_t;
 
 static long layer_calls;
@@ -43,7 +44,7 @@ long mlxnb_layer_calls(void) { return layer_calls; }
 static void linear(const mlxnb_linear_t *l, int M, const float *x, float *out) {
   if (l->bits)
     mlxnb_qmm(M, l->N, l->K, l->gs, l->bits, x, (const uint32_t *)l->w, l->scales, l->biases,
-              out);
+              l->half, out);
   else /* row-major, x as is, W transposed */
     cblas_sgemm(101, 111, 112, M, l->N, l->K, 1.0f, x, l->K, (const float *)l->w, l->K, 0.0f,
                 out, l->N);

@@ -27,7 +27,9 @@
  *
  * Layouts (row-major): x [M, K] float32; w [N, K * bits / 32] uint32 (element
  * k of a row at bits (k % (32 / bits)) * bits of word k / (32 / bits)); scales
- * and biases [N, K / gs] float32; out [M, N]. Weight = scale * q + bias.
+ * and biases [N, K / gs] float32, or float16 (a GGUF file's own block scales, kept at
+ * their size: widened a few weight rows at a time, where a path reads them); out
+ * [M, N]. Weight = scale * q + bias.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -114,6 +116,8 @@ static int on_helper(int nt, long macs) {
   return nt <= 2 && thread_count != 1 && macs >= HELPER_MACS && mlxnb_helper.run &&
          mlxnb_helper.runs && mlxnb_helper.thread_count && *mlxnb_helper.thread_count != 1;
 }
+
+#include "qmm_scales.inc"
 
 /* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
 static inline void widen_scalar(const uint8_t *p, int bits, float *f) {
@@ -229,7 +233,7 @@ static void group_sums(int M, int K, int gs, const float *x, float *xsum) {
 }
 
 static void small_rows(int M, int N, int K, int gs, int bits, const float *x, const uint8_t *w,
-                       const float *s, const float *b, float *out) {
+                       qsb_t sb, float *out) {
   const int G = K / gs;
   const long rb = (long)K * bits / 8;
   float *xsum = malloc(sizeof(float) * M * G), *xp = NULL;
@@ -247,7 +251,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_AVX512
   if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
     const int blocks = N / 4;
-    const one_row_job job = {N, K, gs, bits, G, rb, x, w, s, b, xsum, out};
+    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
     if (on_helper(nt, macs))
@@ -260,13 +264,19 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
   }
 #endif
 #ifdef QMM_AVX512 /* with AVX-512 only one row comes here (TILES_FROM) */
-  for (int n = n_done; n < N; n++)
-    out[n] = row_dot512(K, gs, bits, w + n * rb, s + (long)n * G, b + (long)n * G, x, xsum);
+  for (int n = n_done; n < N; n++) {
+    float buf[2 * G];
+    const float *sr, *br;
+    sb_rows(sb, n, 1, G, 0, G, buf, &sr, &br);
+    out[n] = row_dot512(K, gs, bits, w + n * rb, sr, br, x, xsum);
+  }
 #else
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int n = n_done; n < N; n++) {
     const uint8_t *wr = w + n * rb;
-    const float *sr = s + (long)n * G, *br = b + (long)n * G;
+    float buf[2 * G];
+    const float *sr, *br;
+    sb_rows(sb, n, 1, G, 0, G, buf, &sr, &br);
     switch (M) { /* constant row counts: the accumulators stay in registers */
     case 1: row_dots(1, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
     case 2: row_dots(2, K, gs, bits, wr, sr, br, x, xsum, out + n, N); break;
@@ -314,28 +324,30 @@ int mlxnb_qmm_path(int M) {
 }
 
 static void vector_product(int path, int M, int N, int K, int gs, int bits, const float *x,
-                           const uint8_t *wb, const float *s, const float *b, float *out) {
+                           const uint8_t *wb, qsb_t sb, float *out) {
   if (path == 0)
-    small_rows(M, N, K, gs, bits, x, wb, s, b, out);
+    small_rows(M, N, K, gs, bits, x, wb, sb, out);
   else if (path == 2)
-    through_sgemm(M, N, K, gs, bits, x, wb, s, b, out);
+    through_sgemm(M, N, K, gs, bits, x, wb, sb, out);
   else {
 #ifdef QMM_AVX512
-    many_rows(M, N, K, gs, bits, x, wb, s, b, out);
+    many_rows(M, N, K, gs, bits, x, wb, sb, out);
 #else
     for (int m0 = 0; m0 < M; m0 += SMALL_M) { /* 8 rows at a time through the registers */
       const int mm = M - m0 < SMALL_M ? M - m0 : SMALL_M;
-      small_rows(mm, N, K, gs, bits, x + (long)m0 * K, wb, s, b, out + (long)m0 * N);
+      small_rows(mm, N, K, gs, bits, x + (long)m0 * K, wb, sb, out + (long)m0 * N);
     }
 #endif
   }
 }
 
-/* x [M, K] @ dequantize(w).T -> out [M, N]. Returns 0, or -1 for an unsupported shape. */
+/* x [M, K] @ dequantize(w).T -> out [M, N], with float16 scales and biases where half.
+ * Returns 0, or -1 for an unsupported shape. */
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
-              const float *s, const float *b, float *out) {
+              const void *s, const void *b, int half, float *out) {
   if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
+  const qsb_t sb = {s, b, half};
   const int path = mlxnb_qmm_path(M);
   calls[path]++;
 #ifdef QMM_AMX
@@ -343,13 +355,13 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
     /* a last block of a few rows (a verify pass of 17) would cost the tiles a whole
      * sweep: those rows take their own path right after, the weights still in cache */
     const int tail = M > AMX_M && M % AMX_M <= AMX_TAIL ? M % AMX_M : 0, head = M - tail;
-    amx_product(head, N, K, gs, bits, x, wb, s, b, out);
+    amx_product(head, N, K, gs, bits, x, wb, sb, out);
     if (tail)
-      vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, s, b,
+      vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, sb,
                      out + (long)head * N);
     return 0;
   }
 #endif
-  vector_product(path, M, N, K, gs, bits, x, wb, s, b, out);
+  vector_product(path, M, N, K, gs, bits, x, wb, sb, out);
   return 0;
 }
