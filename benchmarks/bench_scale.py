@@ -69,6 +69,7 @@ import json, random, resource, sys, time
 from mlx.utils import tree_flatten
 from mlx_notebook.engine import Engine, Request
 path, n, text, n_pre = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+import mlx_lm.utils  # noqa: F401 - the libraries (transformers), as the mlx-lm child's base
 eng = Engine.default()
 base = peak_rss()  # before the model
 greedy = dict(model=path, temperature=0, repetition_penalty=1, reuse_cache=False)
@@ -312,7 +313,8 @@ def report(args, names: list[str], results: dict, files: dict) -> None:
             a, b = f"ours {k}", f"{peer} {k}"
             print(f"  {k:6s} / {peer:9s} {ratio(a, b, 'decode'):22s} {ratio(a, b, 'prefill')}")
     print("\nMemory: peak resident (median round), and what it grew by from the process's")
-    print("size before loading (Python, MLX), against the weights as loaded (+ KV cache):")
+    print("size before loading (Python, MLX, mlx-lm and transformers imported), against the")
+    print("weights as loaded (+ KV cache):")
     for name in names:
         last = sorted(results[name], key=lambda x: x["rss"])[(len(results[name]) - 1) // 2]
         rss, base = last["rss"], last.get("base", 0)

@@ -241,7 +241,8 @@ class StackedLinear(nn.Module):
         quant = None
         if isinstance(linears[0], nn.QuantizedLinear):  # packed rows stack as rows too
             self.scales = mx.concatenate([lin.scales for lin in linears], axis=0)
-            self.biases = mx.concatenate([lin.biases for lin in linears], axis=0)
+            if "biases" in linears[0]:  # else symmetric blocks, all of them (`_stackable`)
+                self.biases = mx.concatenate([lin.biases for lin in linears], axis=0)
             quant = (linears[0].group_size, linears[0].bits)
         mx.eval(self.parameters())
         bounds, start = [], 0
@@ -261,7 +262,7 @@ class StackedLinear(nn.Module):
             else:
                 from .quant import matmul
 
-                y = matmul(x, self.weight, self.scales, self.biases, *self.quant)
+                y = matmul(x, self.weight, self.scales, self.get("biases"), *self.quant)
             object.__setattr__(self, "_last", (x, y))
         return y
 
@@ -290,7 +291,11 @@ def _stackable(layers: list) -> bool:
         return False
     if all(type(lin) is nn.Linear for lin in layers):
         return True
-    kinds = {(lin.group_size, lin.bits) for lin in layers if type(lin) is FastQuantizedLinear}
+    kinds = {
+        (lin.group_size, lin.bits, "biases" in lin, lin.scales.dtype)
+        for lin in layers
+        if type(lin) is FastQuantizedLinear
+    }
     return len(kinds) == 1 and all(type(lin) is FastQuantizedLinear for lin in layers)
 
 

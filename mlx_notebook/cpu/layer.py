@@ -52,13 +52,13 @@ ENV = "MLX_NOTEBOOK_FUSED_LAYERS"
 def _arrays(layer) -> list[mx.array] | None:
     """A bias-free linear layer's arrays as the primitives take them, or None."""
     if isinstance(layer, StackedLinear):
-        return [layer.weight] if layer.quant is None else [layer.weight, layer.scales, layer.biases]
+        return [layer[k] for k in _QUANT if k in layer]  # no biases: symmetric blocks
     if "bias" in layer:
         return None
     if type(layer) is nn.Linear:
         return [layer.weight]
     if type(layer) is FastQuantizedLinear:
-        return [layer.weight, layer.scales, layer.biases]
+        return [layer[k] for k in _QUANT if k in layer]
     return None
 
 
@@ -107,7 +107,7 @@ class _Plan:
         self.eps1, self.eps2 = self.norm1.eps, self.norm2.eps
         self.linears = (attn.q_proj._stack, attn.o_proj, mlp.gate_proj._stack, mlp.down_proj)
         # which arrays each product takes: the weight, or the weight, scales and biases
-        self.keys = tuple(("weight",) if len(_arrays(m)) == 1 else _QUANT for m in self.linears)
+        self.keys = tuple(tuple(k for k in _QUANT if k in m) for m in self.linears)
         self.scale, self.table, self.traditional = (
             attn.scale,
             attn.rope._table,

@@ -11,9 +11,11 @@ stay float32, so results equal MLX's own kernel up to the order of additions.
 Scales and biases stay float16 where that holds them exactly: a GGUF file's block
 scales are float16, and in float32 a 4-bit model grew by a fifth (0.5 of 4.5 bits a
 weight, 856 against 720 MB at the 1B size), all of it read at every decode step. The
-kernels widen them a few weight rows at a time. Every other floating parameter, and
-the scales of layers left on MLX's kernels, are float32 (`settle`): MLX's own
-products follow the scales' dtype into float16, slow on x86.
+kernels widen them a few weight rows at a time. Where every bias is its scale times
+-2^(bits - 1) (GGUF's symmetric Q4_0 and Q8_0 blocks), the biases are dropped and the
+kernels make them: a Q4_0 file's 4.5 bits a weight, as in the file. Every other
+floating parameter, and the scales of layers left on MLX's kernels, are float32
+(`settle`): MLX's own products follow the scales' dtype into float16, slow on x86.
 
 Anything else (other bit widths, the ``mxfp4`` modes, group sizes that are not
 a multiple of 32) keeps MLX's kernel. Without the extension (no compiler,
@@ -28,8 +30,11 @@ import mlx.nn as nn
 from . import ext as _ext
 
 
-def matmul(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array, gs: int, bits: int):
-    """``x @ dequantize(w).T`` on the extension's kernels (x float32, any leading shape)."""
+def matmul(x: mx.array, w: mx.array, scales: mx.array, biases, gs: int, bits: int):
+    """``x @ dequantize(w).T`` on the extension's kernels (x float32, any leading shape).
+
+    ``biases`` None: symmetric blocks, each bias the scale times ``-2 ** (bits - 1)``.
+    """
     return _ext.load().quant_matmul(x, w, scales, biases, gs, bits)
 
 
@@ -68,6 +73,9 @@ def _narrow(layer) -> None:
     if layer["scales"].dtype != layer["biases"].dtype:  # one exact, the other not
         layer["scales"] = layer["scales"].astype(mx.float32)
         layer["biases"] = layer["biases"].astype(mx.float32)
+    s, b = layer["scales"].astype(mx.float32), layer["biases"].astype(mx.float32)
+    if mx.array_equal(b, s * -(2 ** (layer.bits - 1))).item():  # symmetric: made in the kernels
+        del layer["biases"]
 
 
 def settle(model) -> int:
@@ -91,12 +99,17 @@ def settle(model) -> int:
     return changed
 
 
+def _product(layer, x: mx.array) -> mx.array:
+    w, s, b = layer["weight"], layer["scales"], layer.get("biases")
+    return matmul(x, w, s, b, layer.group_size, layer.bits)
+
+
 class FastQuantizedLinear(nn.QuantizedLinear):
     """``nn.QuantizedLinear`` computed by the native kernels (same parameters)."""
 
     def __call__(self, x: mx.array) -> mx.array:
         """``x @ W.T (+ bias)``."""
-        y = matmul(x, self["weight"], self["scales"], self["biases"], self.group_size, self.bits)
+        y = _product(self, x)
         return y + self["bias"] if "bias" in self else y
 
 
@@ -105,10 +118,12 @@ class FastQuantizedEmbedding(nn.QuantizedEmbedding):
 
     def __call__(self, x: mx.array) -> mx.array:
         """The embeddings of ``x``, dequantized in float32 (as with float32 scales)."""
+        scales = self["scales"][x].astype(mx.float32)
+        b = self.get("biases")
         return mx.dequantize(
             self["weight"][x],
-            scales=self["scales"][x].astype(mx.float32),
-            biases=self["biases"][x].astype(mx.float32),
+            scales=scales,
+            biases=scales * -(2 ** (self.bits - 1)) if b is None else b[x].astype(mx.float32),
             group_size=self.group_size,
             bits=self.bits,
             mode=self.mode,
@@ -116,7 +131,7 @@ class FastQuantizedEmbedding(nn.QuantizedEmbedding):
 
     def as_linear(self, x: mx.array) -> mx.array:
         """``x @ E.T``: the scores of every token (a tied LM head)."""
-        return matmul(x, self["weight"], self["scales"], self["biases"], self.group_size, self.bits)
+        return _product(self, x)
 
 
 _FAST = {nn.QuantizedLinear: FastQuantizedLinear, nn.QuantizedEmbedding: FastQuantizedEmbedding}

@@ -151,14 +151,21 @@ def build_tiny_model(
 
 
 def quantize_model_dir(
-    src: str | Path, dst: str | Path, group_size: int, bits: int, dtype: str | None = None
+    src: str | Path,
+    dst: str | Path,
+    group_size: int,
+    bits: int,
+    dtype: str | None = None,
+    symmetric: bool = False,
 ) -> Path:
     """Write an mlx-lm quantized copy of the model directory ``src`` to ``dst``.
 
     Quantized the way ``mlx_lm.convert -q`` does it (affine, every linear layer and
     the embedding), with the tokenizer files copied as they are. ``dtype``
     (``"bfloat16"``): the weights cast first, so scales and biases are stored in
-    it, as in mlx-community's directories.
+    it, as in mlx-community's directories. ``symmetric``: every bias is then its
+    scale times ``-2 ** (bits - 1)``, as a GGUF file's Q4_0 and Q8_0 blocks convert
+    (the weights change; the file is still MLX's affine layout).
 
     Returns:
         ``dst``, loadable with ``mlx_lm.load``.
@@ -174,6 +181,12 @@ def quantize_model_dir(
 
         model.set_dtype(getattr(mx, dtype))
     model, config = quantize_model(model, config, group_size, bits)
+    if symmetric:
+        import mlx.nn as nn
+
+        for _, m in model.named_modules():
+            if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+                m.biases = m.scales * -(2 ** (bits - 1))
     save_model(dst, model)
     save_config(config, dst / "config.json")
     for f in src.iterdir():

@@ -62,6 +62,21 @@ def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits):
     assert ext.calls(path) == before + 1
 
 
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("rows", (1, 3, 9, 17, 70))
+def test_no_biases_means_symmetric_blocks(ext, rows, bits, half):
+    """Biases left out are made as GGUF's Q4_0 and Q8_0 blocks have them, the scale times
+    -2^(bits - 1): every path gives the products with those biases given, bit for bit."""
+    import mlx.core as mx
+
+    x, wq, s, _, _ = _case(rows, 74, 256, 32, bits, seed=rows)
+    s = s.astype(mx.float16 if half else mx.float32)
+    want = ext.quant_matmul(x, wq, s, s * -(2 ** (bits - 1)), 32, bits)
+    got = ext.quant_matmul(x, wq, s, None, 32, bits)
+    assert mx.array_equal(got, want).item()
+
+
 def test_row_counts_take_the_three_paths_in_order(ext):
     ext.set_amx(0)  # AMX tiles, where the CPU has them, take 12-63 rows (test_qmm_amx)
     try:

@@ -68,6 +68,11 @@ def test_float16_scales_give_the_float32_products_exactly(ext, n, gs, bits):
     before = ext.calls(AMX)
     got = ext.quant_matmul(x, wq, s16, b16, gs, bits)
     assert mx.array_equal(got, want).item() and ext.calls(AMX) == before + 1
+    # no biases: each the scale times -2^(bits - 1), made per chunk
+    sym = ext.quant_matmul(x, wq, s16, None, gs, bits)
+    assert mx.array_equal(
+        sym, ext.quant_matmul(x, wq, s16, s16 * -(2 ** (bits - 1)), gs, bits)
+    ).item()
 
 
 @pytest.mark.parametrize("n", [1000, 4100])

@@ -19,8 +19,11 @@ def quantized(tiny_dir, tmp_path_factory):
     }
     # As mlx-community's 4-bit directories: group 64, bfloat16 scales and biases.
     out["community"] = str(quantize_model_dir(tiny_dir, root / "bf16", 64, 4, "bfloat16"))
-    # As a converted GGUF file: float16 block scales.
+    # As a converted GGUF file: float16 block scales; and symmetric, as its Q4_0 and Q8_0.
     out["half"] = str(quantize_model_dir(tiny_dir, root / "f16", 32, 4, "float16"))
+    for bits in (4, 8):
+        sym = quantize_model_dir(tiny_dir, root / f"sym{bits}", 32, bits, "float16", True)
+        out[f"sym{bits}"] = str(sym)
     return out
 
 
@@ -73,7 +76,7 @@ def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatc
     assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8), "community", "half"])
+@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8), "community", "half", "sym4", "sym8"])
 def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
     path = quantized[kind]
     if kind == "community":
@@ -128,6 +131,24 @@ def test_scales_stay_float16_where_that_holds_them_exactly(engine, quantized, ki
         assert got.dtype == mx.float32 and mx.array_equal(got, ref).item()
 
 
+@pytest.mark.parametrize("kind, dropped", [("sym4", True), ("sym8", True), ("half", False)])
+def test_symmetric_blocks_keep_no_biases(engine, quantized, kind, dropped):
+    """Where every bias is its scale times -2^(bits - 1) (GGUF's Q4_0 and Q8_0 blocks),
+    the native layers keep none: the kernels make them. A model's bytes shrink by the
+    biases, and the fused layers and stacks take the same arrays."""
+    from mlx.utils import tree_flatten
+
+    from mlx_notebook.engine import Request
+
+    path = quantized[kind]
+    engine.submit(Request("Hi", model=path, chat=False, max_tokens=2)).result(timeout=60)
+    lm = engine.registry.peek(path)
+    names = [k for k, _ in tree_flatten(lm.model.parameters())]
+    assert any(k.endswith(".scales") for k in names)
+    assert any(k.endswith(".biases") for k in names) is not dropped
+    assert any("layers fused" in f for f in lm.fast_path)
+
+
 def test_layers_left_on_mlx_kernels_get_float32_scales(quantized, monkeypatch):
     """With the fast path off, MLX's own products would follow float16 scales into
     float16 arithmetic (slow on x86): those layers' scales are float32."""
@@ -138,7 +159,7 @@ def test_layers_left_on_mlx_kernels_get_float32_scales(quantized, monkeypatch):
     assert _scale_dtypes(model) == {"mlx.core.float32"}
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 8), "half"])
+@pytest.mark.parametrize("kind", [(32, 4), (64, 8), "half", "sym4"])
 def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     """A batched step of 16 rows (its products on the row tiles, or AMX's): every row's
     greedy ids are mlx-lm's own, one row at a time on MLX's kernels."""

@@ -47,20 +47,25 @@ class QuantMatmul : public CpuPrimitive<QuantParams> {
     auto& enc = prepare(stream(), inputs, outputs);
     const auto& out = outputs[0];
     const int K = inputs[0].shape(-1), N = out.shape(-1), M = inputs[0].size() / K;
-    enc.dispatch([x = inputs[0], w = inputs[1], s = inputs[2], b = inputs[3],
+    // no biases: symmetric blocks (each the scale times -2^(bits - 1))
+    enc.dispatch([x = inputs[0], w = inputs[1], s = inputs[2],
+                  b = inputs.size() > 3 ? std::optional<mx::array>(inputs[3]) : std::nullopt,
                   out = mx::array::unsafe_weak_copy(out), M, N, K, p = p_]() mutable {
       mlxnb_qmm(M, N, K, p.group_size, p.bits, x.data<float>(), w.data<uint32_t>(),
-                s.data<void>(), b.data<void>(), s.dtype() == mx::float16, out.data<float>());
+                s.data<void>(), b ? b->data<void>() : nullptr, s.dtype() == mx::float16,
+                out.data<float>());
     });
   }
 };
 
 mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
-                       const mx::array& biases, int group_size, int bits) {
-  if (x.dtype() != mx::float32 || !scale_dtype(scales, biases) || w.dtype() != mx::uint32)
+                       const std::optional<mx::array>& biases, int group_size, int bits) {
+  if (x.dtype() != mx::float32 || !scale_dtype(scales, biases.value_or(scales)) ||
+      w.dtype() != mx::uint32)
     throw std::invalid_argument(
         "quant_matmul: float32 x, uint32 w, scales and biases both float32 or both float16");
-  if (w.ndim() != 2 || scales.ndim() != 2 || biases.shape() != scales.shape() || x.ndim() < 1)
+  if (w.ndim() != 2 || scales.ndim() != 2 || (biases && biases->shape() != scales.shape()) ||
+      x.ndim() < 1)
     throw std::invalid_argument("quant_matmul: 2-D w, scales and biases");
   const int K = x.shape(-1), N = w.shape(0);
   if ((bits != 4 && bits != 8) || group_size % 32 || K % group_size ||
@@ -71,9 +76,10 @@ mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& 
   auto s = mx::default_stream(mx::Device::cpu);
   // A view (a slice, a transpose) becomes dense rows; a dense x is shared, not copied.
   auto xc = mx::contiguous(x, false, s);
+  std::vector<mx::array> ins = {xc, w, scales};
+  if (biases) ins.push_back(*biases);
   return mx::array(shape, mx::float32,
-                   std::make_shared<QuantMatmul>(s, QuantParams{group_size, bits}),
-                   {xc, w, scales, biases});
+                   std::make_shared<QuantMatmul>(s, QuantParams{group_size, bits}), ins);
 }
 
 struct AttentionParams {
@@ -175,8 +181,9 @@ mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::arr
 
 NB_MODULE(_mlxnb_ext, m) {
   m.def("quant_matmul", &quant_matmul, nb::arg("x"), nb::arg("w"), nb::arg("scales"),
-        nb::arg("biases"), nb::arg("group_size"), nb::arg("bits"),
-        "x @ dequantize(w, scales, biases).T for MLX's affine 4- or 8-bit layout, on the CPU.");
+        nb::arg("biases").none(), nb::arg("group_size"), nb::arg("bits"),
+        "x @ dequantize(w, scales, biases).T for MLX's affine 4- or 8-bit layout, on the CPU "
+        "(biases None: each the scale times -2^(bits - 1)).");
   m.def("set_threads", &mlxnb_qmm_set_threads, nb::arg("n"),
         "Threads for the products (0: OpenMP's default).");
   m.def("set_small_parallel_min", &mlxnb_qmm_set_small_parallel_min, nb::arg("macs"),

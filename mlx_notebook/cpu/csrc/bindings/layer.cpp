@@ -11,23 +11,26 @@ namespace nb = nanobind;
 namespace mlxnb {
 namespace {
 
-// One bias-free linear layer's arrays: [w] (float32 [N, K]) or [w, scales, biases]
-// (MLX's affine 4/8-bit layout); bits and the group size follow from the shapes.
+// One bias-free linear layer's arrays: [w] (float32 [N, K]), [w, scales, biases]
+// (MLX's affine 4/8-bit layout) or [w, scales] (symmetric blocks: each bias the scale
+// times -2^(bits - 1)); bits and the group size follow from the shapes.
 struct Lin {
   int N = 0, K = 0, gs = 0, bits = 0;
   bool half = false;  // float16 scales and biases
+  bool sym = false;   // no biases
   bool operator==(const Lin&) const = default;
-  int arrays() const { return bits ? 3 : 1; }
+  int arrays() const { return bits ? (sym ? 2 : 3) : 1; }
   mlxnb_linear_t at(const mx::array* a) const {
     return {N, K, gs, bits, bits ? static_cast<const void*>(a[0].data<uint32_t>())
                                  : static_cast<const void*>(a[0].data<float>()),
-            bits ? a[1].data<void>() : nullptr, bits ? a[2].data<void>() : nullptr, half};
+            bits ? a[1].data<void>() : nullptr, bits && !sym ? a[2].data<void>() : nullptr,
+            half};
   }
 };
 
 Lin describe(const std::vector<mx::array>& l, int K, const char* what) {
   auto bad = [&] { return std::invalid_argument(std::string("fused layer: ") + what +
-                                                " is not [w] float32 [N, K] or [w, scales, biases] 4/8-bit"); };
+                                                " is not [w] float32 [N, K] or [w, scales(, biases)] 4/8-bit"); };
   Lin d;
   d.K = K;
   if (l.size() == 1) {
@@ -35,12 +38,16 @@ Lin describe(const std::vector<mx::array>& l, int K, const char* what) {
     d.N = l[0].shape(0);
     return d;
   }
-  if (l.size() != 3 || l[0].dtype() != mx::uint32 || l[0].ndim() != 2 || l[1].ndim() != 2 ||
-      !scale_dtype(l[1], l[2]) || l[2].shape() != l[1].shape() ||
+  if (l.size() != 2 && l.size() != 3) throw bad();
+  const bool sym = l.size() == 2;
+  const auto& b = sym ? l[1] : l[2];
+  if (l[0].dtype() != mx::uint32 || l[0].ndim() != 2 ||
+      l[1].ndim() != 2 || !scale_dtype(l[1], b) || b.shape() != l[1].shape() ||
       l[1].shape(0) != l[0].shape(0) || l[1].shape(1) == 0 || K % l[1].shape(1))
     throw bad();
   d.N = l[0].shape(0);
   d.half = l[1].dtype() == mx::float16;
+  d.sym = sym;
   d.gs = K / l[1].shape(1);
   if (l[0].shape(1) * 32 % K) throw bad();
   d.bits = l[0].shape(1) * 32 / K;

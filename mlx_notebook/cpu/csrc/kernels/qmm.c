@@ -341,13 +341,14 @@ static void vector_product(int path, int M, int N, int K, int gs, int bits, cons
   }
 }
 
-/* x [M, K] @ dequantize(w).T -> out [M, N], with float16 scales and biases where half.
- * Returns 0, or -1 for an unsupported shape. */
+/* x [M, K] @ dequantize(w).T -> out [M, N], with float16 scales and biases where half,
+ * and biases of -2^(bits - 1) times the scale where b is NULL. Returns 0, or -1 for an
+ * unsupported shape. */
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
               const void *s, const void *b, int half, float *out) {
   if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
-  const qsb_t sb = {s, b, half};
+  const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
   const int path = mlxnb_qmm_path(M);
   calls[path]++;
 #ifdef QMM_AMX
