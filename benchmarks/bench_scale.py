@@ -94,6 +94,10 @@ for _ in range(int(sys.argv[6])):  # Stop at a random moment of the prefill
         out["stop"].append(time.perf_counter() - t0)
 out["rss"] = peak_rss()
 out["base"] = base
+# KV caches still held: the prompt cache keeps the cancelled prefills' (its byte budget)
+held = [n for n in eng.info().notes if n.startswith(f"prompt cache of {path}:")]
+if held:
+    out["kv"] = max(out["kv"], float(held[0].split(" entries, ")[1].split(" MB")[0]) * 2**20)
 eng.close()
 print(json.dumps(out))
 """
