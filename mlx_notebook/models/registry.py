@@ -245,9 +245,10 @@ def describe(name: str, model, tokenizer, path) -> LoadedModel:
         from ..cpu.fast import buffer_bytes
 
         nbytes += buffer_bytes(model)
-    # the dtype it computes in: quantized scales may be kept narrower (`cpu.quant`)
+    # the dtype it computes in: the CPU's quantized scales may be narrower (`cpu.quant`)
     floats = [(k, v) for k, v in params if "float" in str(v.dtype)]
-    kept = [v for k, v in floats if not k.endswith((".scales", ".biases"))]
+    narrow = (".scales", ".biases") if hasattr(model, "_mlxnb_fast") else ()
+    kept = [v for k, v in floats if not (narrow and k.endswith(narrow))]
     kept = kept or [v for _, v in floats]
     dtype = str(kept[0].dtype).split(".")[-1] if kept else "?"
     if hasattr(model, "named_modules"):  # quantized layers: their widths first ("4/8-bit")

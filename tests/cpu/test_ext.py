@@ -41,15 +41,16 @@ def test_equals_mlx_quantized_matmul_on_every_path(ext, rows, gs, bits):
     assert ext.calls(path) == before + 1  # the path this row count takes
 
 
+@pytest.mark.parametrize("k", [256, 1536])  # 1,536: the row tiles' stretches of K
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("gs", [32, 64])
 @pytest.mark.parametrize("rows", (*ROWS, 64, 100))
-def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits):
+def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits, k):
     """Scales and biases kept in float16 (a GGUF file's own) are widened, never rounded:
     every path gives the products of the same values held in float32, bit for bit."""
     import mlx.core as mx
 
-    x, wq, s, b, _ = _case(rows, 74, 256, gs, bits, seed=rows)
+    x, wq, s, b, _ = _case(rows, 74, k, gs, bits, seed=rows)
     s16 = mx.concatenate([s[:, :1] * 1e-4, s[:, 1:]], axis=1).astype(mx.float16)  # subnormals
     b16 = b.astype(mx.float16)
     assert (mx.abs(s16[:, 0]) < 6.1e-5).all().item()  # below float16's smallest normal
@@ -62,18 +63,19 @@ def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits):
     assert ext.calls(path) == before + 1
 
 
+@pytest.mark.parametrize("k, gs", [(256, 32), (1536, 64)])
 @pytest.mark.parametrize("half", [False, True])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("rows", (1, 3, 9, 17, 70))
-def test_no_biases_means_symmetric_blocks(ext, rows, bits, half):
+def test_no_biases_means_symmetric_blocks(ext, rows, bits, half, k, gs):
     """Biases left out are made as GGUF's Q4_0 and Q8_0 blocks have them, the scale times
     -2^(bits - 1): every path gives the products with those biases given, bit for bit."""
     import mlx.core as mx
 
-    x, wq, s, _, _ = _case(rows, 74, 256, 32, bits, seed=rows)
+    x, wq, s, _, _ = _case(rows, 74, k, gs, bits, seed=rows)
     s = s.astype(mx.float16 if half else mx.float32)
-    want = ext.quant_matmul(x, wq, s, s * -(2 ** (bits - 1)), 32, bits)
-    got = ext.quant_matmul(x, wq, s, None, 32, bits)
+    want = ext.quant_matmul(x, wq, s, s * -(2 ** (bits - 1)), gs, bits)
+    got = ext.quant_matmul(x, wq, s, None, gs, bits)
     assert mx.array_equal(got, want).item()
 
 
@@ -246,6 +248,7 @@ def test_products_of_several_rows_share_the_helper_on_two_cores(ext, rows):
         {"k": 96},  # not a multiple of the group size
         {"scales": "float16"},  # biases still float32
         {"scales": "bfloat16", "biases": "bfloat16"},
+        {"k": 0},
     ],
 )
 def test_unsupported_inputs_are_refused(ext, change):

@@ -24,6 +24,7 @@ def quantized(tiny_dir, tmp_path_factory):
     for bits in (4, 8):
         sym = quantize_model_dir(tiny_dir, root / f"sym{bits}", 32, bits, "float16", True)
         out[f"sym{bits}"] = str(sym)
+    out["half3"] = str(quantize_model_dir(tiny_dir, root / "f16-3", 32, 3, "float16"))
     return out
 
 
@@ -102,7 +103,8 @@ def _scale_dtypes(model) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "kind, want", [((32, 4), "float32"), ("community", "float16"), ("half", "float16")]
+    "kind, want",
+    [((32, 4), "float32"), ("community", "float16"), ("half", "float16"), ("sym4", "float16")],
 )
 def test_scales_stay_float16_where_that_holds_them_exactly(engine, quantized, kind, want):
     """A converted GGUF's float16 block scales and mlx-community's bfloat16 ones run at 16
@@ -123,10 +125,10 @@ def test_scales_stay_float16_where_that_holds_them_exactly(engine, quantized, ki
 
         emb = model.model.embed_tokens
         ids = mx.array([[1, 5, 9]])
-        ref = mx.dequantize(
-            emb.weight[ids], emb.scales[ids].astype(mx.float32), emb.biases[ids].astype(mx.float32),
-            group_size=emb.group_size, bits=emb.bits,
-        )  # fmt: skip
+        s = emb.scales[ids].astype(mx.float32)
+        b = s * -(2 ** (emb.bits - 1)) if kind == "sym4" else emb.biases[ids].astype(mx.float32)
+        assert ("biases" in emb) is (kind != "sym4")
+        ref = mx.dequantize(emb.weight[ids], s, b, group_size=emb.group_size, bits=emb.bits)
         got = emb(ids)
         assert got.dtype == mx.float32 and mx.array_equal(got, ref).item()
 
@@ -149,14 +151,34 @@ def test_symmetric_blocks_keep_no_biases(engine, quantized, kind, dropped):
     assert any("layers fused" in f for f in lm.fast_path)
 
 
-def test_layers_left_on_mlx_kernels_get_float32_scales(quantized, monkeypatch):
-    """With the fast path off, MLX's own products would follow float16 scales into
-    float16 arithmetic (slow on x86): those layers' scales are float32."""
+@pytest.mark.parametrize("why", ["fast path off", "no extension", "3 bits"])
+def test_layers_left_on_mlx_kernels_get_float32_scales(quantized, monkeypatch, why):
+    """MLX's own products would follow float16 scales into float16 arithmetic (slow on
+    x86): layers left on its kernels get float32 scales, whatever kept them there."""
+    from mlx_notebook.cpu import ext as _ext
     from mlx_notebook.models.loader import load_spec
 
-    monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
-    model = load_spec(quantized["half"])[1]
+    if why == "fast path off":
+        monkeypatch.setenv("MLX_NOTEBOOK_FAST", "0")
+    elif why == "no extension":
+        monkeypatch.setattr(_ext, "_state", {"module": None, "reason": "no C/C++ compiler"})
+    model = load_spec(quantized["half3" if why == "3 bits" else "half"])[1]
     assert _scale_dtypes(model) == {"mlx.core.float32"}
+
+
+def test_layers_of_mixed_scale_dtypes_still_stack(quantized):
+    """float16 is decided per layer: a q projection whose scales float16 would round
+    stays float32 beside float16 k and v, and the three still stack (as float32)."""
+    import mlx.core as mx
+
+    model = _load(quantized["half"])
+    for layer in model.model.layers:
+        q = layer.self_attn.q_proj
+        q.scales = q.scales * (1 + 2.0**-20)  # not a float16 value any more
+    done = cpu_fast.apply(model, "cpu")
+    assert "2 q/k/v stacked" in done
+    stack = model.model.layers[0].self_attn.k_proj._stack
+    assert stack.scales.dtype == stack.biases.dtype == mx.float32
 
 
 @pytest.mark.parametrize("kind", [(32, 4), (64, 8), "half", "sym4"])
