@@ -227,24 +227,6 @@ class TableRoPE(nn.Module):
         return mx.concatenate([head, x[..., self.dims :]], axis=-1)
 
 
-def _stacked_scales(linears: list) -> tuple[mx.array, mx.array | None]:
-    """The layers' scales and biases stacked as rows, in one dtype.
-
-    Each layer's are float16 or float32, with biases or symmetric (`quant._narrow`
-    decides per layer): mixed, the stack takes float32 and makes the missing biases.
-    """
-    parts = [(lin.scales, lin.get("biases")) for lin in linears]
-    dtypes = {a.dtype for s, b in parts for a in (s, b) if a is not None}
-    dtype = dtypes.pop() if len(dtypes) == 1 else mx.float32
-    if all(b is None for _, b in parts):
-        return mx.concatenate([s.astype(dtype) for s, _ in parts], axis=0), None
-    made = -(2 ** (linears[0].bits - 1))
-    return (
-        mx.concatenate([s.astype(dtype) for s, _ in parts], axis=0),
-        mx.concatenate([(s * made if b is None else b).astype(dtype) for s, b in parts], axis=0),
-    )
-
-
 class StackedLinear(nn.Module):
     """The weights of several bias-free linear layers stacked, computed once per input.
 
@@ -258,7 +240,9 @@ class StackedLinear(nn.Module):
         self.weight = mx.concatenate([lin.weight for lin in linears], axis=0)
         quant = None
         if isinstance(linears[0], nn.QuantizedLinear):  # packed rows stack as rows too
-            self.scales, biases = _stacked_scales(linears)
+            from .quant import stacked_scales
+
+            self.scales, biases = stacked_scales(linears)
             if biases is not None:
                 self.biases = biases
             quant = (linears[0].group_size, linears[0].bits)

@@ -99,6 +99,24 @@ def settle(model) -> int:
     return changed
 
 
+def stacked_scales(linears: list) -> tuple[mx.array, mx.array | None]:
+    """The layers' scales and biases stacked as rows, in one dtype.
+
+    Each layer's are float16 or float32, with biases or symmetric (`_narrow`
+    decides per layer): mixed, the stack takes float32 and makes the missing biases.
+    """
+    parts = [(lin.scales, lin.get("biases")) for lin in linears]
+    dtypes = {a.dtype for s, b in parts for a in (s, b) if a is not None}
+    dtype = dtypes.pop() if len(dtypes) == 1 else mx.float32
+    if all(b is None for _, b in parts):
+        return mx.concatenate([s.astype(dtype) for s, _ in parts], axis=0), None
+    made = -(2 ** (linears[0].bits - 1))
+    return (
+        mx.concatenate([s.astype(dtype) for s, _ in parts], axis=0),
+        mx.concatenate([(s * made if b is None else b).astype(dtype) for s, b in parts], axis=0),
+    )
+
+
 def _product(layer, x: mx.array) -> mx.array:
     w, s, b = layer["weight"], layer["scales"], layer.get("biases")
     return matmul(x, w, s, b, layer.group_size, layer.bits)
