@@ -19,6 +19,7 @@ import pytest
 from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, GenerationError, Notice, Request, Token
 from mlx_notebook.engine.cache.caches import always_trimmable, layers
+from mlx_notebook.models.metal_only import _fused_kernels, metal_runs_kernels, refusal
 from mlx_notebook.models.spec import ModelUnavailable
 from mlx_notebook.testing.families import (
     FAMILIES,
@@ -77,8 +78,18 @@ class _Built(dict):
         self.root, self.failed = root, {}
 
     def __missing__(self, family: str) -> str:
+        path = self.built(family)
+        if why := refusal(path):  # refused at submit (test_a_family_on_metal_kernels_...)
+            pytest.skip(f"refused here at submit: {why}")
+        self[family] = path
+        return path
+
+    def built(self, family: str) -> str:
+        """The family's directory, built now or before (skips a family no config builds)."""
         if family in self.failed:
             pytest.skip(self.failed[family])
+        if (self.root / family / "config.json").is_file():
+            return str(self.root / family)
         try:
             path = str(build_family(family, self.root / family))
         except Exception as exc:
@@ -86,7 +97,6 @@ class _Built(dict):
                 raise  # a config that built before: a regression
             self.failed[family] = f"no config builds {family} here: {type(exc).__name__}: {exc}"
             pytest.skip(self.failed[family])
-        self[family] = path
         return path
 
 
@@ -112,7 +122,7 @@ def reference(path: str, prompt_ids: list[int], n: int, family: str | None = Non
     from mlx_lm.models.cache import make_prompt_cache
 
     if path not in _REF:
-        _REF[path] = load(path)[0]
+        _REF[path] = _dense_ternary(load(path)[0])
     model = _REF[path]
     steps = generate_step(mx.array(prompt_ids), model, max_tokens=n)
     ids = [int(t) for t, _ in steps]
@@ -126,6 +136,34 @@ def reference(path: str, prompt_ids: list[int], n: int, family: str | None = Non
         out.append(y)
     _DIFFERED[family] = _DIFFERED.get(family, False) or out != ids
     return out
+
+
+def _dense_ternary(model):
+    """bitnet's Metal-only layers as the Metal kernel's sums, where it cannot run.
+
+    Its arithmetic, unpacked with numpy into float32 weights: a reference apart from
+    the engine's 2-bit layers (`models.metal_only`).
+    """
+    import mlx.nn as nn
+    import numpy as np
+    from mlx.utils import tree_unflatten
+
+    if metal_runs_kernels():
+        return model
+    dense = []
+    for name, m in model.named_modules():
+        if type(m).__name__ != "BitLinear":
+            continue
+        b = np.array(m.weight).astype(np.int32)[: m.out_features // 4]
+        w = np.concatenate([((b >> (2 * k)) & 3) - 1 for k in range(4)]).astype(np.float32)
+        s = float(np.array(m.weight_scale.astype(mx.float32)).reshape(-1)[0])
+        layer = nn.Linear(m.in_features, m.out_features, bias="bias" in m and m.bias is not None)
+        layer.weight = mx.array(w * np.float32(1 / s if m.invert_weight_scales else s))
+        if "bias" in layer:
+            layer.bias = m.bias
+        dense.append((name, layer))
+    model.update_modules(tree_unflatten(dense))
+    return model
 
 
 def encode(eng, path, text):
@@ -364,14 +402,34 @@ def test_chunks_past_the_window_give_mlx_lm_text_however_small(family, dirs, eng
 
 
 @pytest.mark.skipif(mx.metal.is_available(), reason="Metal runs bitnet's kernels")
-def test_a_family_that_cannot_run_here_is_refused_in_one_line(eng, tmp_path):
-    path = str(build_family("bitnet", tmp_path / "bitnet"))  # Metal kernels in its layers
+def test_a_model_that_cannot_run_here_is_refused_in_one_line(eng, tmp_path, monkeypatch):
+    # bitnet's layers left as mlx-lm makes them: Metal kernels, which fail here.
+    monkeypatch.setattr("mlx_notebook.models.loader.portable", lambda model: 0)
+    path = str(build_family("bitnet", tmp_path / "bitnet"))
     with pytest.raises(GenerationError, match=r"cannot run on .*No Metal back-end") as err:
         eng.submit(Request("Hello", model=path, chat=False, max_tokens=4)).result(timeout=120)
     assert "\n" not in str(err.value)
     assert not eng.registry.loaded(path)  # refused at load: nothing kept
     with pytest.raises(ModelUnavailable, match=r"^\S+: cannot run on .*Metal[^\n]*$"):
         eng.submit(Request("Hello", model=path, chat=False, max_tokens=4))  # now at submit
+
+
+# Families whose modules take mlx-lm's fused Metal kernels (read from their source).
+METAL_KERNELS = [f for f in architectures() if _fused_kernels(f)]
+
+
+@pytest.mark.skipif(metal_runs_kernels(), reason="Metal runs mlx-lm's fused kernels")
+@pytest.mark.parametrize("family", METAL_KERNELS)
+def test_a_family_on_metal_kernels_is_refused_at_submit_in_one_line(family, dirs, eng, monkeypatch):
+    path = dirs.built(family)
+    with pytest.raises(ModelUnavailable, match=r"^\S+: cannot run on .*Metal kernels[^\n]*$"):
+        eng.submit(Request("Hello", model=path, chat=False, max_tokens=4))
+    assert not eng.registry.loaded(path)  # refused from its files: nothing loaded
+    # Not a guess from the source: with the check off, its first pass fails here.
+    monkeypatch.setattr("mlx_notebook.engine.local.checks.refusal", lambda spec: None)
+    with pytest.raises(GenerationError, match=r"cannot run on .*metal_kernel"):
+        eng.submit(Request("Hello", model=path, chat=False, max_tokens=4)).result(timeout=120)
+    eng.registry.unload(path)  # forget the measured refusal
 
 
 def test_every_family_builds_with_the_cache_it_is_named_for(dirs, eng):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import config
+from .metal_only import portable
 from .spec import ModelCannotRun, ModelNotFound, Spec, resolve
 
 VARIANT_ENV = "MLX_NOTEBOOK_DEFAULT_VARIANT"
@@ -60,6 +61,7 @@ def load_spec(spec: str):
     else:
         model, tok = _load_hub(s)
         path = _hub_dir(s.key)
+    portable(model)  # bitnet's Metal-only layers, where there is no Metal
     _fit_dtype(model)
     _probe(s.key, model)
     return s.key, model, tok, path

@@ -191,9 +191,6 @@ _PARTS = {
 }  # fmt: skip
 # Architectures no config builds into a text model here, and why.
 NOT_BUILT = {
-    # Refused at load, in one line, where there is no Metal (tests/test_families.py).
-    "bitnet": "Metal only (its layers run Metal kernels): refused at load elsewhere",
-    "muse_spark": "its layers run a Metal kernel (Metal only); a vision wrapper",
     "olmo": "needs the ai2-olmo package",
     "prism_hadamard_qwen35": "needs a Hadamard pack file beside the weights",
 }
@@ -260,6 +257,16 @@ def _not_zero(path: str, p):
     return p
 
 
+def _scaled(p, scale: float):
+    """A matrix times ``scale``; packed bytes (bitnet's ternary layers) drawn at random."""
+    import mlx.core as mx
+
+    if p.dtype == mx.uint8:  # four 2-bit fields a byte, each 0..2 (weights -1, 0, 1)
+        f = mx.random.randint(0, 3, (4, *p.shape))
+        return sum(f[k] << (2 * k) for k in range(4)).astype(mx.uint8)
+    return p * scale if p.ndim >= 2 else p
+
+
 def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.0, **over) -> Path:
     """Write a tiny random-weight model of ``family`` to ``path``.
 
@@ -297,7 +304,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     mx.random.seed(seed)
     model = model_class(args_class.from_dict(cfg))
     # Matrices only: norm weights and layer scalars keep their initial values.
-    model.update(tree_map(lambda p: p * scale if p.ndim >= 2 else p, model.parameters()))
+    model.update(tree_map(lambda p: _scaled(p, scale), model.parameters()))
     if family not in FAMILIES:  # what some families start at zero (talkie's output)
         model.update(tree_map_with_path(_not_zero, model.parameters()))
     weights = dict(tree_flatten(model.parameters()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...models.metal_only import refusal
 from ...models.registry import LoadedModel, Registry
 from ...models.spec import ModelUnavailable, require_available
 from ...models.vocab import spec_fingerprint
@@ -51,8 +52,9 @@ def check_request(request: Request, registry: Registry) -> Checked:
     if request.mode == "draft":
         draft = registry.peek(request.draft)
         draft_key = draft.name if draft is not None else require_available(request.draft, "--draft")
-    for k in (key, draft_key):  # a load already found it cannot run on this device
-        if k is not None and (why := registry.refused(k)):
+    for k, loaded in ((key, lm), (draft_key, draft)):
+        # A load already found it cannot run on this device, or its files say so.
+        if k is not None and loaded is None and (why := registry.refused(k) or refusal(k)):
             raise ModelUnavailable(why)
     if request.mode == "draft":
         check_draft(request, lm, draft)

@@ -1,0 +1,188 @@
+"""Models whose mlx-lm layers run Metal kernels, on a device without Metal.
+
+- bitnet's ternary layers run: mlx-lm's ``BitLinear`` multiplies by its packed ternary
+  weights in a Metal kernel and nothing else (``mx.fast.metal_kernel``). Every weight
+  of such a layer is -1, 0 or 1 times one scale: that is MLX's affine 2-bit
+  quantization exactly, with ``q = t + 1``, scale ``s`` and bias ``-s``. Each layer
+  becomes an ``nn.QuantizedLinear`` holding the same values in the same 2 bits a weight
+  (plus a scale and a bias per group), which every back-end runs natively (`portable`).
+- a family built on mlx-lm's fused kernels (``mlx_lm.kernels``, Metal kernels with no
+  other back-end) is refused at submit, from its files (`refusal`).
+
+Where Metal runs the kernels, nothing changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+# The kernel's packing: byte [r, i] holds the weights of rows r + k * out/4, k = 0..3,
+# two bits each, lowest first; a field's value minus one is the weight.
+_FIELDS = 4
+_GROUPS = (128, 64, 32)  # MLX's affine group sizes, largest first (fewest scales)
+
+
+def metal_runs_kernels() -> bool:
+    """Whether MLX computes on a Metal GPU, where mlx-lm's Metal kernels run."""
+    import mlx.core as mx
+
+    return mx.metal.is_available() and mx.default_device().type == mx.DeviceType.gpu
+
+
+def portable(model) -> int:
+    """Replace every ``BitLinear`` of ``model`` where Metal is absent. Worker thread only.
+
+    Args:
+        model: A loaded mlx-lm model.
+
+    Returns:
+        How many layers were replaced (0 on Metal, and for every model without them).
+    """
+    # No bitnet model was built unless mlx-lm imported its layer (a dict lookup, no import).
+    layers = sys.modules.get("mlx_lm.models.bitlinear_layers")
+    if layers is None or metal_runs_kernels():
+        return 0
+    import mlx.core as mx
+    from mlx.utils import tree_unflatten
+
+    found = [(n, m) for n, m in model.named_modules() if isinstance(m, layers.BitLinear)]
+    for name, layer in found:
+        new = ternary_layer(layer)
+        mx.eval(new.parameters())  # one layer's unpacking at a time: a low peak
+        model.update_modules(tree_unflatten([(name, new)]))
+    return len(found)
+
+
+def unpacked(layer):
+    """The layer's ternary weights, ``(out_features, in_features)`` int8 in -1..2."""
+    import mlx.core as mx
+
+    rows = layer.out_features // _FIELDS  # the kernel's own stride (out_features / 4)
+    packed = layer.weight[:rows].astype(mx.uint8)
+    fields = [(packed >> (2 * k)) & 3 for k in range(_FIELDS)]
+    return mx.concatenate(fields, axis=0).astype(mx.int8) - 1
+
+
+def scale(layer):
+    """The layer's one scale as float32: the kernel divides by it unless told to multiply."""
+    import mlx.core as mx
+
+    s = layer.weight_scale.reshape(-1)[:1].astype(mx.float32)
+    return 1.0 / s if layer.invert_weight_scales else s
+
+
+def ternary_layer(layer):
+    """An ``nn.QuantizedLinear`` (2 bits) with ``layer``'s values, or a dense one.
+
+    The scales keep the model's dtype, float32 on the CPU (where the model computes in
+    float32). A layer whose inputs no group size divides gets dense weights ``t * s``.
+    """
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from .loader import on_cpu
+
+    if layer.out_features % _FIELDS:
+        raise ValueError(f"BitLinear of {layer.out_features} rows: not a multiple of 4")
+    dtype = mx.float32 if on_cpu() else layer.weight_scale.dtype
+    t, s = unpacked(layer), scale(layer)
+    out, inp = t.shape
+    bias = "bias" in layer and layer.bias is not None
+    group = next((g for g in _GROUPS if inp % g == 0), None)
+    if group is None:
+        new = nn.Linear(inp, out, bias=bias)
+        new.weight = (t.astype(mx.float32) * s).astype(dtype)
+    else:
+        new = nn.QuantizedLinear(inp, out, bias=bias, group_size=group, bits=2)
+        q = (t + 1).astype(mx.uint32).reshape(out, inp // 16, 16)
+        new.weight = (q << (2 * mx.arange(16, dtype=mx.uint32))).sum(axis=-1).astype(mx.uint32)
+        new.scales = mx.full((out, inp // group), s.astype(dtype))
+        new.biases = -new.scales
+    if bias:
+        new.bias = layer.bias
+    return new
+
+
+def refusal(key: str) -> str | None:
+    """Why the model loaded as ``key`` cannot run on this device, known from its files.
+
+    A family whose mlx-lm module (or a module of mlx-lm's models it imports) takes
+    functions from ``mlx_lm.kernels`` runs them in every layer, and they are Metal
+    kernels only. Read from the config's ``model_type`` and the module's source (no
+    import of mlx-lm, no MLX work: any thread). Everything else is measured when the
+    model loads (one token through it, `loader._probe`).
+
+    Args:
+        key: A canonical model name (`Spec.key`): a directory's absolute path or a hub id.
+
+    Returns:
+        One line naming the model, the device and the kernels; None when it can run
+        here, or when its files do not say (a hub id not yet fetched, a GGUF file).
+    """
+    if metal_runs_kernels():
+        return None
+    cfg = _config(key)
+    kind = cfg.get("model_type") if isinstance(cfg, dict) else None
+    fused = _fused_kernels(kind) if isinstance(kind, str) else ()
+    if not fused:
+        return None
+    import mlx.core as mx
+
+    return (
+        f"{key}: cannot run on {mx.default_device()}: its {kind!r} layers run "
+        f"mlx-lm's Metal kernels ({', '.join(fused)}), which have no other back-end"
+    )
+
+
+def _config(key: str) -> dict | None:
+    """The config.json of a model directory, or of a hub id in the local cache."""
+    path = Path(key)
+    if path.is_absolute():
+        path = path / "config.json"  # a GGUF file's key: no such file
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(key, "config.json")
+        except Exception:  # noqa: BLE001 - not a hub id (default:q4): its files say nothing
+            return None
+        path = Path(found) if isinstance(found, str) else None
+    try:
+        return json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def _models_dir() -> Path:
+    """mlx-lm's ``models`` folder, found without importing mlx-lm."""
+    import importlib.util
+
+    found = importlib.util.find_spec("mlx_lm")
+    places = found.submodule_search_locations if found is not None else None
+    return Path(next(iter(places))) / "models" if places else Path("/nonexistent")
+
+
+@lru_cache(maxsize=64)
+def _fused_kernels(model_type: str, seen: frozenset = frozenset()) -> tuple[str, ...]:
+    """The ``mlx_lm.kernels`` functions mlx-lm's ``model_type`` module imports, sorted."""
+    root = _models_dir()
+    try:
+        tree = ast.parse((root / f"{model_type}.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return ()  # a remapped name (mlx-lm's MODEL_REMAPPING): measured at load
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        where = node.module or ""
+        if (node.level, where) in ((2, "kernels"), (0, "mlx_lm.kernels")) or where.startswith(
+            ("kernels.", "mlx_lm.kernels.")
+        ):
+            names.update(a.name for a in node.names)
+        elif node.level == 1 and where and where not in seen:  # another of mlx-lm's models
+            names.update(_fused_kernels(where, seen | {model_type}))
+    return tuple(sorted(names))

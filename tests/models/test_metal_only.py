@@ -1,0 +1,120 @@
+"""Metal-only layers elsewhere: bitnet's run as 2-bit layers; fused kernels refused at submit."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx_lm.models.bitlinear_layers import BitLinear
+
+from mlx_notebook.models import metal_only
+
+needs_no_metal = pytest.mark.skipif(
+    metal_only.metal_runs_kernels(), reason="Metal runs bitnet's own kernel"
+)
+
+
+def _bitlinear(inp, out, *, invert=False, bias=False, seed=0):
+    """A BitLinear with random fields 0..2 and a scale of 0.37; also its weights, unpacked."""
+    rng = np.random.default_rng(seed)
+    f = rng.integers(0, 3, size=(4, out // 4, inp))
+    layer = BitLinear(inp, out, bias=bias, invert_weight_scales=invert)
+    layer.weight = mx.array((f[0] | f[1] << 2 | f[2] << 4 | f[3] << 6).astype(np.uint8))
+    layer.weight_scale = mx.array([0.37], dtype=mx.float32)
+    if bias:
+        layer.bias = mx.array(rng.normal(size=out).astype(np.float32))
+    w = np.concatenate([f[k] - 1 for k in range(4)]).astype(np.float64)  # rows k * out/4 + r
+    return layer, w * (1 / 0.37 if invert else 0.37)
+
+
+@pytest.mark.parametrize(
+    ("inp", "invert", "bias", "kind", "group"),
+    [
+        (256, False, True, nn.QuantizedLinear, 128),
+        (64, True, False, nn.QuantizedLinear, 64),
+        (96, False, False, nn.QuantizedLinear, 32),
+        (48, True, True, nn.Linear, None),  # no group size divides 48: dense weights
+    ],
+)
+def test_a_layer_keeps_the_kernels_values(inp, invert, bias, kind, group):
+    layer, w = _bitlinear(inp, 32, invert=invert, bias=bias)
+    new = metal_only.ternary_layer(layer)
+    assert type(new) is kind
+    if group:
+        assert (new.bits, new.group_size, new.weight.dtype) == (2, group, mx.uint32)
+        assert new.weight.shape == (32, inp // 16)  # 2 bits a weight, as packed
+    x = np.random.default_rng(1).normal(size=(3, inp))
+    want = x @ w.T + (np.array(layer.bias) if bias else 0)
+    got = np.array(new(mx.array(x.astype(np.float32))))
+    assert np.abs(got - want).max() < 1e-5 * np.abs(want).max()
+    assert ("bias" in new) == bias
+
+
+def test_the_unpacked_fields_follow_the_kernels_layout():
+    layer = BitLinear(4, 8, bias=False)
+    # One byte per (row r, input i): fields k = 0..3 are rows r, r + 2, r + 4, r + 6.
+    layer.weight = mx.array([[0b10_01_00_10] * 4, [0b00_00_00_01] * 4], dtype=mx.uint8)
+    rows = np.array(metal_only.unpacked(layer))[:, 0].tolist()
+    assert rows == [1, 0, -1, -1, 0, -1, 1, -1]
+
+
+@needs_no_metal
+def test_a_model_loses_every_bitlinear_and_others_are_untouched():
+    from mlx_lm.models import bitnet, llama
+
+    args = dict(
+        hidden_size=64, num_hidden_layers=1, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=32, head_dim=16,
+    )  # fmt: skip
+    model = bitnet.Model(bitnet.ModelArgs(model_type="bitnet", **args))
+    assert metal_only.portable(model) == 7  # q, k, v, o, gate, up, down
+    assert not [m for _, m in model.named_modules() if isinstance(m, BitLinear)]
+    mx.eval(model(mx.array([[1, 2, 3]])))  # runs here
+    plain = llama.Model(llama.ModelArgs(model_type="llama", **args))
+    assert metal_only.portable(plain) == 0
+
+
+def test_rows_not_a_multiple_of_four_are_refused():
+    layer = BitLinear(64, 6, bias=False)
+    with pytest.raises(ValueError, match="6 rows"):
+        metal_only.ternary_layer(layer)
+
+
+def _model_dir(tmp_path, model_type):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    return str(tmp_path)
+
+
+@needs_no_metal
+def test_a_family_on_fused_metal_kernels_is_refused_from_its_files(tmp_path):
+    why = metal_only.refusal(_model_dir(tmp_path, "muse_spark"))
+    assert why.startswith(f"{tmp_path}: cannot run on ") and "\n" not in why
+    assert "'muse_spark' layers run mlx-lm's Metal kernels (expert_routing," in why
+
+
+@pytest.mark.parametrize("kind", ["llama", "bitnet", "rwkv7", "no_such_family", 7])
+def test_others_and_unknowns_are_left_to_their_load(tmp_path, kind):
+    # rwkv7 calls metal_kernel itself, on a GPU only: its load measures whether it runs.
+    assert metal_only.refusal(_model_dir(tmp_path, kind)) is None
+    assert metal_only.refusal(str(tmp_path / "missing")) is None
+    assert metal_only.refusal("default:q4") is None
+    assert metal_only.refusal("someone/not-in-the-cache") is None
+
+
+def test_the_kernels_are_followed_through_other_models(tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "a.py").write_text("from .b import Block\nfrom .base import x\n")
+    (models / "b.py").write_text("from .a import y\nfrom ..kernels import k2, k1\n")
+    (models / "c.py").write_text("from mlx_lm.kernels.k3 import k3\n")
+    monkeypatch.setattr(metal_only, "_models_dir", lambda: models)
+    metal_only._fused_kernels.cache_clear()
+    try:
+        assert metal_only._fused_kernels("a") == ("k1", "k2")  # a -> b -> a: no loop
+        assert metal_only._fused_kernels("c") == ("k3",)
+        assert metal_only._fused_kernels("base") == ()  # no such file here
+    finally:
+        metal_only._fused_kernels.cache_clear()
