@@ -33,21 +33,24 @@ def row(family: str, root: Path) -> str:
         multi_token_problem,
         sliding_window,
     )
-    from mlx_notebook.models.metal_only import _fused_kernels, metal_runs_kernels, portable
+    from mlx_notebook.engine.cache.prompt_cache import prefill_step
+    from mlx_notebook.models.metal_only import fused_kernels, portable
     from mlx_notebook.testing.families import FAMILIES, NOT_BUILT, build_family
 
     if family in NOT_BUILT:
         return f"| `{family}` | | not built here: {NOT_BUILT[family]} | |"
-    if _fused_kernels(family) and not metal_runs_kernels():
+    if fused_kernels(family):  # the same words on every machine
         return (
-            f"| `{family}` | | refused at submit without Metal (its layers run mlx-lm's"
-            " fused Metal kernels) | the refusal, CI (`families` marker) |"
+            f"| `{family}` | | its layers run mlx-lm's fused Metal kernels: on Metal as"
+            " mlx-lm runs it; refused at submit elsewhere | the refusal (`families` marker,"
+            " without Metal) |"
         )
     try:
         model, tok = load(str(build_family(family, root / family)))
     except Exception as exc:  # noqa: BLE001 - reported in the table
         return f"| `{family}` | | not built here: no config builds it ({type(exc).__name__}) | |"
-    ternary = portable(model) and "ternary layers as 2-bit affine layers (no Metal); "
+    ternary = any(type(m).__name__ == "BitLinear" for _, m in model.named_modules())
+    portable(model)  # as the engine loads it (nothing changes on Metal)
     cache = make_prompt_cache(model)
     kinds = ", ".join(sorted({type(c).__name__ for c in layers(cache)}))
     alone = unbatchable(cache)
@@ -68,8 +71,9 @@ def row(family: str, root: Path) -> str:
     if multi_token_problem(model, len(tok.vocab)):
         done += "; decodes without drafts (a multi-token pass parts from single steps)"
         if sliding_window(model):  # the engine's prefill chunks follow mlx-lm's passes
-            done += "; prefill past the window on mlx-lm's 2,048-token grid"
-    done = (ternary or "") + done
+            done += f"; prefill past the window on mlx-lm's {prefill_step():,}-token grid"
+    if ternary:
+        done = "without Metal, ternary layers as 2-bit affine layers; " + done
     rewind = "trim" if trims_exactly(cache) else "snapshot and replay"
     tested = "every suite" if family in FAMILIES else "CI (`families` marker)"
     return f"| `{family}` | {kinds} | {done}; rewound by {rewind} | {tested} |"

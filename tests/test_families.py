@@ -19,7 +19,7 @@ import pytest
 from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, GenerationError, Notice, Request, Token
 from mlx_notebook.engine.cache.caches import always_trimmable, layers
-from mlx_notebook.models.metal_only import _fused_kernels, metal_runs_kernels, refusal
+from mlx_notebook.models.metal_only import fused_kernels, metal_runs_kernels, refusal
 from mlx_notebook.models.spec import ModelUnavailable
 from mlx_notebook.testing.families import (
     FAMILIES,
@@ -88,8 +88,6 @@ class _Built(dict):
         """The family's directory, built now or before (skips a family no config builds)."""
         if family in self.failed:
             pytest.skip(self.failed[family])
-        if (self.root / family / "config.json").is_file():
-            return str(self.root / family)
         try:
             path = str(build_family(family, self.root / family))
         except Exception as exc:
@@ -415,7 +413,7 @@ def test_a_model_that_cannot_run_here_is_refused_in_one_line(eng, tmp_path, monk
 
 
 # Families whose modules take mlx-lm's fused Metal kernels (read from their source).
-METAL_KERNELS = [f for f in architectures() if _fused_kernels(f)]
+METAL_KERNELS = [f for f in architectures() if fused_kernels(f)]
 
 
 @pytest.mark.skipif(metal_runs_kernels(), reason="Metal runs mlx-lm's fused kernels")
@@ -426,10 +424,13 @@ def test_a_family_on_metal_kernels_is_refused_at_submit_in_one_line(family, dirs
         eng.submit(Request("Hello", model=path, chat=False, max_tokens=4))
     assert not eng.registry.loaded(path)  # refused from its files: nothing loaded
     # Not a guess from the source: with the check off, its first pass fails here.
-    monkeypatch.setattr("mlx_notebook.engine.local.checks.refusal", lambda spec: None)
-    with pytest.raises(GenerationError, match=r"cannot run on .*metal_kernel"):
-        eng.submit(Request("Hello", model=path, chat=False, max_tokens=4)).result(timeout=120)
-    eng.registry.unload(path)  # forget the measured refusal
+    monkeypatch.setattr("mlx_notebook.engine.local.checks.refusal", lambda key: None)
+    try:
+        with pytest.raises(GenerationError, match=r"cannot run on .*metal_kernel"):
+            job = eng.submit(Request("Hello", model=path, chat=False, max_tokens=4))
+            job.result(timeout=120)
+    finally:
+        eng.registry.unload(path)  # forget the measured refusal (a shared engine)
 
 
 def test_every_family_builds_with_the_cache_it_is_named_for(dirs, eng):

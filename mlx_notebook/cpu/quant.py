@@ -38,6 +38,11 @@ def matmul(x: mx.array, w: mx.array, scales: mx.array, biases, gs: int, bits: in
     return _ext.load().quant_matmul(x, w, scales, biases, gs, bits)
 
 
+def symmetric_biases(scales: mx.array, bits: int) -> mx.array:
+    """The biases of symmetric blocks (GGUF's Q4_0, Q8_0): each the scale times -2^(bits-1)."""
+    return scales * -(2 ** (bits - 1))
+
+
 def supported(layer) -> bool:
     """Whether ``layer``'s packed weights are in a layout the kernels read."""
     biases = getattr(layer, "biases", None)
@@ -74,7 +79,7 @@ def _narrow(layer) -> None:
         layer["scales"] = layer["scales"].astype(mx.float32)
         layer["biases"] = layer["biases"].astype(mx.float32)
     s, b = layer["scales"].astype(mx.float32), layer["biases"].astype(mx.float32)
-    if mx.array_equal(b, s * -(2 ** (layer.bits - 1))).item():  # symmetric: made in the kernels
+    if mx.array_equal(b, symmetric_biases(s, layer.bits)).item():  # made in the kernels
         del layer["biases"]
 
 
@@ -110,10 +115,11 @@ def stacked_scales(linears: list) -> tuple[mx.array, mx.array | None]:
     dtype = dtypes.pop() if len(dtypes) == 1 else mx.float32
     if all(b is None for _, b in parts):
         return mx.concatenate([s.astype(dtype) for s, _ in parts], axis=0), None
-    made = -(2 ** (linears[0].bits - 1))
+    bits = linears[0].bits
+    made = [symmetric_biases(s, bits) if b is None else b for s, b in parts]
     return (
         mx.concatenate([s.astype(dtype) for s, _ in parts], axis=0),
-        mx.concatenate([(s * made if b is None else b).astype(dtype) for s, b in parts], axis=0),
+        mx.concatenate([b.astype(dtype) for b in made], axis=0),
     )
 
 
@@ -141,7 +147,7 @@ class FastQuantizedEmbedding(nn.QuantizedEmbedding):
         return mx.dequantize(
             self["weight"][x],
             scales=scales,
-            biases=scales * -(2 ** (self.bits - 1)) if b is None else b[x].astype(mx.float32),
+            biases=symmetric_biases(scales, self.bits) if b is None else b[x].astype(mx.float32),
             group_size=self.group_size,
             bits=self.bits,
             mode=self.mode,

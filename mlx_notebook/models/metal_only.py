@@ -50,11 +50,14 @@ def portable(model) -> int:
     from mlx.utils import tree_unflatten
 
     found = [(n, m) for n, m in model.named_modules() if isinstance(m, layers.BitLinear)]
-    for name, layer in found:
+    count = len(found)
+    while found:  # one layer's unpacking at a time, its packed weights freed: a low peak
+        name, layer = found.pop()
         new = ternary_layer(layer)
-        mx.eval(new.parameters())  # one layer's unpacking at a time: a low peak
+        mx.eval(new.parameters())
         model.update_modules(tree_unflatten([(name, new)]))
-    return len(found)
+        del layer, new
+    return count
 
 
 def unpacked(layer):
@@ -79,7 +82,9 @@ def ternary_layer(layer):
     """An ``nn.QuantizedLinear`` (2 bits) with ``layer``'s values, or a dense one.
 
     The scales keep the model's dtype, float32 on the CPU (where the model computes in
-    float32). A layer whose inputs no group size divides gets dense weights ``t * s``.
+    float32): off the CPU, an inverted scale's ``1 / s`` is rounded to that dtype where
+    the Metal kernel keeps float32. A layer whose inputs no group size divides gets
+    dense weights ``t * s``.
     """
     import mlx.core as mx
     import mlx.nn as nn
@@ -127,7 +132,7 @@ def refusal(key: str) -> str | None:
         return None
     cfg = _config(key)
     kind = cfg.get("model_type") if isinstance(cfg, dict) else None
-    fused = _fused_kernels(kind) if isinstance(kind, str) else ()
+    fused = fused_kernels(kind) if isinstance(kind, str) else ()
     if not fused:
         return None
     import mlx.core as mx
@@ -166,23 +171,49 @@ def _models_dir() -> Path:
     return Path(next(iter(places))) / "models" if places else Path("/nonexistent")
 
 
+_KERNELS = "mlx_lm.kernels"
+
+
+def _absolute(level: int, module: str | None) -> str:
+    """The module an import in ``mlx_lm/models/<name>.py`` names, spelled in full."""
+    base = {0: "", 1: "mlx_lm.models", 2: "mlx_lm"}.get(level)
+    if base is None:
+        return ""
+    return ".".join(p for p in (base, module) if p)
+
+
+def _is_kernels(name: str) -> bool:
+    return name == _KERNELS or name.startswith(_KERNELS + ".")
+
+
 @lru_cache(maxsize=64)
-def _fused_kernels(model_type: str, seen: frozenset = frozenset()) -> tuple[str, ...]:
-    """The ``mlx_lm.kernels`` functions mlx-lm's ``model_type`` module imports, sorted."""
-    root = _models_dir()
+def fused_kernels(model_type: str, seen: frozenset = frozenset()) -> tuple[str, ...]:
+    """The names from ``mlx_lm.kernels`` that mlx-lm's ``model_type`` module imports, sorted.
+
+    Imports of other model modules are followed (``from .x import ...``,
+    ``from . import x``); anything else of mlx-lm's is not a fused kernel.
+    """
     try:
-        tree = ast.parse((root / f"{model_type}.py").read_text())
+        tree = ast.parse((_models_dir() / f"{model_type}.py").read_text())
     except (OSError, SyntaxError, ValueError):
         return ()  # a remapped name (mlx-lm's MODEL_REMAPPING): measured at load
     names: set[str] = set()
+    follow: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):  # import mlx_lm.kernels[.x]
+            names.update(a.name for a in node.names if _is_kernels(a.name))
+            continue
         if not isinstance(node, ast.ImportFrom):
             continue
-        where = node.module or ""
-        if (node.level, where) in ((2, "kernels"), (0, "mlx_lm.kernels")) or where.startswith(
-            ("kernels.", "mlx_lm.kernels.")
-        ):
+        where = _absolute(node.level, node.module)
+        if _is_kernels(where):  # from ..kernels[.x] import f
             names.update(a.name for a in node.names)
-        elif node.level == 1 and where and where not in seen:  # another of mlx-lm's models
-            names.update(_fused_kernels(where, seen | {model_type}))
+        elif where == "mlx_lm":  # from .. import kernels
+            names.update(a.name for a in node.names if a.name == "kernels")
+        elif where == "mlx_lm.models":  # from . import other
+            follow.update(a.name for a in node.names)
+        elif where.startswith("mlx_lm.models."):  # from .other import X
+            follow.add(where.split(".")[2])
+    for other in sorted(follow - seen - {model_type}):
+        names.update(fused_kernels(other, seen | {model_type}))
     return tuple(sorted(names))

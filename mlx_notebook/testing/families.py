@@ -257,13 +257,19 @@ def _not_zero(path: str, p):
     return p
 
 
-def _scaled(p, scale: float):
-    """A matrix times ``scale``; packed bytes (bitnet's ternary layers) drawn at random."""
+def _scaled(path: str, p, scale: float):
+    """A matrix times ``scale``; bitnet's ternary layers drawn at random.
+
+    Their packed bytes hold four 2-bit fields, each 0..2 (weights -1, 0, 1); their one
+    scale a layer is drawn from 0.1-0.3, so that a wrong use of it changes the text.
+    """
     import mlx.core as mx
 
-    if p.dtype == mx.uint8:  # four 2-bit fields a byte, each 0..2 (weights -1, 0, 1)
+    if p.dtype == mx.uint8:
         f = mx.random.randint(0, 3, (4, *p.shape))
         return sum(f[k] << (2 * k) for k in range(4)).astype(mx.uint8)
+    if path.endswith("weight_scale"):
+        return mx.random.uniform(0.1, 0.3, p.shape, dtype=p.dtype)
     return p * scale if p.ndim >= 2 else p
 
 
@@ -284,7 +290,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
         The model directory, loadable with ``mlx_lm.load``.
     """
     import mlx.core as mx
-    from mlx.utils import tree_flatten, tree_map, tree_map_with_path
+    from mlx.utils import tree_flatten, tree_map_with_path
     from mlx_lm.utils import _get_classes
 
     from .tiny import SPECIALS, build_tokenizer
@@ -304,7 +310,7 @@ def build_family(family: str, path: str | Path, seed: int = 0, scale: float = 3.
     mx.random.seed(seed)
     model = model_class(args_class.from_dict(cfg))
     # Matrices only: norm weights and layer scalars keep their initial values.
-    model.update(tree_map(lambda p: _scaled(p, scale), model.parameters()))
+    model.update(tree_map_with_path(lambda k, p: _scaled(k, p, scale), model.parameters()))
     if family not in FAMILIES:  # what some families start at zero (talkie's output)
         model.update(tree_map_with_path(_not_zero, model.parameters()))
     weights = dict(tree_flatten(model.parameters()))

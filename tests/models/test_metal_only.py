@@ -95,6 +95,7 @@ def test_a_family_on_fused_metal_kernels_is_refused_from_its_files(tmp_path):
     assert "'muse_spark' layers run mlx-lm's Metal kernels (expert_routing," in why
 
 
+@needs_no_metal
 @pytest.mark.parametrize("kind", ["llama", "bitnet", "rwkv7", "no_such_family", 7])
 def test_others_and_unknowns_are_left_to_their_load(tmp_path, kind):
     # rwkv7 calls metal_kernel itself, on a GPU only: its load measures whether it runs.
@@ -104,17 +105,43 @@ def test_others_and_unknowns_are_left_to_their_load(tmp_path, kind):
     assert metal_only.refusal("someone/not-in-the-cache") is None
 
 
-def test_the_kernels_are_followed_through_other_models(tmp_path, monkeypatch):
+def test_the_kernels_are_read_from_every_import_form(tmp_path, monkeypatch):
     models = tmp_path / "models"
     models.mkdir()
-    (models / "a.py").write_text("from .b import Block\nfrom .base import x\n")
-    (models / "b.py").write_text("from .a import y\nfrom ..kernels import k2, k1\n")
-    (models / "c.py").write_text("from mlx_lm.kernels.k3 import k3\n")
+    files = {
+        "a": "from .b import Block\nfrom .base import x\n",  # follows b, and base (none)
+        "b": "from .a import y\nfrom ..kernels import k2, k1\n",  # a -> b -> a: no loop
+        "c": "from mlx_lm.kernels.k3 import k3\nimport mlx_lm.kernels.k4\n",
+        "d": "from .. import kernels\n",
+        "e": "from . import c\n",
+        # Not mlx-lm's kernels: Hugging Face's `kernels` package, a models/kernels module.
+        "f": "from kernels.x import k5\nfrom .kernels.y import k6\nfrom . import nothing\n",
+    }
+    for name, text in files.items():
+        (models / f"{name}.py").write_text(text)
     monkeypatch.setattr(metal_only, "_models_dir", lambda: models)
-    metal_only._fused_kernels.cache_clear()
+    metal_only.fused_kernels.cache_clear()
     try:
-        assert metal_only._fused_kernels("a") == ("k1", "k2")  # a -> b -> a: no loop
-        assert metal_only._fused_kernels("c") == ("k3",)
-        assert metal_only._fused_kernels("base") == ()  # no such file here
+        found = {name: metal_only.fused_kernels(name) for name in files}
     finally:
-        metal_only._fused_kernels.cache_clear()
+        metal_only.fused_kernels.cache_clear()
+    assert found == {
+        "a": ("k1", "k2"),
+        "b": ("k1", "k2"),
+        "c": ("k3", "mlx_lm.kernels.k4"),
+        "d": ("kernels",),
+        "e": ("k3", "mlx_lm.kernels.k4"),
+        "f": (),
+    }
+
+
+def test_off_the_cpu_the_scales_keep_the_models_dtype(monkeypatch):
+    monkeypatch.setattr("mlx_notebook.models.loader.on_cpu", lambda: False)  # CUDA, say
+    layer, w = _bitlinear(128, 32)
+    layer.weight_scale = layer.weight_scale.astype(mx.bfloat16)
+    new = metal_only.ternary_layer(layer)
+    assert new.scales.dtype == new.biases.dtype == mx.bfloat16
+    x = np.random.default_rng(2).normal(size=(2, 128)).astype(np.float32)
+    got = np.array(new(mx.array(x, dtype=mx.bfloat16)).astype(mx.float32))
+    want = x @ w.T
+    assert np.abs(got - want).max() < 2e-2 * np.abs(want).max()  # bfloat16's precision

@@ -1,4 +1,7 @@
-"""Checks of a request against the models it names, on the caller's thread (no MLX)."""
+"""Checks of a request against the models it names, on the caller's thread.
+
+No MLX work happens here: only MLX's device is read (`metal_only.refusal`).
+"""
 
 from __future__ import annotations
 
