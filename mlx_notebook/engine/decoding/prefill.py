@@ -160,9 +160,12 @@ class ChunkSizer:
 
     # Aim under the target: one chunk's time varies with the machine's load.
     MARGIN = 0.8
-    # Most seconds for a chunk with cancel points inside: progress, pending calls and
-    # other jobs still wait for all of it.
-    HOLD_S = 2.0
+    # Most seconds for a chunk with cancel points inside: progress and pending calls
+    # still wait for all of it (a Stop does not; rows decoding beside it keep
+    # `target_s`). Each chunk reads (or widens) every weight once: at 2 s a 1B model's
+    # chunks held 65-120 tokens, and 4 s prefilled 512 tokens 1.17x (float32) and
+    # 1.15x (Q4_0) as fast (5 alternating pairs each, benchmarks/bench_scale.py's model).
+    HOLD_S = 4.0
 
     def __init__(
         self,

@@ -146,7 +146,7 @@ def test_gated_chunks_fill_the_hold_and_each_stretch_fits_the_target():
     s = ChunkSizer(target_s=0.25, profile=prof)
     plain, gated = s.size_at(300), s.size_at(300, points=30)
     assert cost(plain, 300, 0, 0.01, 1e-7) <= 0.25 * ChunkSizer.MARGIN + 1e-9
-    # Thirty stretches of 0.2 s would be 6 s: the hold (2 s) bounds the whole chunk.
+    # Thirty stretches of 0.2 s would be 6 s: the hold (4 s) bounds the whole chunk.
     assert gated == int(prof.largest_within(ChunkSizer.HOLD_S * ChunkSizer.MARGIN, 300))
     assert gated > 7 * plain
     every = s.every(gated, 300, 30)
