@@ -49,11 +49,13 @@ def portable(model) -> int:
     import mlx.core as mx
     from mlx.utils import tree_unflatten
 
+    # The CPU computes in float32 (`loader._fit_dtype`): scales too, not the model's dtype.
+    dtype = mx.float32 if mx.default_device().type == mx.DeviceType.cpu else None
     found = [(n, m) for n, m in model.named_modules() if isinstance(m, layers.BitLinear)]
     count = len(found)
     while found:  # one layer's unpacking at a time, its packed weights freed: a low peak
         name, layer = found.pop()
-        new = ternary_layer(layer)
+        new = ternary_layer(layer, dtype)
         mx.eval(new.parameters())
         model.update_modules(tree_unflatten([(name, new)]))
         del layer, new
@@ -78,22 +80,23 @@ def scale(layer):
     return 1.0 / s if layer.invert_weight_scales else s
 
 
-def ternary_layer(layer):
+def ternary_layer(layer, dtype=None):
     """An ``nn.QuantizedLinear`` (2 bits) with ``layer``'s values, or a dense one.
 
-    The scales keep the model's dtype, float32 on the CPU (where the model computes in
-    float32): off the CPU, an inverted scale's ``1 / s`` is rounded to that dtype where
-    the Metal kernel keeps float32. A layer whose inputs no group size divides gets
-    dense weights ``t * s``.
+    A layer whose inputs no group size divides gets dense weights ``t * s``.
+
+    Args:
+        layer: A ``BitLinear``.
+        dtype: The new layer's scales and biases (or dense weights); None: the layer's
+            own scale's dtype (an inverted scale's ``1 / s`` is then rounded to it,
+            where the Metal kernel keeps float32).
     """
     import mlx.core as mx
     import mlx.nn as nn
 
-    from .loader import on_cpu
-
     if layer.out_features % _FIELDS:
         raise ValueError(f"BitLinear of {layer.out_features} rows: not a multiple of 4")
-    dtype = mx.float32 if on_cpu() else layer.weight_scale.dtype
+    dtype = dtype or layer.weight_scale.dtype
     t, s = unpacked(layer), scale(layer)
     out, inp = t.shape
     bias = "bias" in layer and layer.bias is not None

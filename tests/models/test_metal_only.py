@@ -70,8 +70,11 @@ def test_a_model_loses_every_bitlinear_and_others_are_untouched():
         num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=32, head_dim=16,
     )  # fmt: skip
     model = bitnet.Model(bitnet.ModelArgs(model_type="bitnet", **args))
+    model.set_dtype(mx.bfloat16)  # as mlx-community's bitnet files are
     assert metal_only.portable(model) == 7  # q, k, v, o, gate, up, down
     assert not [m for _, m in model.named_modules() if isinstance(m, BitLinear)]
+    scales = {m.scales.dtype for _, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)}
+    assert scales == {mx.float32 if mx.default_device() == mx.cpu else mx.bfloat16}
     mx.eval(model(mx.array([[1, 2, 3]])))  # runs here
     plain = llama.Model(llama.ModelArgs(model_type="llama", **args))
     assert metal_only.portable(plain) == 0
@@ -135,11 +138,11 @@ def test_the_kernels_are_read_from_every_import_form(tmp_path, monkeypatch):
     }
 
 
-def test_off_the_cpu_the_scales_keep_the_models_dtype(monkeypatch):
-    monkeypatch.setattr("mlx_notebook.models.loader.on_cpu", lambda: False)  # CUDA, say
+def test_the_scales_keep_the_models_dtype_unless_told():
     layer, w = _bitlinear(128, 32)
     layer.weight_scale = layer.weight_scale.astype(mx.bfloat16)
-    new = metal_only.ternary_layer(layer)
+    assert metal_only.ternary_layer(layer, mx.float32).scales.dtype == mx.float32  # the CPU's
+    new = metal_only.ternary_layer(layer)  # CUDA's: the model's own dtype
     assert new.scales.dtype == new.biases.dtype == mx.bfloat16
     x = np.random.default_rng(2).normal(size=(2, 128)).astype(np.float32)
     got = np.array(new(mx.array(x, dtype=mx.bfloat16)).astype(mx.float32))
