@@ -34,7 +34,7 @@ def row(family: str, root: Path) -> str:
         sliding_window,
     )
     from mlx_notebook.engine.cache.prompt_cache import prefill_step
-    from mlx_notebook.models.metal_only import fused_kernels, portable
+    from mlx_notebook.models.needs import fused_kernels, portable
     from mlx_notebook.testing.families import FAMILIES, NOT_BUILT, build_family
 
     if family in NOT_BUILT:

@@ -19,7 +19,7 @@ import pytest
 from mlx_notebook.chat.conversation import Chat
 from mlx_notebook.engine import Engine, GenerationError, Notice, Request, Token
 from mlx_notebook.engine.cache.caches import always_trimmable, layers
-from mlx_notebook.models.metal_only import fused_kernels, metal_runs_kernels, refusal
+from mlx_notebook.models.needs import fused_kernels, metal_runs_kernels, refusal
 from mlx_notebook.models.spec import ModelUnavailable
 from mlx_notebook.testing.families import (
     FAMILIES,
@@ -140,7 +140,7 @@ def _dense_ternary(model):
     """bitnet's Metal-only layers as the Metal kernel's sums, where it cannot run.
 
     Its arithmetic, unpacked with numpy into float32 weights: a reference apart from
-    the engine's 2-bit layers (`models.metal_only`).
+    the engine's 2-bit layers (`models.needs`).
     """
     import mlx.nn as nn
     import numpy as np

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import config
-from .metal_only import portable
+from .needs import portable, refusal
 from .spec import ModelCannotRun, ModelNotFound, Spec, resolve
 
 VARIANT_ENV = "MLX_NOTEBOOK_DEFAULT_VARIANT"
@@ -56,11 +56,15 @@ def load_spec(spec: str):
         path = s.path
     else:
         path = None
-    if path is not None:
-        model, tok = load(str(path))
-    else:
-        model, tok = _load_hub(s)
-        path = _hub_dir(s.key)
+    try:
+        if path is not None:
+            model, tok = load(str(path))
+        else:
+            model, tok = _load_hub(s)
+            path = _hub_dir(s.key)
+    except SystemExit as exc:  # a model module that exits at import (olmo without its package)
+        why = refusal(s.key) or f"mlx-lm exited while importing its model (exit code {exc.code})"
+        raise ModelCannotRun(s.key, why.removeprefix(f"{s.key}: ")) from None
     portable(model)  # bitnet's Metal-only layers, where there is no Metal
     _fit_dtype(model)
     _probe(s.key, model)

@@ -191,7 +191,7 @@ _PARTS = {
 }  # fmt: skip
 # Architectures no config builds into a text model here, and why.
 NOT_BUILT = {
-    "olmo": "needs the ai2-olmo package",
+    "olmo": "needs the ai2-olmo package (without it, refused at submit with mlx-lm's hint)",
     "prism_hadamard_qwen35": "needs a Hadamard pack file beside the weights",
 }
 

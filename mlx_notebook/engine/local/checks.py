@@ -1,13 +1,13 @@
 """Checks of a request against the models it names, on the caller's thread.
 
-No MLX work happens here: only MLX's device is read (`metal_only.refusal`).
+No MLX work happens here: only MLX's device is read (`needs.refusal`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...models.metal_only import refusal
+from ...models.needs import refusal
 from ...models.registry import LoadedModel, Registry
 from ...models.spec import ModelUnavailable, require_available
 from ...models.vocab import spec_fingerprint

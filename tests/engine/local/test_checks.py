@@ -71,3 +71,31 @@ def test_a_budget_lowered_at_submit_is_said_once(tiny_dir):
     finally:
         eng.close()
     assert len([n for n in notices if n.startswith("max_tokens lowered")]) <= 1
+
+
+def test_a_model_that_needs_what_is_missing_is_refused_at_submit_as_main_or_draft(
+    tmp_path, tiny_dir
+):
+    import importlib.util
+    import json
+
+    import pytest
+
+    from mlx_notebook.models.spec import ModelUnavailable
+
+    if importlib.util.find_spec("hf_olmo"):
+        pytest.skip("ai2-olmo is installed")
+    olmo = tmp_path / "olmo"
+    olmo.mkdir()
+    (olmo / "config.json").write_text(json.dumps({"model_type": "olmo"}))
+    eng = Engine()
+    try:
+        for req in (
+            Request("Hello", model=str(olmo), chat=False),
+            Request("Hello", model=tiny_dir, draft=str(olmo), chat=False),
+        ):
+            with pytest.raises(ModelUnavailable, match=r"^\S+: mlx-lm's 'olmo' .*hf_olmo[^\n]*$"):
+                eng.submit(req)
+        assert not eng.registry.loaded(str(olmo))  # nothing was loaded or queued
+    finally:
+        eng.close()

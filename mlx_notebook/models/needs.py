@@ -1,15 +1,15 @@
-"""Models whose mlx-lm layers run Metal kernels, on a device without Metal.
+"""What a model family's mlx-lm layers need that this machine may lack, and the remedy.
 
-- bitnet's ternary layers run: mlx-lm's ``BitLinear`` multiplies by its packed ternary
-  weights in a Metal kernel and nothing else (``mx.fast.metal_kernel``). Every weight
-  of such a layer is -1, 0 or 1 times one scale: that is MLX's affine 2-bit
-  quantization exactly, with ``q = t + 1``, scale ``s`` and bias ``-s``. Each layer
-  becomes an ``nn.QuantizedLinear`` holding the same values in the same 2 bits a weight
-  (plus a scale and a bias per group), which every back-end runs natively (`portable`).
-- a family built on mlx-lm's fused kernels (``mlx_lm.kernels``, Metal kernels with no
-  other back-end) is refused at submit, from its files (`refusal`).
-
-Where Metal runs the kernels, nothing changes.
+- **Metal, for bitnet's ternary layers: made portable.** mlx-lm's ``BitLinear``
+  multiplies by its packed ternary weights in a Metal kernel and nothing else
+  (``mx.fast.metal_kernel``). Every weight of such a layer is -1, 0 or 1 times one
+  scale: that is MLX's affine 2-bit quantization exactly, with ``q = t + 1``, scale
+  ``s`` and bias ``-s``. Each layer becomes an ``nn.QuantizedLinear`` holding the same
+  values in the same 2 bits a weight (plus a scale and a bias per group), which every
+  back-end runs natively (`portable`). Where Metal runs the kernel, nothing changes.
+- **Metal, for mlx-lm's fused kernels (``mlx_lm.kernels``, no other back-end), or a
+  Python package that is not installed: refused at submit**, from the model's files
+  (`refusal`): its config's ``model_type`` and its mlx-lm module's source.
 """
 
 from __future__ import annotations
@@ -116,34 +116,42 @@ def ternary_layer(layer, dtype=None):
 
 
 def refusal(key: str) -> str | None:
-    """Why the model loaded as ``key`` cannot run on this device, known from its files.
+    """Why the model loaded as ``key`` cannot run here, known from its files; else None.
 
-    A family whose mlx-lm module (or a module of mlx-lm's models it imports) takes
-    functions from ``mlx_lm.kernels`` runs them in every layer, and they are Metal
-    kernels only. Read from the config's ``model_type`` and the module's source (no
-    import of mlx-lm, no MLX work: any thread). Everything else is measured when the
-    model loads (one token through it, `loader._probe`).
+    Its mlx-lm module (or a module of mlx-lm's models it imports) either takes functions
+    from ``mlx_lm.kernels``, which run in every layer and are Metal kernels only, or
+    imports a package that is not installed, unguarded or with a guard that exits
+    (olmo's). Read from the config's ``model_type`` and the module's source: no import
+    of mlx-lm, no MLX work (any thread). Everything else is measured when the model
+    loads (one token through it, `loader._probe`).
 
     Args:
         key: A canonical model name (`Spec.key`): a directory's absolute path or a hub id.
 
     Returns:
-        One line naming the model, the device and the kernels; None when it can run
-        here, or when its files do not say (a hub id not yet fetched, a GGUF file).
+        One line naming the model and what it lacks; None when nothing is known to be
+        missing, or when its files do not say (a hub id not yet fetched, a GGUF file).
     """
-    if metal_runs_kernels():
-        return None
     cfg = _config(key)
     kind = cfg.get("model_type") if isinstance(cfg, dict) else None
-    fused = fused_kernels(kind) if isinstance(kind, str) else ()
-    if not fused:
+    if not isinstance(kind, str):
         return None
-    import mlx.core as mx
+    kernels, packages = _needs(kind)
+    if packages:
+        names, hints = zip(*packages)
+        hint = next((h for h in hints if h), "")
+        return (
+            f"{key}: mlx-lm's {kind!r} layers import {', '.join(names)}, which is not "
+            f"installed" + (f" (mlx-lm says: {hint})" if hint else "")
+        )
+    if kernels and not metal_runs_kernels():
+        import mlx.core as mx
 
-    return (
-        f"{key}: cannot run on {mx.default_device()}: its {kind!r} layers run "
-        f"mlx-lm's Metal kernels ({', '.join(fused)}), which have no other back-end"
-    )
+        return (
+            f"{key}: cannot run on {mx.default_device()}: its {kind!r} layers run "
+            f"mlx-lm's Metal kernels ({', '.join(kernels)}), which have no other back-end"
+        )
+    return None
 
 
 def _config(key: str) -> dict | None:
@@ -189,17 +197,22 @@ def _is_kernels(name: str) -> bool:
     return name == _KERNELS or name.startswith(_KERNELS + ".")
 
 
+def fused_kernels(model_type: str) -> tuple[str, ...]:
+    """The names from ``mlx_lm.kernels`` that mlx-lm's ``model_type`` module imports, sorted."""
+    return _needs(model_type)[0]
+
+
 @lru_cache(maxsize=64)
-def fused_kernels(model_type: str, seen: frozenset = frozenset()) -> tuple[str, ...]:
-    """The names from ``mlx_lm.kernels`` that mlx-lm's ``model_type`` module imports, sorted.
+def _needs(model_type: str, seen: frozenset = frozenset()) -> tuple[tuple, tuple]:
+    """``model_type``'s fused kernels, and its missing packages with mlx-lm's hint.
 
     Imports of other model modules are followed (``from .x import ...``,
-    ``from . import x``); anything else of mlx-lm's is not a fused kernel.
+    ``from . import x``); anything else of mlx-lm's is neither.
     """
     try:
         tree = ast.parse((_models_dir() / f"{model_type}.py").read_text())
     except (OSError, SyntaxError, ValueError):
-        return ()  # a remapped name (mlx-lm's MODEL_REMAPPING): measured at load
+        return (), ()  # a remapped name (mlx-lm's MODEL_REMAPPING): measured at load
     names: set[str] = set()
     follow: set[str] = set()
     for node in ast.walk(tree):
@@ -217,6 +230,66 @@ def fused_kernels(model_type: str, seen: frozenset = frozenset()) -> tuple[str, 
             follow.update(a.name for a in node.names)
         elif where.startswith("mlx_lm.models."):  # from .other import X
             follow.add(where.split(".")[2])
+    missing = set(_missing(tree.body))
     for other in sorted(follow - seen - {model_type}):
-        names.update(fused_kernels(other, seen | {model_type}))
-    return tuple(sorted(names))
+        more = _needs(other, seen | {model_type})
+        names.update(more[0])
+        missing.update(more[1])
+    return tuple(sorted(names)), tuple(sorted(missing))
+
+
+def _missing(body: list) -> list[tuple[str, str]]:
+    """Packages a module's top level imports that are not installed: ``(name, hint)``.
+
+    An import guarded by ``try`` counts only when its handler exits or raises (the
+    module cannot load without it); the hint is a string the handler prints.
+    """
+    import importlib.util
+
+    out = []
+    for node in body:
+        guarded, hint = False, ""
+        stmts = [node]
+        if isinstance(node, ast.Try):
+            handlers = [n for h in node.handlers for n in ast.walk(h)]
+            guarded = not any(isinstance(n, ast.Raise) or _exits(n) for n in handlers)
+            hint = next((_printed(n) for n in handlers if _printed(n)), "")
+            stmts = node.body
+        for st in stmts:
+            if guarded or not isinstance(st, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(st, ast.ImportFrom) and st.level:
+                continue  # mlx-lm's own modules
+            for top in _tops(st):
+                if importlib.util.find_spec(top) is None:
+                    out.append((top, hint))
+    return out
+
+
+def _tops(st) -> list[str]:
+    """The top-level packages an absolute import statement names."""
+    if isinstance(st, ast.Import):
+        return [a.name.split(".")[0] for a in st.names]
+    return [st.module.split(".")[0]] if st.module else []
+
+
+def _exits(node) -> bool:
+    """Whether ``node`` calls ``sys.exit``, ``exit`` or ``quit``."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+    return name in ("exit", "quit", "_exit")
+
+
+def _printed(node) -> str:
+    """The constant string a ``print(...)`` call prints, or ""."""
+    if (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "print"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return node.args[0].value.strip().splitlines()[0][:120]
+    return ""
