@@ -136,7 +136,8 @@ def refusal(key: str) -> str | None:
     kind = cfg.get("model_type") if isinstance(cfg, dict) else None
     if not isinstance(kind, str):
         return None
-    kernels, packages = _needs(kind)
+    kernels, imports = _needs(kind)
+    packages = [(name, hint) for name, hint in imports if not _installed(name)]
     if packages:
         names, hints = zip(*packages)
         hint = next((h for h in hints if h), "")
@@ -204,10 +205,16 @@ def fused_kernels(model_type: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=64)
 def _needs(model_type: str, seen: frozenset = frozenset()) -> tuple[tuple, tuple]:
-    """``model_type``'s fused kernels, and its missing packages with mlx-lm's hint.
+    """``model_type``'s fused kernels, and the packages it cannot load without.
+
+    Returns:
+        The kernels' names, and ``(package, mlx-lm's hint or "")`` for each package
+        its module (or another model module it needs) imports at its top level, with
+        no guard or a guard that exits or raises. Whether those are installed is
+        asked at each check (`_installed`), so an install is seen without a restart.
 
     Imports of other model modules are followed (``from .x import ...``,
-    ``from . import x``); anything else of mlx-lm's is neither.
+    ``from . import x``): anywhere for the kernels, at the top level for packages.
     """
     try:
         tree = ast.parse((_models_dir() / f"{model_type}.py").read_text())
@@ -230,40 +237,54 @@ def _needs(model_type: str, seen: frozenset = frozenset()) -> tuple[tuple, tuple
             follow.update(a.name for a in node.names)
         elif where.startswith("mlx_lm.models."):  # from .other import X
             follow.add(where.split(".")[2])
-    missing = set(_missing(tree.body))
+    required, others = _required(tree.body)
     for other in sorted(follow - seen - {model_type}):
         more = _needs(other, seen | {model_type})
         names.update(more[0])
-        missing.update(more[1])
-    return tuple(sorted(names)), tuple(sorted(missing))
+        if other in others:
+            required.update(more[1])
+    return tuple(sorted(names)), tuple(sorted(required))
 
 
-def _missing(body: list) -> list[tuple[str, str]]:
-    """Packages a module's top level imports that are not installed: ``(name, hint)``.
+def _required(body: list) -> tuple[set[tuple[str, str]], set[str]]:
+    """What a module's top level cannot import without: packages and model modules.
 
-    An import guarded by ``try`` counts only when its handler exits or raises (the
-    module cannot load without it); the hint is a string the handler prints.
+    An import inside ``try`` counts only when a handler's own statements exit or raise
+    (the module cannot load without it); the hint is a string such a handler prints.
+
+    Returns:
+        ``{(package, hint)}`` of absolute imports, and the names of mlx-lm's other
+        model modules imported (``from .x import``, ``from . import x``).
     """
-    import importlib.util
-
-    out = []
+    packages, models = set(), set()
     for node in body:
-        guarded, hint = False, ""
-        stmts = [node]
+        stmts, hint = [node], ""
         if isinstance(node, ast.Try):
-            handlers = [n for h in node.handlers for n in ast.walk(h)]
-            guarded = not any(isinstance(n, ast.Raise) or _exits(n) for n in handlers)
-            hint = next((_printed(n) for n in handlers if _printed(n)), "")
+            fatal = [h for h in node.handlers if any(_fatal(st) for st in h.body)]
+            if not fatal:
+                continue  # optional: the module loads without it
+            hint = next((p for h in fatal for st in h.body if (p := _printed(st))), "")
             stmts = node.body
         for st in stmts:
-            if guarded or not isinstance(st, (ast.Import, ast.ImportFrom)):
-                continue
-            if isinstance(st, ast.ImportFrom) and st.level:
-                continue  # mlx-lm's own modules
-            for top in _tops(st):
-                if importlib.util.find_spec(top) is None:
-                    out.append((top, hint))
-    return out
+            if isinstance(st, ast.ImportFrom) and st.level == 1:  # another model module
+                models.update([st.module] if st.module else [a.name for a in st.names])
+            elif isinstance(st, ast.Import) or isinstance(st, ast.ImportFrom) and not st.level:
+                packages.update((top, hint) for top in _tops(st))
+    return packages, {m.split(".")[0] for m in models}
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported now (an install since the last check counts)."""
+    import importlib
+    import importlib.util
+
+    if package in sys.modules:
+        return True
+    importlib.invalidate_caches()
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a finder that fails: let the load say what is wrong
+        return True
 
 
 def _tops(st) -> list[str]:
@@ -273,23 +294,30 @@ def _tops(st) -> list[str]:
     return [st.module.split(".")[0]] if st.module else []
 
 
-def _exits(node) -> bool:
-    """Whether ``node`` calls ``sys.exit``, ``exit`` or ``quit``."""
-    if not isinstance(node, ast.Call):
+def _fatal(st) -> bool:
+    """Whether a handler's statement ends the import: ``raise``, ``sys.exit(...)``."""
+    if isinstance(st, ast.Raise):
+        return True
+    call = st.value if isinstance(st, ast.Expr) else None
+    if not isinstance(call, ast.Call):
         return False
-    f = node.func
-    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
-    return name in ("exit", "quit", "_exit")
+    f = call.func
+    return (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) in (
+        "exit",
+        "quit",
+        "_exit",
+    )
 
 
-def _printed(node) -> str:
-    """The constant string a ``print(...)`` call prints, or ""."""
+def _printed(st) -> str:
+    """The constant string a ``print(...)`` statement prints, or ""."""
+    call = st.value if isinstance(st, ast.Expr) else None
     if (
-        isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") == "print"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
+        isinstance(call, ast.Call)
+        and getattr(call.func, "id", "") == "print"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
     ):
-        return node.args[0].value.strip().splitlines()[0][:120]
+        return call.args[0].value.strip().splitlines()[0][:120]
     return ""

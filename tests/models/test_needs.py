@@ -88,6 +88,7 @@ def test_rows_not_a_multiple_of_four_are_refused():
 
 
 def _model_dir(tmp_path, model_type):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     return str(tmp_path)
 
@@ -128,6 +129,13 @@ def test_kernels_and_absent_packages_are_read_from_every_import_form(tmp_path, m
         "i": "import json\nimport absent_i.sub\nfrom absent_j import x\n",
         "k": "def f():\n    import absent_k\n",  # imported only when called
         "m": "from .g import A\n",
+        # Optional: no statement of the handler itself exits or raises.
+        "n": "try:\n    import absent_n\nexcept ImportError:\n"
+        "    def op(*a):\n        raise ImportError('no')\n"
+        "    if FLAG:\n        raise\n",
+        "o": "try:\n    from .g import A\nexcept ImportError:\n    A = None\n",
+        "p": "try:\n    import absent_p\nexcept ImportError as e:\n"
+        "    raise RuntimeError('p') from e\n",
     }
     files.update(absent)
     for name, text in files.items():
@@ -136,7 +144,10 @@ def test_kernels_and_absent_packages_are_read_from_every_import_form(tmp_path, m
     needs._needs.cache_clear()
     try:
         found = {name: needs.fused_kernels(name) for name in files}
-        missing = {name: needs._needs(name)[1] for name in absent}
+        missing = {
+            name: tuple(p for p in needs._needs(name)[1] if not needs._installed(p[0]))
+            for name in absent
+        }
     finally:
         needs._needs.cache_clear()
     assert found == {
@@ -154,7 +165,18 @@ def test_kernels_and_absent_packages_are_read_from_every_import_form(tmp_path, m
         "i": (("absent_i", ""), ("absent_j", "")),
         "k": (),
         "m": (("absent_g", "To run g: pip install g"),),
+        "n": (),
+        "o": (),
+        "p": (("absent_p", ""),),
     }
+
+
+def test_an_install_is_seen_at_the_next_check(tmp_path, monkeypatch):
+    name = "mlxnb_absent_pkg"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not needs._installed(name)
+    (tmp_path / f"{name}.py").write_text("")  # pip install, say
+    assert needs._installed(name)  # no restart
 
 
 def test_the_scales_keep_the_models_dtype_unless_told():
@@ -189,7 +211,12 @@ def test_a_model_module_that_exits_at_import_fails_its_load_in_one_line(tmp_path
         raise SystemExit(1)  # as mlx-lm's olmo module does without ai2-olmo
 
     monkeypatch.setattr(mlx_lm, "load", exits)
-    path = _model_dir(tmp_path, "llama")  # nothing its files say is missing
+    path = _model_dir(tmp_path / "llama", "llama")  # nothing its files say is missing
     with pytest.raises(ModelCannotRun) as err:
         load_spec(path)
     assert str(err.value) == f"{path}: mlx-lm exited while importing its model (exit code 1)"
+    if not importlib.util.find_spec("hf_olmo"):  # what its files say, when they say it
+        olmo = _model_dir(tmp_path / "olmo", "olmo")
+        with pytest.raises(ModelCannotRun) as err:
+            load_spec(olmo)
+        assert str(err.value) == needs.refusal(olmo) and "\n" not in str(err.value)

@@ -294,14 +294,16 @@ def prefill(
     progress: Progress,
     sizer: ChunkSizer,
     stop: Callable[[], bool] | None = None,
+    alone: Callable[[], bool] = lambda: True,
 ) -> None:
     """`prefill_steps` to the end, with ``check`` (raises `Cancelled`) before and between chunks.
 
-    ``stop`` (see `prefill_steps`) adds cancel points inside chunks; a chunk stopped
-    at one raises `Cancelled`.
+    ``stop`` and ``alone`` are `prefill_steps`'; a chunk stopped at one of its cancel
+    points raises `Cancelled`.
     """
     check()
-    for _ in prefill_steps(seq, tokens, progress=progress, sizer=sizer, stop=stop):
+    steps = prefill_steps(seq, tokens, progress=progress, sizer=sizer, stop=stop, alone=alone)
+    for _ in steps:
         check()
     if len(seq.tokens) < len(tokens) - 1:  # a gate stopped a chunk
         raise Cancelled

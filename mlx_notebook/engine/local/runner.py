@@ -33,6 +33,7 @@ def run_job(
     stream,
     safe_point: Callable[[], None] = lambda: None,
     replays=None,
+    alone: Callable[[], bool] = lambda: True,
 ) -> Finished:
     """Generate for ``job`` and return its terminal event (not yet emitted).
 
@@ -46,6 +47,9 @@ def run_job(
             (the engine runs pending calls and other jobs' steps there).
         replays: The result cache (`replay.results.Replays`): a stored result is
             replayed without a forward pass. None: off.
+        alone: Whether no other job's rows wait for this job's prefill chunks (the
+            batch decodes only at ``safe_point``): only then may a chunk run past the
+            time target, between cancel points inside it.
     """
     req = job.request
     t0 = time.perf_counter()
@@ -107,6 +111,7 @@ def run_job(
                 progress=lambda d, t: job.emit(PrefillProgress(d, t, "main")),
                 sizer=sizer,
                 stop=lambda: job.cancelled,
+                alone=alone,
             )
         finally:
             stats.prefill_chunk = sizer.largest

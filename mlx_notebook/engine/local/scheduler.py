@@ -358,7 +358,14 @@ class Scheduler:
                 require_same_vocab(main, draft)
             with wired_limit(main.model, [stream]):  # raises the limit on Metal only
                 final = run_job(
-                    job, main, draft, self._state_for, stream, self._between, self.replays
+                    job,
+                    main,
+                    draft,
+                    self._state_for,
+                    stream,
+                    self._between,
+                    self.replays,
+                    alone=lambda: not getattr(self.batch, "decoding", None),
                 )
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             final = Finished.failed(exc)

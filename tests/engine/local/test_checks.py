@@ -96,6 +96,5 @@ def test_a_model_that_needs_what_is_missing_is_refused_at_submit_as_main_or_draf
         ):
             with pytest.raises(ModelUnavailable, match=r"^\S+: mlx-lm's 'olmo' .*hf_olmo[^\n]*$"):
                 eng.submit(req)
-        assert not eng.registry.loaded(str(olmo))  # nothing was loaded or queued
     finally:
         eng.close()

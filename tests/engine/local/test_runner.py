@@ -68,3 +68,32 @@ def test_unmatched_candidate_is_released_at_the_end(engine, sentence):
     # "dog." was withheld as a possible start of the stop string: the terminal
     # event carries it, the token stream never did.
     assert r.text == "".join(streamed) + "dog."
+
+
+def test_a_solo_prefill_runs_long_chunks_only_while_no_row_decodes(endless_dir, monkeypatch):
+    # A solo job (batch=False, speculative, another model) prefills between the batch's
+    # steps: while rows decode there, its chunks must keep the time target, not run to
+    # the hold between cancel points inside them (`prefill_steps`' ``alone``).
+    from mlx_notebook.engine import Engine, Request, Token
+    from mlx_notebook.engine.local import runner
+
+    seen = []
+    real = runner.prefill
+
+    def spy(*args, alone=lambda: True, **kw):
+        seen.append(alone())
+        return real(*args, alone=alone, **kw)
+
+    monkeypatch.setattr(runner, "prefill", spy)
+    eng = Engine()
+    try:
+        one = dict(model=endless_dir, chat=False, batch=False, max_tokens=2)
+        eng.submit(Request("Nothing decodes beside me.", **one)).result(timeout=60)
+        rows = eng.submit(Request("Go", model=endless_dir, chat=False, max_tokens=5000))
+        next(e for e in rows.events(detach=True) if isinstance(e, Token))  # a row decodes
+        eng.submit(Request("A row decodes beside me.", **one)).result(timeout=60)
+        assert not rows.done
+        rows.cancel()
+    finally:
+        eng.close()
+    assert seen == [True, False]
