@@ -63,7 +63,7 @@ def load_spec(spec: str):
             model, tok = _load_hub(s)
             path = _hub_dir(s.key)
     except SystemExit as exc:  # a model module that exits at import (olmo without its package)
-        code = str(exc.code).strip().splitlines()[0][:80] if exc.code is not None else "none"
+        code = (str(exc.code).strip().splitlines() or ["none"])[0][:80]
         why = refusal(s.key) or f"mlx-lm exited while importing its model (exit code {code})"
         raise ModelCannotRun(s.key, why.removeprefix(f"{s.key}: ")) from None
     portable(model)  # bitnet's Metal-only layers, where there is no Metal

@@ -164,7 +164,7 @@ class ChunkSizer:
     # still wait for all of it (a Stop does not; rows decoding beside it keep
     # `target_s`). Each chunk reads (or widens) every weight once: at 2 s a 1B model's
     # chunks held 65-120 tokens, and 4 s prefilled 512 tokens 1.17x (float32) and
-    # 1.15x (Q4_0) as fast (5 alternating pairs each, benchmarks/bench_scale.py's model).
+    # 1.15x (Q4_0) as fast (benchmarks/bench_hold.py, 5 pairs, bench_scale.py's model).
     HOLD_S = 4.0
 
     def __init__(

@@ -357,16 +357,9 @@ class Scheduler:
                 draft = self._load(job, job.checked.draft_key, pin=main.name, draft=True)
                 require_same_vocab(main, draft)
             with wired_limit(main.model, [stream]):  # raises the limit on Metal only
-                final = run_job(
-                    job,
-                    main,
-                    draft,
-                    self._state_for,
-                    stream,
-                    self._between,
-                    self.replays,
-                    alone=lambda: not getattr(self.batch, "decoding", None),
-                )
+                alone = lambda: not getattr(self.batch, "decoding", None)  # noqa: E731
+                final = run_job(job, main, draft, self._state_for, stream, self._between,
+                                self.replays, alone=alone)  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - loading errors end the job, not the worker
             final = Finished.failed(exc)
         job.emit(final)
