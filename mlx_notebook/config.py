@@ -99,6 +99,13 @@ VARIABLES: tuple[Variable, ...] = (
         fast_path=True,
     ),
     Variable(
+        "MLX_NOTEBOOK_INT_DOTS",
+        "1",
+        "``0``: a decode step's 4- and 8-bit products keep float32 inputs instead of "
+        "integer dot products on inputs rounded to 16 bits (CPUs with AVX-512 VNNI).",
+        fast_path=True,
+    ),
+    Variable(
         "MLX_NOTEBOOK_FUSED_ATTENTION",
         "1",
         "``0``: attention on MLX's own operations instead of the native kernels.",

@@ -26,6 +26,7 @@ from .build import sources as _sources
 
 NAME = "_mlxnb_ext"
 AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
+DOTS_ENV = "MLX_NOTEBOOK_INT_DOTS"  # 0: decode steps' products keep float32 inputs
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
 
@@ -100,13 +101,43 @@ def _check(mod) -> str | None:
     x = mx.random.normal((1, 64), key=mx.random.key(1))
     wq, s, b = mx.quantize(w, group_size=32, bits=4)
     try:
+        mod.set_int_dots(0)  # the float path: MLX's sums up to rounding
         got = mod.quant_matmul(x, wq, s, b, 32, 4)
-    except TypeError:
+    except (TypeError, AttributeError):
         return "it was built with a nanobind whose ABI differs from this mlx's"
     want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4)
     if not mx.allclose(got, want, rtol=1e-4, atol=1e-4).item():
         return "its check product differs from mx.quantized_matmul"
     return None
+
+
+def int_dots(mod) -> str:
+    """Turn the integer dot products on or off as ``MLX_NOTEBOOK_INT_DOTS`` says.
+
+    They round a decode step's inputs to 16 bits a unit of 32 (1/65278 of the unit's
+    largest), so they are checked against ``mx.quantized_matmul`` within that rounding.
+
+    Returns:
+        The status line's words for them: in use, off by the variable or by a failed
+        check, or nothing where the CPU has no VNNI.
+    """
+    import mlx.core as mx
+
+    if not config.enabled(DOTS_ENV):
+        mod.set_int_dots(0)
+        return f"; integer dots off ({DOTS_ENV}=0)"
+    if not mod.set_int_dots(1):
+        return ""
+    w = mx.random.normal((8, 256), key=mx.random.key(2))
+    x = mx.random.normal((1, 256), key=mx.random.key(3))
+    for bits in (4, 8):
+        wq, s, b = mx.quantize(w, group_size=32, bits=bits)
+        got = mod.quant_matmul(x, wq, s, b, 32, bits)
+        want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=bits)
+        if not mx.allclose(got, want, rtol=1e-3, atol=1e-3).item():
+            mod.set_int_dots(0)
+            return "; integer dots off (their check product differs)"
+    return "; integer dots for decode steps"
 
 
 def load():
@@ -134,7 +165,8 @@ def load():
     if why is not None:
         _state["reason"] = why
         return None
-    _state.update(module=mod, reason=f"on native kernels ({how}){amx_tiles(mod)}")
+    extras = amx_tiles(mod) + int_dots(mod)
+    _state.update(module=mod, reason=f"on native kernels ({how}){extras}")
     _library_kernels(mod)
     return mod
 

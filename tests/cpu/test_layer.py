@@ -13,7 +13,11 @@ from mlx_notebook.cpu import layer as cpu_layer
 def ext():
     mod = _ext.load()
     assert mod is not None, _ext.status()  # gcc, g++ and nanobind are installed here
-    return mod
+    # float32 inputs: these compare the primitives' sums with MLX's to float rounding
+    # (the integer dots' own bound is tests/cpu/test_dots.py's)
+    was = mod.set_int_dots(0)
+    yield mod
+    mod.set_int_dots(was)
 
 
 def _weights(n, k, quant, seed):

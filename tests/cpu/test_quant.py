@@ -89,10 +89,15 @@ def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
         stored = mx.load(str(next(Path(path).glob("*.safetensors"))))
         assert stored["model.layers.0.self_attn.q_proj.scales"].dtype == mx.bfloat16
         assert json.loads(Path(path, "config.json").read_text())["quantization"]["group_size"] == 64
+    from mlx_notebook.cpu import ext as _ext
+
+    dots = _ext.load().calls(4)
     prompts = ["Hello world. The quick brown fox", "Rivers flow to the sea;", "def main():"]
     check_against_mlx_lm(engine, path, prompts, 40)
     (info,) = [m for m in engine.info().models if m.name == path]
     assert any("quantized products native" in f for f in info.fast_path)
+    if "integer dots for decode steps" in _ext.status():  # the decode steps took them
+        assert _ext.load().calls(4) - dots >= 3 * 39
 
 
 def _scale_dtypes(model) -> set[str]:

@@ -26,6 +26,7 @@ int mlxnb_ext_threads(void);
 int mlxnb_qmm_path(int M);
 int mlxnb_qmm_stretch(int rows, int K, int step);
 int mlxnb_qmm_set_amx(int on);
+int mlxnb_qmm_set_int_dots(int on);
 typedef struct {
   int N, K, gs, bits;
   const void* w;

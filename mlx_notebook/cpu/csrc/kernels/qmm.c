@@ -88,7 +88,8 @@ void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 static int thread_count; /* 0: OpenMP's default */
 /* The library's helper thread, by address (helper.h): all NULL until set_helper. */
 struct mlxnb_helper_api mlxnb_helper;
-static long calls[4];    /* products per path: registers, 8-row passes, sgemm, AMX */
+static long calls[5]; /* products per path: registers, 8-row passes, sgemm, AMX; and of
+                       * path 0's, those on integer dots (qmm_dots.inc) */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
@@ -102,7 +103,7 @@ int mlxnb_ext_threads(void) {
 #endif
 }
 
-long mlxnb_qmm_calls(int path) { return path >= 0 && path < 4 ? calls[path] : -1; }
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 5 ? calls[path] : -1; }
 
 static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
@@ -251,7 +252,21 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_AVX512
   if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
     const int blocks = N / 4;
-    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out};
+    int8_t *q = NULL;
+    float *d = NULL;
+#ifdef QMM_DOTS
+    if (dots_fit(K, gs)) {
+      const long quads = (K / 32 + 3) / 4;
+      q = aligned_alloc(64, quads * 256);
+      d = aligned_alloc(64, quads * 128);
+      if (round_inputs(K, bits, x, q, d)) {
+        free(q), free(d);
+        q = NULL, d = NULL;
+      } else
+        calls[4]++;
+    }
+#endif
+    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out, q, d};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
     if (on_helper(nt, macs))
@@ -261,6 +276,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
       for (int i = 0; i < blocks; i++) one_row_block(&job, i);
     }
     n_done = 4 * blocks;
+    free(q), free(d);
   }
 #endif
 #ifdef QMM_AVX512 /* with AVX-512 only one row comes here (TILES_FROM) */
@@ -300,6 +316,17 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
 #endif
 
 #include "qmm_sgemm.inc"
+
+/* Integer dots for one-row 4-bit products on (where the CPU has them) or off; returns
+ * whether in use. */
+int mlxnb_qmm_set_int_dots(int on) {
+#ifdef QMM_DOTS
+  int_dots = on != 0;
+  return int_dots;
+#else
+  return 0 * on;
+#endif
+}
 
 /* The path M rows take without the AMX tiles: 0 registers (one row; up to SMALL_M without
  * AVX-512), 1 row tiles (AVX-512) or 8-row register passes, 2 widened weights and sgemm. */

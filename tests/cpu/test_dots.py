@@ -1,0 +1,95 @@
+"""A decode step's quantized products on integer dots (kernels/qmm_dots.inc): inputs
+rounded to 16 bits a unit of 32, every product within that rounding of the exact one."""
+
+import numpy as np
+import pytest
+
+import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engine
+from mlx_notebook.cpu import ext as _ext
+
+
+@pytest.fixture(scope="module")
+def ext():
+    mod = _ext.load()
+    assert mod is not None, _ext.status()
+    if not mod.set_int_dots(1):
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    yield mod
+    _ext.int_dots(mod)  # as the variable says
+
+
+def _product(ext, x, wq, s, b, gs, bits):
+    import mlx.core as mx
+
+    before = ext.calls(4)
+    got = ext.quant_matmul(x, wq, s, b, gs, bits)
+    mx.eval(got)
+    return np.array(got, dtype=np.float64), ext.calls(4) - before
+
+
+def _bound(x, w, K):
+    """Each output's largest error from rounding x: sum |w| d / 2, d = a unit's max / 32639."""
+    units = np.abs(x.reshape(-1, K // 32, 32)).max(axis=2) / 32639
+    half = np.repeat(units, 32, axis=1) / 2
+    return np.abs(w) @ half[0]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("gs", [32, 64, 128])
+@pytest.mark.parametrize("K", [64, 576, 2048])
+def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs, K):
+    import mlx.core as mx
+
+    if K % gs:
+        pytest.skip("groups do not divide K")
+    w = mx.random.normal((37, K), key=mx.random.key(K + gs))  # 37: a last row on its own
+    wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+    # heavy tails and one outlier, as a residual stream has
+    x = mx.random.normal((1, K), key=mx.random.key(1)) * mx.exp(mx.random.normal((1, K)))
+    x = x.at[0, 5].add(300.0)
+    exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
+    xn = np.array(x, dtype=np.float64)
+    got, dots = _product(ext, x, wq, s, b, gs, bits)
+    assert dots == 1
+    err = np.abs(got[0] - exact @ xn[0])
+    slack = 1e-5 * np.abs(exact @ xn[0]).max()  # float32 sums
+    assert (err <= _bound(xn, exact, K) + slack).all()
+    assert err.max() > 0  # rounded, not the float path
+
+
+def test_several_rows_and_odd_units_keep_float_inputs(ext):
+    import mlx.core as mx
+
+    for M, K in ((2, 256), (1, 96)):  # a verify pass; three units, no pairs
+        w = mx.random.normal((8, K), key=mx.random.key(0))
+        wq, s, b = mx.quantize(w, group_size=32, bits=4)
+        x = mx.random.normal((M, K), key=mx.random.key(1))
+        got, dots = _product(ext, x, wq, s, b, 32, 4)
+        want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4)
+        assert dots == 0 and np.allclose(got, np.array(want), rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_that_are_not_finite_take_the_float_path(ext):
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 128), key=mx.random.key(0))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    x = mx.random.normal((1, 128), key=mx.random.key(1)).at[0, 3].add(float("inf"))
+    got, dots = _product(ext, x, wq, s, b, 32, 4)
+    want = np.array(mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4))
+    assert dots == 0
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+
+
+def test_the_variable_turns_them_off_and_the_status_says_so(ext, monkeypatch):
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 128), key=mx.random.key(0))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    x = mx.random.normal((1, 128), key=mx.random.key(1))
+    monkeypatch.setenv(_ext.DOTS_ENV, "0")
+    assert _ext.int_dots(ext) == "; integer dots off (MLX_NOTEBOOK_INT_DOTS=0)"
+    assert _product(ext, x, wq, s, b, 32, 4)[1] == 0
+    monkeypatch.delenv(_ext.DOTS_ENV)
+    assert _ext.int_dots(ext) == "; integer dots for decode steps"
+    assert _product(ext, x, wq, s, b, 32, 4)[1] == 1
