@@ -101,8 +101,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MLX_NOTEBOOK_INT_DOTS",
         "1",
-        "``0``: a decode step's 4- and 8-bit products keep float32 inputs instead of "
-        "integer dot products on inputs rounded to 16 bits (CPUs with AVX-512 VNNI).",
+        "``0``: 4- and 8-bit products keep float32 inputs, instead of inputs rounded to "
+        "16 bits and integer dots for decode steps (CPUs with AVX-512 VNNI).",
         fast_path=True,
     ),
     Variable(

@@ -26,7 +26,7 @@ from .build import sources as _sources
 
 NAME = "_mlxnb_ext"
 AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
-DOTS_ENV = "MLX_NOTEBOOK_INT_DOTS"  # 0: decode steps' products keep float32 inputs
+DOTS_ENV = "MLX_NOTEBOOK_INT_DOTS"  # 0: quantized products keep float32 inputs
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted"}
 
@@ -114,8 +114,9 @@ def _check(mod) -> str | None:
 def int_dots(mod) -> str:
     """Turn the integer dot products on or off as ``MLX_NOTEBOOK_INT_DOTS`` says.
 
-    They round a decode step's inputs to 16 bits a unit of 32 (1/65278 of the unit's
-    largest), so they are checked against ``mx.quantized_matmul`` within that rounding.
+    With them on, every 4/8-bit product rounds its inputs to 16 bits a unit of 32
+    (1/65278 of the unit's largest) and a decode step's take integer dots, so they
+    are checked against ``mx.quantized_matmul`` within that rounding.
 
     Returns:
         The status line's words for them: in use, off by the variable or by a failed

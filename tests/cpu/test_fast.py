@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 import mlx_notebook  # noqa: F401 - loads OpenBLAS and the sgemv shim first
+from mlx_notebook.cpu import ext as _ext
 from mlx_notebook.cpu import fast as cpu_fast
 
 
@@ -147,6 +149,10 @@ def check_against_mlx_lm(engine, path, prompts, n, ours=None):
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip
     eos = set(engine.registry.peek(path).tokenizer.eos_token_ids)
+    # A near-tie: float sums in another order move logits by ~1e-5; a quantized model's
+    # inputs rounded to 16 bits (integer dots, tests/cpu/test_dots.py) by ~1e-4.
+    dots = "quantization" in json.loads(Path(path, "config.json").read_text())
+    near = 1e-3 if dots and "integer dots for decode" in _ext.status() else 1e-4
     for r, ref in zip(ours, json.loads(res.stdout)):
         mine = [t for t in r.token_ids if t not in eos]
         theirs = [t for t in ref["ids"] if t not in eos]
@@ -154,7 +160,7 @@ def check_against_mlx_lm(engine, path, prompts, n, ours=None):
         if ref["diff"] is None:
             assert mine == theirs, (mine, theirs)
         else:  # allowed only at a numerical near-tie
-            assert ref["margin"] < 1e-4, ref
+            assert ref["margin"] < near, ref
 
 
 def test_greedy_text_matches_mlx_lm_on_the_tiny_model(engine, tiny_dir):

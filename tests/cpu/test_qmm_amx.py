@@ -12,9 +12,8 @@ AMX = 3  # the extension's path number for AMX tiles
 
 
 @pytest.fixture(scope="module")
-def ext():
-    mod = _ext.load()
-    assert mod is not None, _ext.status()
+def ext(float_inputs):
+    mod = float_inputs
     if not mod.set_amx(1):
         pytest.skip("this CPU (or its kernel) has no AMX tiles for this process")
     return mod

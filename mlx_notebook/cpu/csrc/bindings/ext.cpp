@@ -194,8 +194,8 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
   m.def("set_int_dots", &mlxnb_qmm_set_int_dots, nb::arg("on"),
-        "Integer dot products (inputs rounded to 16 bits a unit of 32) for one-row 4-bit "
-        "products on (where the CPU has VNNI) or off; returns whether in use.");
+        "Inputs of 4/8-bit products rounded to 16 bits a unit of 32, one-row products on "
+        "integer dots (where the CPU has VNNI), or float inputs (off); returns whether on.");
   m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
   m.def("stretch", &mlxnb_qmm_stretch, nb::arg("rows"), nb::arg("k"), nb::arg("step"),
         "The stretch of K the row tiles take with this many input rows (0 without AVX-512).");

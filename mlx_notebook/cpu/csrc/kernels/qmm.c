@@ -20,10 +20,13 @@
  *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
  *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
  *     instead (qmm_amx.inc): inputs split exactly into three bf16 parts.
- * Activations stay float32, so every path computes the same sums as MLX's
- * reference up to rounding: the order of float additions, and where a group's scale
- * and bias apply (the row tiles dequantize each weight, s q + b, as MLX does; the
- * one-row kernels scale a group's sum and add bias . x's group sum).
+ * With AVX-512 VNNI (and MLX_NOTEBOOK_INT_DOTS on), every path first rounds each unit of
+ * 32 inputs to 16 bits (qmm_dots.inc: round_rows), and a one-row product takes integer
+ * dots on them; otherwise the inputs stay float32. Either way every path computes the
+ * same function, MLX's reference on those inputs, up to rounding: the order of float
+ * additions, and where a group's scale and bias apply (the row tiles dequantize each
+ * weight, s q + b, as MLX does; the one-row kernels scale a group's sum and add
+ * bias . x's group sum).
  *
  * Layouts (row-major): x [M, K] float32; w [N, K * bits / 32] uint32 (element
  * k of a row at bits (k % (32 / bits)) * bits of word k / (32 / bits)); scales
@@ -378,6 +381,17 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
   const int path = mlxnb_qmm_path(M);
   calls[path]++;
+  float *xr = NULL; /* the rounded inputs, where the integer dots are on */
+#ifdef QMM_DOTS
+  if (dots_fit(K, gs)) {
+    xr = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
+    if (round_rows(M, K, x, xr)) { /* not finite: float inputs everywhere */
+      free(xr);
+      xr = NULL;
+    } else
+      x = xr;
+  }
+#endif
 #ifdef QMM_AMX
   if (path == 3) {
     /* a last block of a few rows (a verify pass of 17) would cost the tiles a whole
@@ -387,9 +401,11 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
     if (tail)
       vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, sb,
                      out + (long)head * N);
+    free(xr);
     return 0;
   }
 #endif
   vector_product(path, M, N, K, gs, bits, x, wb, sb, out);
+  free(xr);
   return 0;
 }
