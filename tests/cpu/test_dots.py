@@ -42,20 +42,37 @@ def _bound(x, w, K):
     return np.abs(w) @ half[0]
 
 
+def _layout(wq, s, b, bits, layout):
+    """The arrays the kernel takes, and the biases that dequantize them exactly."""
+    import mlx.core as mx
+
+    if layout == "symmetric":  # GGUF's Q4_0 and Q8_0: no biases stored
+        s = s.astype(mx.float16)
+        return (wq, s, None), s.astype(mx.float32) * -(2 ** (bits - 1))
+    if layout == "float16":  # a converted GGUF's block scales, mlx-community's
+        s, b = s.astype(mx.float16), b.astype(mx.float16)
+    return (wq, s, b), b
+
+
+@pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("gs", [32, 64, 128])
 @pytest.mark.parametrize("K", [64, 576, 2048])
-def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs, K):
+def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs, K, layout):
     import mlx.core as mx
 
     if K % gs:
         pytest.skip("groups do not divide K")
     w = mx.random.normal((37, K), key=mx.random.key(K + gs))  # 37: a last row on its own
     wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+    (wq, s, b), exact_b = _layout(wq, s, b, bits, layout)
     # heavy tails and one outlier, as a residual stream has
     x = mx.random.normal((1, K), key=mx.random.key(1)) * mx.exp(mx.random.normal((1, K)))
     x = x.at[0, 5].add(300.0)
-    exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
+    deq = mx.dequantize(
+        wq, s.astype(mx.float32), exact_b.astype(mx.float32), group_size=gs, bits=bits
+    )
+    exact = np.array(deq, dtype=np.float64)
     xn = np.array(x, dtype=np.float64)
     got, dots = _product(ext, x, wq, s, b, gs, bits)
     assert dots == 1

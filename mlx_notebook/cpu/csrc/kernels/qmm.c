@@ -256,20 +256,21 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
   if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
     const int blocks = N / 4;
     int8_t *q = NULL;
-    float *d = NULL;
+    float *d = NULL, *c = NULL;
 #ifdef QMM_DOTS
     if (dots_fit(K, gs)) {
       const long quads = (K / 32 + 3) / 4;
       q = aligned_alloc(64, quads * 256);
-      d = aligned_alloc(64, quads * 128);
-      if (round_inputs(K, bits, x, q, d)) {
+      d = aligned_alloc(64, quads * 256); /* then c: 32 floats a quad each */
+      c = d + quads * 32;
+      if (round_inputs(K, bits, sb.b ? 0.0f : sb.bmul, x, q, d, c)) {
         free(q), free(d);
-        q = NULL, d = NULL;
+        q = NULL, d = c = NULL;
       } else
         calls[4]++;
     }
 #endif
-    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out, q, d};
+    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out, q, d, c};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
     if (on_helper(nt, macs))
