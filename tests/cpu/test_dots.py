@@ -79,23 +79,30 @@ def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs
     err = np.abs(got[0] - exact @ xn[0])
     slack = 1e-5 * np.abs(exact @ xn[0]).max()  # float32 sums
     assert (err <= _bound(xn, exact, K) + slack).all()
-    assert err.max() > 0  # rounded, not the float path
+    ext.set_int_dots(0)
+    try:
+        floats = _product(ext, x, wq, s, b, gs, bits)[0]
+    finally:
+        ext.set_int_dots(1)
+    assert np.abs(got - floats).max() > slack  # rounded inputs, not float ones
 
 
+@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (32, 8), (64, 8)])
 @pytest.mark.parametrize("M", [2, 5, 16, 17, 70])  # row tiles or AMX's, sgemm from 64
-def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M):
+def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant):
     """Verify passes, batched steps and prefill round their inputs as decode steps do:
     each row's sums equal its one-row product's up to float order."""
     import mlx.core as mx
 
+    gs, bits = quant
     K = 576  # a half quad at the end
     w = mx.random.normal((40, K), key=mx.random.key(0))
-    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
     x = mx.random.normal((M, K), key=mx.random.key(1)) * 4
-    got, dots = _product(ext, x, wq, s, b, 32, 4)
+    got, dots = _product(ext, x, wq, s, b, gs, bits)
     assert dots == 0  # the integer dots take one row only
-    rows = np.concatenate([_product(ext, x[i : i + 1], wq, s, b, 32, 4)[0] for i in range(M)])
-    exact = np.array(mx.dequantize(wq, s, b, group_size=32, bits=4), dtype=np.float64)
+    rows = np.concatenate([_product(ext, x[i : i + 1], wq, s, b, gs, bits)[0] for i in range(M)])
+    exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
     scale = np.abs(rows).max()
     assert np.abs(got - rows).max() < 1e-5 * scale  # float order
     assert np.abs(got - np.array(x, dtype=np.float64) @ exact.T).max() > 1e-5 * scale
@@ -113,16 +120,34 @@ def test_odd_units_keep_float_inputs(ext):
         assert dots == 0 and np.allclose(got, np.array(want), rtol=1e-5, atol=1e-5)
 
 
-def test_inputs_that_are_not_finite_take_the_float_path(ext):
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("at", [3, 20])  # either half of a unit
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_inputs_that_are_not_finite_take_the_float_path(ext, M, at, bad):
     import mlx.core as mx
 
     w = mx.random.normal((8, 128), key=mx.random.key(0))
     wq, s, b = mx.quantize(w, group_size=32, bits=4)
-    x = mx.random.normal((1, 128), key=mx.random.key(1)).at[0, 3].add(float("inf"))
+    x = mx.random.normal((M, 128), key=mx.random.key(1))
+    x = x.at[M - 1, at].add(bad)
     got, dots = _product(ext, x, wq, s, b, 32, 4)
     want = np.array(mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4))
     assert dots == 0
+    assert not np.isfinite(got[M - 1]).any()  # NaN or inf, as MLX's
     assert np.array_equal(np.isfinite(got), np.isfinite(want))
+
+
+def test_inputs_too_small_to_scale_round_to_zero(ext):
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 64), key=mx.random.key(0))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    x = mx.concatenate([mx.full((1, 32), 1e-38), mx.random.normal((1, 32))], axis=1)
+    got, dots = _product(ext, x, wq, s, b, 32, 4)
+    x0 = x.at[0, :32].multiply(0.0)  # the tiny unit counts as zeros
+    want = np.array(mx.quantized_matmul(x0, wq, s, b, transpose=True, group_size=32, bits=4))
+    assert dots == 1 and np.isfinite(got).all()
+    assert np.allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
 def test_the_variable_turns_them_off_and_the_status_says_so(ext, monkeypatch):

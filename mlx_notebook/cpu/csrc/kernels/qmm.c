@@ -258,7 +258,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     int8_t *q = NULL;
     float *d = NULL, *c = NULL;
 #ifdef QMM_DOTS
-    if (dots_fit(K, gs)) {
+    if (blocks && dots_fit(K, gs)) {
       const long quads = (K / 32 + 3) / 4;
       q = aligned_alloc(64, quads * 256);
       d = aligned_alloc(64, quads * 256); /* then c: 32 floats a quad each */
@@ -321,8 +321,8 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
 
 #include "qmm_sgemm.inc"
 
-/* Integer dots for one-row 4-bit products on (where the CPU has them) or off; returns
- * whether in use. */
+/* Inputs of 4/8-bit products rounded to 16 bits and one-row products on integer dots
+ * (where the CPU has VNNI), or float inputs (off); returns whether on. */
 int mlxnb_qmm_set_int_dots(int on) {
 #ifdef QMM_DOTS
   int_dots = on != 0;
