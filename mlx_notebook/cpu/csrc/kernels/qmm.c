@@ -255,20 +255,10 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_AVX512
   if (M == 1) { /* four weight rows at a time; the last N % 4 rows below */
     const int blocks = N / 4;
-    int8_t *q = NULL;
-    float *d = NULL, *c = NULL;
+    int8_t *q = NULL; /* the integer dots' inputs, or NULL for float ones */
+    const float *d = NULL, *c = NULL;
 #ifdef QMM_DOTS
-    if (blocks && dots_fit(K, gs)) {
-      const long quads = (K / 32 + 3) / 4;
-      q = aligned_alloc(64, quads * 256);
-      d = aligned_alloc(64, quads * 256); /* then c: 32 floats a quad each */
-      c = d + quads * 32;
-      if (round_inputs(K, bits, sb.b ? 0.0f : sb.bmul, x, q, d, c)) {
-        free(q), free(d);
-        q = NULL, d = c = NULL;
-      } else
-        calls[4]++;
-    }
+    if (blocks && (q = dots_inputs(K, gs, bits, sb.b ? 0.0f : sb.bmul, x, &d, &c))) calls[4]++;
 #endif
     const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out, q, d, c};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
@@ -280,7 +270,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
       for (int i = 0; i < blocks; i++) one_row_block(&job, i);
     }
     n_done = 4 * blocks;
-    free(q), free(d);
+    free(q);
   }
 #endif
 #ifdef QMM_AVX512 /* with AVX-512 only one row comes here (TILES_FROM) */
