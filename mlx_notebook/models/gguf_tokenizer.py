@@ -1,8 +1,13 @@
-"""Build a Hugging Face ``tokenizer.json`` from a GGUF file's tokenizer metadata."""
+"""Build a Hugging Face ``tokenizer.json`` from a GGUF file's tokenizer metadata.
+
+Also: stream SentencePiece byte fallback as SentencePiece decodes it.
+"""
 
 from __future__ import annotations
 
+import codecs
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +185,42 @@ def write_tokenizer(md: dict, out: Path) -> None:
         if v is not None
     }
     (out / "special_tokens_map.json").write_text(json.dumps(smap, ensure_ascii=False))
+
+
+def bytes_as_sentencepiece(tok) -> None:
+    """Stream a SentencePiece vocabulary's stray bytes as SentencePiece decodes them.
+
+    mlx-lm's SPM detokenizer decodes byte-fallback tokens with Python's "replace",
+    which gives one U+FFFD for a whole truncated sequence (``e2 82`` then ``F``: "\ufffdF");
+    SentencePiece and Hugging Face's ByteFallback give one a byte ("\ufffd\ufffdF"), so the
+    streamed text differed from the decoded one. Any model's tokenizer, in place.
+    """
+    from mlx_lm.tokenizer_utils import SPMStreamingDetokenizer
+
+    if type(getattr(tok, "_detokenizer", None)) is SPMStreamingDetokenizer:
+        tok._detokenizer.__class__ = _per_byte_spm()
+
+
+def _per_byte(err: UnicodeDecodeError):
+    return "\ufffd" * (err.end - err.start), err.end
+
+
+codecs.register_error("mlxnb_per_byte", _per_byte)
+
+
+@lru_cache(maxsize=1)
+def _per_byte_spm():
+    from mlx_lm.tokenizer_utils import SPMStreamingDetokenizer
+
+    class PerByteSPM(SPMStreamingDetokenizer):
+        def _try_flush(self, force=False):
+            # mlx-lm's own, with one U+FFFD a byte that is not UTF-8
+            text = self._unflushed.replace(self._sep, b" ").decode("utf-8", "mlxnb_per_byte")
+            if not force and text.endswith("\ufffd"):
+                return
+            if not self.text and self.trim_space and text and text[0] == " ":
+                text = text[1:]
+            self.text += text
+            self._unflushed = b""
+
+    return PerByteSPM

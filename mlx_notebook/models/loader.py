@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import config
+from .gguf_tokenizer import bytes_as_sentencepiece
 from .needs import portable, refusal
 from .spec import ModelCannotRun, ModelNotFound, Spec, resolve
 
@@ -66,6 +67,7 @@ def load_spec(spec: str):
         code = (str(exc.code).strip().splitlines() or ["none"])[0][:80]
         why = refusal(s.key) or f"mlx-lm exited while importing its model (exit code {code})"
         raise ModelCannotRun(s.key, why.removeprefix(f"{s.key}: ")) from None
+    bytes_as_sentencepiece(tok)  # stray bytes streamed as they decode
     portable(model)  # bitnet's Metal-only layers, where there is no Metal
     _fit_dtype(model)
     _probe(s.key, model)

@@ -175,6 +175,25 @@ def test_a_sentencepiece_file_streams_its_text_through_the_engine(spm_files, eng
     assert res.text == sp.decode(res.token_ids)  # streamed as SentencePiece decodes it
 
 
+def test_stray_bytes_stream_as_sentencepiece_decodes_them(spm_files):
+    # A truncated UTF-8 sequence before a whole piece: one U+FFFD a byte, as SentencePiece
+    # (mlx-lm's own detokenizer gave one for the whole sequence).
+    from mlx_notebook.models.gguf_tokenizer import bytes_as_sentencepiece
+
+    sp, out, _ = spm_files
+    tok = load_tokenizer(out)
+    bytes_as_sentencepiece(tok)
+    vocab = tok.get_vocab()
+    word = sp.encode("rivers")
+    for ids in ([vocab["<0xE2>"], vocab["<0x82>"], *word], [*word, vocab["<0xE6>"]]):
+        detok = tok.detokenizer
+        for i in ids:
+            detok.add_token(i)
+        detok.finalize()
+        assert detok.text == sp.decode(ids)
+    assert sp.decode([vocab["<0xE2>"], vocab["<0x82>"], *word]).startswith("\ufffd\ufffd")
+
+
 def test_a_sentencepiece_model_stops_on_its_turn_end_as_well_as_its_eos(spm_files):
     # llama.cpp ends generation on known turn ends among the control tokens (Gemma's
     # <end_of_turn>, Phi-3's <|end|>), not only on the file's one eos.
