@@ -95,20 +95,24 @@ def build() -> tuple[Path | None, str]:
 
 def _check(mod) -> str | None:
     """None when the extension computes what mx.quantized_matmul does; else why not."""
-    import mlx.core as mx
-
-    w = mx.random.normal((8, 64), key=mx.random.key(0))
-    x = mx.random.normal((1, 64), key=mx.random.key(1))
-    wq, s, b = mx.quantize(w, group_size=32, bits=4)
     try:
         mod.set_int_dots(0)  # the float path: MLX's sums up to rounding
-        got = mod.quant_matmul(x, wq, s, b, 32, 4)
+        agrees = _agrees(mod, 64, 4, 1e-4, seed=0)
     except (TypeError, AttributeError):
         return "it was built with a nanobind whose ABI differs from this mlx's"
-    want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4)
-    if not mx.allclose(got, want, rtol=1e-4, atol=1e-4).item():
-        return "its check product differs from mx.quantized_matmul"
-    return None
+    return None if agrees else "its check product differs from mx.quantized_matmul"
+
+
+def _agrees(mod, k: int, bits: int, tol: float, seed: int) -> bool:
+    """Whether one random (1, k) x (8, k) product equals ``mx.quantized_matmul``'s."""
+    import mlx.core as mx
+
+    w = mx.random.normal((8, k), key=mx.random.key(seed))
+    x = mx.random.normal((1, k), key=mx.random.key(seed + 1))
+    wq, s, b = mx.quantize(w, group_size=32, bits=bits)
+    got = mod.quant_matmul(x, wq, s, b, 32, bits)
+    want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=bits)
+    return mx.allclose(got, want, rtol=tol, atol=tol).item()
 
 
 def int_dots(mod) -> str:
@@ -122,22 +126,14 @@ def int_dots(mod) -> str:
         The status line's words for them: in use, off by the variable or by a failed
         check, or nothing where the CPU has no VNNI.
     """
-    import mlx.core as mx
-
     if not config.enabled(DOTS_ENV):
         mod.set_int_dots(0)
         return f"; integer dots off ({DOTS_ENV}=0)"
     if not mod.set_int_dots(1):
         return ""
-    w = mx.random.normal((8, 256), key=mx.random.key(2))
-    x = mx.random.normal((1, 256), key=mx.random.key(3))
-    for bits in (4, 8):
-        wq, s, b = mx.quantize(w, group_size=32, bits=bits)
-        got = mod.quant_matmul(x, wq, s, b, 32, bits)
-        want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=bits)
-        if not mx.allclose(got, want, rtol=1e-3, atol=1e-3).item():
-            mod.set_int_dots(0)
-            return "; integer dots off (their check product differs)"
+    if not all(_agrees(mod, 256, bits, 1e-3, seed=2) for bits in (4, 8)):
+        mod.set_int_dots(0)
+        return "; integer dots off (their check product differs)"
     return "; integer dots for decode steps"
 
 

@@ -9,11 +9,16 @@ import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engin
 from mlx_notebook.cpu import ext as _ext
 
 
+def dots_on() -> bool:
+    """Whether the loaded extension rounds quantized products' inputs (its status says)."""
+    return "integer dots for decode steps" in _ext.status()
+
+
 def logprob_tolerance() -> float:
     """How far a quantized model's log-probabilities may be from stock mlx-lm's: 1e-4
     for float sums in another order; 2e-3 with inputs rounded to 16 bits (up to 8.2e-4
     measured on the default model over 64 tokens)."""
-    return 2e-3 if "integer dots for decode steps" in _ext.status() else 1e-4
+    return 2e-3 if dots_on() else 1e-4
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import mlx_notebook  # noqa: F401 - loads OpenBLAS and the sgemv shim first
-from mlx_notebook.cpu import ext as _ext
 from mlx_notebook.cpu import fast as cpu_fast
+from tests.cpu.test_dots import dots_on
 
 
 def max_diff(a, b):
@@ -152,7 +152,7 @@ def check_against_mlx_lm(engine, path, prompts, n, ours=None):
     # A near-tie: float sums in another order move logits by ~1e-5; a quantized model's
     # inputs rounded to 16 bits (integer dots, tests/cpu/test_dots.py) by ~1e-4.
     dots = "quantization" in json.loads(Path(path, "config.json").read_text())
-    near = 1e-3 if dots and "integer dots for decode" in _ext.status() else 1e-4
+    near = 1e-3 if dots and dots_on() else 1e-4
     for r, ref in zip(ours, json.loads(res.stdout)):
         mine = [t for t in r.token_ids if t not in eos]
         theirs = [t for t in ref["ids"] if t not in eos]
