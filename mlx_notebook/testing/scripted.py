@@ -44,6 +44,9 @@ class ScriptedModel:
         delay_s: Sleep per forward call, to make cancel timing observable.
         token_delay_s: Extra sleep per input token, so prefill cost grows with length.
         pos_delay_s: Extra sleep per input token per earlier token, as attention costs.
+        square: Attention over the whole square of a chunk's scores (each input token
+            per every token up to the chunk's end), as MLX's masked CPU fallback costs,
+            rather than only the earlier ones.
         fail_at: Raise RuntimeError when a forward call reaches this position.
         clock: Spend the delays on this `VirtualClock` instead of sleeping.
     """
@@ -57,6 +60,7 @@ class ScriptedModel:
         fail_at: int | None = None,
         pos_delay_s: float = 0.0,
         clock: VirtualClock | None = None,
+        square: bool = False,
     ) -> None:
         import mlx.nn as nn
 
@@ -65,6 +69,7 @@ class ScriptedModel:
         self.delay_s = delay_s
         self.token_delay_s = token_delay_s
         self.pos_delay_s = pos_delay_s
+        self.square = square
         self.fail_at = fail_at
         self.sleep = time.sleep if clock is None else clock.sleep
         self.layers = [nn.Identity()]  # one KV cache slot
@@ -87,7 +92,8 @@ class ScriptedModel:
         starts = c.offset.tolist() if isinstance(c.offset, mx.array) else [c.offset]
         n, start = len(batch[0]), max(starts)
         # One sleep per call, whatever the batch: decoding B rows costs about one row.
-        wait = self.delay_s + self.token_delay_s * n + self.pos_delay_s * n * (start + n / 2)
+        seen = start + (n if self.square else n / 2)  # keys a token of the chunk meets
+        wait = self.delay_s + self.token_delay_s * n + self.pos_delay_s * n * seen
         if wait:
             self.sleep(wait)
         if self.fail_at is not None and start + n > self.fail_at:

@@ -5,17 +5,20 @@ bounds the Stop latency: it must fit the time target. Cancel points come between
 chunks, and, where the cache can roll a partial pass back (`layer_gates`), every
 few layers inside a chunk; a chunk may then run as long as its layers allow,
 within `ChunkSizer.HOLD_S`. Within those bounds, bigger chunks
-amortize the fixed cost of a forward pass (reading every weight), but attention
-makes each token of a chunk dearer the longer the chunk: on a CPU, one chunk
-of 1,500 tokens runs slower than chunks of 128. A per-model cost model, learned
-from every chunk any job prefills, gives both limits:
+amortize the fixed cost of a forward pass (reading every weight). A per-model cost
+model, learned from every chunk any job prefills, gives the limits:
 
-    t(n, p) = g + a * n + b * n * (p + n / 2)
+    t(n, p) = g + a * n + b * n * (p + n / 2) + e * n^2
 
 for a chunk of ``n`` tokens starting at position ``p``: a fixed cost ``g``,
-per-token compute ``a``, and attention ``b`` over the tokens before each one.
-Throughput ``n / t`` peaks at ``n* = sqrt(2 g / b)``; the time target caps ``n``
-where ``t`` reaches it. A new model's first chunk is small, to measure it.
+per-token compute ``a``, attention ``b`` over the tokens before each one, and ``e``
+what a chunk's attention costs beyond that. Attention that skips the masked half of a
+chunk's scores (the fast path's; MLX's on Metal) has e = 0: a prompt's attention then
+costs the same however it is chunked, and fewer chunks are always faster. Attention
+that computes the whole square and masks it (MLX's CPU fallback) has e = b / 2: each
+chunk's tokens then cost more the longer it is, and a prompt is fastest in chunks of
+``sqrt(g / e)`` (`PrefillProfile.best`). The time target caps ``n`` where ``t`` reaches
+it. A new model's first chunk is small, to measure it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
+from itertools import combinations
 
 import mlx.core as mx
 
@@ -48,9 +52,11 @@ class PrefillProfile:
         keep: Observations kept (the most recent).
     """
 
+    MATURE = 8  # chunks measured before the fit may shrink chunks (`best`)
+
     def __init__(self, keep: int = 64) -> None:
         self.obs: deque[tuple[int, int, float]] = deque(maxlen=keep)
-        self.coef: tuple[float, float, float] | None = None
+        self.coef: tuple[float, float, float, float] | None = None  # g, a, b, e
         self.largest = 0  # the longest chunk measured: the fit is not trusted far past it
 
     def observe(self, n: int, pos: int, seconds: float) -> None:
@@ -63,75 +69,94 @@ class PrefillProfile:
         """Seconds for a chunk of ``n`` tokens at ``pos``, or None before a fit."""
         if self.coef is None:
             return None
-        g, a, b = self.coef
-        return g + a * n + b * n * (pos + n / 2)
+        g, a, b, e = self.coef
+        return g + a * n + b * n * (pos + n / 2) + e * n * n
 
     def best(self) -> float:
-        """The chunk length of highest throughput.
+        """The chunk length that prefills a long prompt fastest.
 
-        inf when the fit has no fixed cost or no attention cost: nothing then makes
-        small chunks pay (with ``g = 0`` the formula's "peak" is a chunk of no tokens),
-        and the time target alone sizes them.
+        In chunks of ``n``, a prompt of ``N`` tokens takes ``N / n * g + a * N +
+        b * N^2 / 2 + e * N * n``: the least at ``n = sqrt(g / e)``. inf when a chunk's
+        attention costs nothing beyond its share of the prompt's (``e = 0``) or there
+        is no fixed cost: nothing then makes small chunks pay, and the time target
+        alone sizes them. inf too before `MATURE` chunks were measured: a warm-up's few
+        short chunks time mostly fixed costs and noise, and an attention term fitted to
+        them once cut a long prompt into chunks of 30.
         """
-        if self.coef is None:
+        if self.coef is None or len(self.obs) < self.MATURE:
             return math.inf
-        g, _, b = self.coef
-        return math.sqrt(2 * g / b) if g > 0 and b > 0 else math.inf
+        g, _, _, e = self.coef
+        return math.sqrt(g / e) if g > 0 and e > 0 else math.inf
 
     def largest_within(self, seconds: float, pos: int) -> float | None:
         """The longest chunk at ``pos`` predicted to take at most ``seconds``."""
         if self.coef is None:
             return None
-        g, a, b = self.coef
+        g, a, b, e = self.coef
         room = seconds - g
         if room <= 0:
             return 1.0
-        lin = a + b * pos
-        if b <= 0:
+        lin, sq = a + b * pos, b / 2 + e
+        if sq <= 0:
             return room / lin if lin > 0 else math.inf
-        # The positive root of b/2 n^2 + lin n - room = 0, in the form that does not
-        # cancel when b is tiny (-lin + sqrt(...) loses every digit as b -> 0).
-        return 2 * room / (lin + math.sqrt(lin * lin + 2 * b * room))
+        # The positive root of sq n^2 + lin n - room = 0, in the form that does not
+        # cancel when sq is tiny (-lin + sqrt(...) loses every digit as sq -> 0).
+        return 2 * room / (lin + math.sqrt(lin * lin + 4 * sq * room))
 
-    def _fit(self) -> tuple[float, float, float] | None:
-        # Least squares on [1, n, n (p + n/2)], coefficients kept non-negative.
-        rows = [(1.0, float(n), n * (p + n / 2)) for n, p, _ in self.obs]
+    def _fit(self) -> tuple[float, float, float, float] | None:
+        # Least squares on [1, n, n (p + n/2), n^2], coefficients kept non-negative.
+        rows = [(1.0, float(n), n * (p + n / 2), float(n * n)) for n, p, _ in self.obs]
         ys = [t for _, _, t in self.obs]
         if len({n for n, _, _ in self.obs}) < 2:
             n, _, t = self.obs[-1]
-            return (0.0, t / n, 0.0)  # one size seen: all per-token, for now
-        fits = []
+            return (0.0, t / n, 0.0, 0.0)  # one size seen: all per-token, for now
+        # Columns scaled to at most 1 (n^2 reaches 1e6 where 1 is 1): the normal
+        # equations then stay well within float precision.
+        scale = [max(abs(r[i]) for r in rows) or 1.0 for i in range(4)]
+        rows_s = [[x / f for x, f in zip(r, scale)] for r in rows]
+        m, fits = len(rows), []
         for keep in _SUBSETS:  # non-negative least squares by trying every subset of terms
-            coef = _lstsq([[r[i] for i in keep] for r in rows], ys)
+            if len(keep) >= m:  # as many terms as times: it would fit their noise exactly
+                continue
+            coef = _lstsq([[r[i] for i in keep] for r in rows_s], ys)
             if coef is None or any(c < 0 for c in coef):
                 continue
-            full = [0.0, 0.0, 0.0]
+            full = [0.0, 0.0, 0.0, 0.0]
             for i, c in zip(keep, coef):
-                full[i] = c
+                full[i] = c / scale[i]
             err = sum((sum(f * x for f, x in zip(full, r)) - y) ** 2 for r, y in zip(rows, ys))
             fits.append((err, len(keep), tuple(full)))
         if not fits:
             return None
-        # The fewest terms among the fits as good as the best up to rounding: on times
-        # that one term explains exactly, the others fit rounding errors (a fixed cost
-        # of 1e-17 and an attention term of 2e-22 were seen), which then size chunks.
-        least = min(err for err, _, _ in fits)
-        tol = least + 1e-12 * sum(y * y for y in ys)
-        return min((n, err, c) for err, n, c in fits if err <= tol)[2]
+        # Akaike's final prediction error, err (m + k) / (m - k): a term must earn its
+        # place. Three warm-up chunks of 8-22 tokens once fitted no per-token cost and
+        # all attention, which then cut a long prompt into chunks of 30. Errors below
+        # rounding count as equal (on times that one term explains exactly, the others
+        # fit rounding errors: a fixed cost of 1e-17 and an attention term of 2e-22 were
+        # seen); among equals the fewest terms, then one without ``e``: chunks all at
+        # position 0 cannot tell it from ``b``, and ``b`` alone never shrinks chunks.
+        floor = 1e-12 * sum(y * y for y in ys)
+        score = lambda err, k: max(err, floor) * (m + k) / (m - k)  # noqa: E731
+        return min((score(err, k), k, c[3] > 0, c) for err, k, c in fits)[3]
 
 
-_SUBSETS = [(0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)]
+# Every subset with the per-token term: each token costs compute, and a fit without it
+# (fixed cost and attention only, from short chunks) sized the next chunks by noise.
+_SUBSETS = [keep for k in (4, 3, 2, 1) for keep in combinations(range(4), k) if 1 in keep]
 
 
 def _lstsq(rows: list[list[float]], ys: list[float]) -> list[float] | None:
     k = len(rows[0])
     ata = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
     aty = [sum(r[i] * y for r, y in zip(rows, ys)) for i in range(k)]
-    # Gaussian elimination with partial pivoting; k <= 3.
+    # Gaussian elimination with partial pivoting; k <= 4. A pivot that is rounding
+    # against the largest entry: columns that one another explain (n^2 and n (p + n/2)
+    # when every chunk began at 0).
+    tiny = 1e-12 * max(abs(ata[i][i]) for i in range(k))
     m = [ata[i] + [aty[i]] for i in range(k)]
     for c in range(k):
         p = max(range(c, k), key=lambda r: abs(m[r][c]))
-        if abs(m[p][c]) < 1e-18:
+        if abs(m[p][c]) <= max(tiny, 1e-300):
             return None
         m[c], m[p] = m[p], m[c]
         for r in range(k):
@@ -166,6 +191,15 @@ class ChunkSizer:
     # chunks held 65-120 tokens, and 4 s prefilled 512 tokens 1.17x (float32) and
     # 1.15x (Q4_0) as fast (benchmarks/bench_hold.py, 5 pairs, bench_scale.py's model).
     HOLD_S = 4.0
+    # How far past what was measured a chunk may grow: a young fit (a short warm-up
+    # prompt) extrapolates, and a chunk without cancel points holds a Stop for all of
+    # it. Chunks with them may grow further: past GROWTH x the measured, they get a
+    # cancel point after every layer (`every`), so a Stop waits one layer whatever the
+    # fit says. At 4x, a long prompt after a short one (a chat's first document) began
+    # with a chunk of about 120 tokens on a 1B model, then 230 and 160: 3 chunks where
+    # a taught model takes 2, each reading (or widening) every weight once.
+    GROWTH = 4
+    GATED_GROWTH = 16
 
     def __init__(
         self,
@@ -209,13 +243,18 @@ class ChunkSizer:
         # and one chunk of a whole long prompt would hold a Stop for seconds.
         grown = self._last or p.largest
         if grown:
-            want = min(want, 4 * max(grown, self.first // 4))
+            growth = self.GROWTH if points <= 1 else self.GATED_GROWTH
+            want = min(want, growth * max(grown, self.first // 4))
         return int(max(self.lo, want))
 
     def every(self, n: int, pos: int, layers: int) -> int:
-        """Layers between cancel points in ``n`` tokens at ``pos``: each stretch fits the target."""
+        """Layers between cancel points in ``n`` tokens at ``pos``: each stretch fits the target.
+
+        One where the chunk is longer than `GROWTH` x the longest measured: the
+        prediction is an extrapolation there.
+        """
         t = self.profile.predict(n, pos)
-        if not t or t <= 0:
+        if not t or t <= 0 or n > self.GROWTH * self.profile.largest:
             return 1
         return max(1, int(layers * self.target_s * self.MARGIN / t))
 

@@ -11,19 +11,59 @@ from mlx_notebook.engine.decoding.prefill import ChunkSizer, PrefillProfile
 
 
 def cost(n, p, g=0.02, a=1e-3, b=2e-6):
+    """Attention that skips the masked half of a chunk's scores (the fast path's)."""
     return g + a * n + b * n * (p + n / 2)
+
+
+def square(n, p, g=0.02, a=1e-3, b=2e-6):
+    """Attention that computes a chunk's whole square of scores and masks it (MLX's CPU)."""
+    return g + a * n + b * n * (p + n)
+
+
+CHUNKS = [(8, 0), (32, 8), (128, 40), (100, 168), (60, 268), (200, 328), (150, 528), (90, 678)]
 
 
 def test_profile_recovers_the_cost_model_and_its_limits():
     prof = PrefillProfile()
-    for n, p in [(8, 0), (32, 8), (128, 40), (100, 168), (60, 268), (200, 328), (150, 528)]:
+    for n, p in CHUNKS:
         prof.observe(n, p, cost(n, p))
-    g, a, b = prof.coef
+    g, a, b, e = prof.coef
     assert g == pytest.approx(0.02, rel=1e-3) and a == pytest.approx(1e-3, rel=1e-3)
-    assert b == pytest.approx(2e-6, rel=1e-3)
-    assert prof.best() == pytest.approx(math.sqrt(2 * 0.02 / 2e-6))  # throughput peak
+    assert b == pytest.approx(2e-6, rel=1e-3) and e == 0
+    assert prof.best() == math.inf  # fewer chunks are always faster
     n = prof.largest_within(0.2, 1000)
     assert cost(n, 1000) == pytest.approx(0.2)
+
+
+def test_attention_over_a_whole_square_makes_long_chunks_dearer():
+    prof = PrefillProfile()
+    for n, p in CHUNKS:
+        prof.observe(n, p, square(n, p))
+    g, a, b, e = prof.coef
+    assert (g, a, b, e) == pytest.approx((0.02, 1e-3, 2e-6, 1e-6), rel=1e-3)
+    best = prof.best()
+    assert best == pytest.approx(math.sqrt(2 * 0.02 / 2e-6))
+    young = PrefillProfile()
+    for n, p in CHUNKS[: PrefillProfile.MATURE - 1]:
+        young.observe(n, p, square(n, p))
+    assert young.coef == pytest.approx(prof.coef, rel=1e-3) and young.best() == math.inf
+
+    def prompt(n, total=2000):  # a prompt of `total` tokens in chunks of n
+        return sum(square(min(n, total - p), p) for p in range(0, total, n))
+
+    assert prompt(int(best)) < min(prompt(int(best / 2)), prompt(int(best * 2)))
+    assert prof.largest_within(0.2, 1000) == pytest.approx(
+        next(n for n in range(1, 999) if square(n + 1, 1000) > 0.2), abs=1
+    )
+
+
+def test_chunks_all_at_the_start_leave_attention_as_the_shared_kind():
+    # With every chunk at position 0, n (p + n/2) and n^2 are one column: the fit keeps
+    # the first (b), which never shrinks chunks, rather than guess the second (e).
+    prof = PrefillProfile()
+    for n in (2, 30, 120):
+        prof.observe(n, 0, cost(n, 0))
+    assert prof.coef[3] == 0 and prof.best() == math.inf
 
 
 def test_noise_never_gives_negative_costs():
@@ -43,7 +83,12 @@ def test_sizer_caps_by_time_and_throughput_and_grows_gradually():
     assert s.size_at(8) == 32  # at most 4x per chunk while the fit is young
     for n, p in [(32, 8), (128, 40), (100, 168)]:
         s.observe(n, cost(n, p), p)
-    assert s.size_at(300) == int(prof.best())  # the time cap is far: throughput decides
+    assert s.size_at(300) == 4 * 100  # the time cap is far: 4x the last chunk
+    sq = PrefillProfile()
+    for n, p in CHUNKS:
+        sq.observe(n, p, square(n, p))
+    s = ChunkSizer(target_s=10.0, profile=sq)
+    assert s.size_at(300) == int(sq.best())  # the time cap is far: throughput decides
     tight = ChunkSizer(target_s=0.1, profile=prof)
     n = tight.size_at(2000)
     assert cost(n, 2000) <= 0.1 * ChunkSizer.MARGIN + 1e-9
@@ -64,9 +109,9 @@ def test_exactly_per_token_costs_never_shrink_chunks_to_one_token():
         clock.sleep(0.0002 * n)  # timed as prefill times chunks: rounding in each difference
         s.observe(n, clock() - t0, pos)
         pos += n
-        assert prof.coef == (0.0, pytest.approx(2e-4), 0.0)
+        assert prof.coef == (0.0, pytest.approx(2e-4), 0.0, 0.0)
         assert pos <= 168 or n in (199, 200)  # 8, 32, 128, then 0.04 s of tokens
-    prof.coef = (0.0, 2e-4, 2e-22)  # no fixed cost: nothing makes small chunks pay
+    prof.coef = (0.0, 2e-4, 2e-22, 0.0)  # no fixed cost: nothing makes small chunks pay
     assert prof.best() == math.inf and s.size_at(pos) in (199, 200)
     assert prof.largest_within(0.04, 10**6) == pytest.approx(200, rel=1e-6)  # no cancellation
 
@@ -82,6 +127,21 @@ def test_a_young_fit_does_not_size_a_chunk_far_past_what_was_measured():
     assert fresh.size_at(0) == 12  # 4x the longest chunk measured
     fresh.observe(12, 0.004, 0)
     assert fresh.size_at(12) == 48
+
+
+def test_a_chunk_with_cancel_points_grows_further_and_gates_every_layer_past_the_measured():
+    # Cancel points between layers bound a Stop whatever the fit says, once every layer
+    # has one: such a chunk may grow 16x past what was measured, not 4x.
+    prof = PrefillProfile()
+    ChunkSizer(profile=prof).observe(3, 0.001, 0)  # a short prompt: 3 tokens in 1 ms
+    gated = ChunkSizer(target_s=0.25, profile=prof)
+    n = gated.size_at(0, points=16)
+    assert n == ChunkSizer.GATED_GROWTH * 3 == 48
+    assert gated.size_at(0) == ChunkSizer.GROWTH * 3  # no cancel points: 4x, as before
+    assert gated.every(n, 0, 16) == 1  # an extrapolation: a cancel point after each layer
+    assert gated.every(12, 0, 16) > 16  # within 4x of the measured: the fit sizes them
+    gated.observe(n, 0.016, 0)
+    assert gated.size_at(n, points=16) == 16 * 48  # and so on, within the hold
 
 
 def test_past_the_window_chunks_end_on_the_grid_whatever_the_time():
@@ -162,7 +222,7 @@ def _gated_setup(tmp_path, per_token_s):
 
     model = load(str(build_family("llama", tmp_path, num_hidden_layers=4)))[0]
     prof = PrefillProfile()
-    prof.coef, prof.largest = (0.0, per_token_s, 0.0), 10_000  # as if measured long ago
+    prof.coef, prof.largest = (0.0, per_token_s, 0.0, 0.0), 10_000  # as if measured long ago
     return CachedSequence(model), ChunkSizer(target_s=0.25, profile=prof)
 
 
@@ -178,12 +238,12 @@ def test_a_stop_inside_a_chunk_ends_the_steps_with_the_cache_as_before(tmp_path)
     assert first == 80  # 0.8 s of tokens: four layers of 0.2 s each
     assert len(asked) == 3  # a cancel point after each layer but the last
     asked.clear()
-    sizer.profile.coef = (0.0, 0.01, 0.0)  # the tiny model ran fast: keep it slow on paper
+    sizer.profile.coef = (0.0, 0.01, 0.0, 0.0)  # the tiny model ran fast: keep it slow on paper
     stopped = pf.prefill_steps(seq, tokens, stop=lambda: not asked.append(1), **note)
     assert list(stopped) == [] and len(asked) == 1  # stopped at the first point
     assert seq.tokens == tokens[:80] and {c.offset for c in seq.cache} == {80}
     assert seen == [0, 80, 80]  # no progress for the chunk that was rolled back
-    sizer.profile.coef = (0.0, 0.01, 0.0)
+    sizer.profile.coef = (0.0, 0.01, 0.0, 0.0)
     with pytest.raises(pf.Cancelled):
         pf.prefill(seq, tokens, check=lambda: None, stop=lambda: True, **note)
     assert seq.tokens == tokens[:80] and seq.consistent()

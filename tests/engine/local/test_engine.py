@@ -123,17 +123,33 @@ def test_chunks_are_sized_by_time(engine, scripted, virtual_clock):
     assert job.finished.stats.prefill_chunk in (199, 200)
 
 
-def test_chunks_stop_growing_where_throughput_peaks(engine, scripted, virtual_clock):
-    # A fixed 20 ms per chunk and an attention-like cost growing with position: the
-    # throughput-optimal chunk is sqrt(2 * 0.02 / b) = 200 tokens, far under the time cap.
+def _chunks_of_the_third_prefill(engine, scripted, clock, **cost) -> list[int]:
     prompt = "Rivers flow to the sea. " * 300
-    scripted("attn", prompt=prompt, delay_s=0.02, pos_delay_s=1e-6, clock=virtual_clock)
-    for _ in range(2):
+    scripted("attn", prompt=prompt, delay_s=0.02, token_delay_s=1e-4, pos_delay_s=1e-6,
+             clock=clock, **cost)  # fmt: skip
+    for _ in range(3):  # the first two teach the cost model (`PrefillProfile.MATURE`)
         job = engine.submit(req("attn", prompt=prompt, max_tokens=1, prefill_target_s=5.0,
                                 reuse_cache=False))  # fmt: skip
         done = [e.done for e in job.events(timeout=60) if isinstance(e, PrefillProgress)]
-    sizes = [b - a for a, b in zip(done, done[1:])][:-1]
+    return [b - a for a, b in zip(done, done[1:])]
+
+
+def test_chunks_stop_growing_where_a_prompt_prefills_fastest(engine, scripted, virtual_clock):
+    # A fixed 20 ms per chunk, 0.1 ms a token and attention over each chunk's whole
+    # square of scores: a prompt is fastest in chunks of sqrt(0.02 / (b / 2)) = 200,
+    # far under the time cap.
+    sizes = _chunks_of_the_third_prefill(engine, scripted, virtual_clock, square=True)[:-1]
     assert sizes and set(sizes) <= {199, 200}, sizes
+
+
+def test_chunks_grow_to_the_time_cap_when_attention_skips_the_masked_half(
+    engine, scripted, virtual_clock
+):
+    # The same costs with attention over the earlier tokens only: a prompt's attention
+    # is then the same however it is chunked, and the fewest chunks are fastest: the
+    # largest a chunk may be (its scores' memory), then the rest.
+    sizes = _chunks_of_the_third_prefill(engine, scripted, virtual_clock)
+    assert len(sizes) == 2 and sizes[0] == 2048, sizes
 
 
 def test_queued_job_cancelled_never_runs(engine, scripted):
