@@ -12,13 +12,13 @@ model, learned from every chunk any job prefills, gives the limits:
 
 for a chunk of ``n`` tokens starting at position ``p``: a fixed cost ``g``,
 per-token compute ``a``, attention ``b`` over the tokens before each one, and ``e``
-what a chunk's attention costs beyond that. Attention that skips the masked half of a
-chunk's scores (the fast path's; MLX's on Metal) has e = 0: a prompt's attention then
-costs the same however it is chunked, and fewer chunks are always faster. Attention
-that computes the whole square and masks it (MLX's CPU fallback) has e = b / 2: each
-chunk's tokens then cost more the longer it is, and a prompt is fastest in chunks of
-``sqrt(g / e)`` (`PrefillProfile.best`). The time target caps ``n`` where ``t`` reaches
-it. A new model's first chunk is small, to measure it.
+what a chunk's attention costs beyond that. Attention that computes a chunk's whole
+square of scores and masks it (the CPU's: the fast path's sgemm of every score, and
+MLX's fallback) has e = b / 2: each chunk's tokens then cost more the longer it is, and
+a prompt is fastest in chunks of ``sqrt(g / e)`` (`PrefillProfile.best`). Attention
+that skips the masked half has e = 0: a prompt's attention then costs the same however
+it is chunked, and fewer chunks are always faster. The time target caps ``n`` where
+``t`` reaches it. A new model's first chunk is small, to measure it.
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ class PrefillProfile:
         keep: Observations kept (the most recent).
     """
 
-    MATURE = 8  # chunks measured before the fit may shrink chunks (`best`)
-
     def __init__(self, keep: int = 64) -> None:
         self.obs: deque[tuple[int, int, float]] = deque(maxlen=keep)
         self.coef: tuple[float, float, float, float] | None = None  # g, a, b, e
@@ -79,11 +77,9 @@ class PrefillProfile:
         b * N^2 / 2 + e * N * n``: the least at ``n = sqrt(g / e)``. inf when a chunk's
         attention costs nothing beyond its share of the prompt's (``e = 0``) or there
         is no fixed cost: nothing then makes small chunks pay, and the time target
-        alone sizes them. inf too before `MATURE` chunks were measured: a warm-up's few
-        short chunks time mostly fixed costs and noise, and an attention term fitted to
-        them once cut a long prompt into chunks of 30.
+        alone sizes them.
         """
-        if self.coef is None or len(self.obs) < self.MATURE:
+        if self.coef is None:
             return math.inf
         g, _, _, e = self.coef
         return math.sqrt(g / e) if g > 0 and e > 0 else math.inf
@@ -133,11 +129,11 @@ class PrefillProfile:
         # all attention, which then cut a long prompt into chunks of 30. Errors below
         # rounding count as equal (on times that one term explains exactly, the others
         # fit rounding errors: a fixed cost of 1e-17 and an attention term of 2e-22 were
-        # seen); among equals the fewest terms, then one without ``e``: chunks all at
-        # position 0 cannot tell it from ``b``, and ``b`` alone never shrinks chunks.
+        # seen); among equals the fewest terms, then one with ``e``: chunks all at
+        # position 0 cannot tell it from ``b``, and the CPU's attention is a whole square.
         floor = 1e-12 * sum(y * y for y in ys)
         score = lambda err, k: max(err, floor) * (m + k) / (m - k)  # noqa: E731
-        return min((score(err, k), k, c[3] > 0, c) for err, k, c in fits)[3]
+        return min((score(err, k), k, c[3] == 0, c) for err, k, c in fits)[3]
 
 
 # Every subset with the per-token term: each token costs compute, and a fit without it
@@ -197,9 +193,11 @@ class ChunkSizer:
     # cancel point after every layer (`every`), so a Stop waits one layer whatever the
     # fit says. At 4x, a long prompt after a short one (a chat's first document) began
     # with a chunk of about 120 tokens on a 1B model, then 230 and 160: 3 chunks where
-    # a taught model takes 2, each reading (or widening) every weight once.
+    # a taught model takes 2, each reading (or widening) every weight once. At 16x the
+    # 135M model's first such chunk took all 511 tokens, 0.6x as fast as 256-token
+    # chunks there (its attention computes each chunk's whole square of scores).
     GROWTH = 4
-    GATED_GROWTH = 16
+    GATED_GROWTH = 8
 
     def __init__(
         self,

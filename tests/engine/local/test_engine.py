@@ -127,7 +127,7 @@ def _chunks_of_the_third_prefill(engine, scripted, clock, **cost) -> list[int]:
     prompt = "Rivers flow to the sea. " * 300
     scripted("attn", prompt=prompt, delay_s=0.02, token_delay_s=1e-4, pos_delay_s=1e-6,
              clock=clock, **cost)  # fmt: skip
-    for _ in range(3):  # the first two teach the cost model (`PrefillProfile.MATURE`)
+    for _ in range(3):  # the first two teach the cost model
         job = engine.submit(req("attn", prompt=prompt, max_tokens=1, prefill_target_s=5.0,
                                 reuse_cache=False))  # fmt: skip
         done = [e.done for e in job.events(timeout=60) if isinstance(e, PrefillProgress)]
