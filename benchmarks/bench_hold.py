@@ -46,7 +46,7 @@ def main() -> None:
     values = [float(v) for v in (args.growth or args.holds).split(",")]
 
     from mlx_notebook.engine import Engine, Request
-    from mlx_notebook.engine.decoding import prefill
+    from mlx_notebook.engine.decoding import layer_gates, prefill
 
     eng = Engine.default()
     greedy = dict(model=args.model, temperature=0, repetition_penalty=1)
@@ -59,6 +59,12 @@ def main() -> None:
     else:
         eng.submit(Request(prompt, **once)).result()  # the cost model learns the long chunks
     state = next(iter(eng.scheduler.states.values()))  # the one model's (engine-internal)
+    if first:  # GATED_GROWTH sizes only chunks with cancel points between layers
+        from mlx_lm.models.cache import make_prompt_cache  # after mlx_notebook: OpenBLAS
+
+        model = eng.registry.peek(args.model).model
+        if layer_gates.points(model, make_prompt_cache(model)) <= 1:
+            raise SystemExit("--growth: this model's chunks have no cancel points")
     taught = copy.deepcopy(state.prefill)
     runs: dict[float, list] = {v: [] for v in values}
     for i in range(args.rounds):
@@ -68,9 +74,16 @@ def main() -> None:
                 prefill.ChunkSizer.GATED_GROWTH = v
             else:
                 prefill.ChunkSizer.HOLD_S = v  # read at each chunk
-            seen = len(state.prefill.obs)
+            chunks: list[int] = []  # the profile's deque is capped: count as observed
+            prof = state.prefill
+
+            def counted(n, pos, seconds, record=prof.observe, chunks=chunks):
+                chunks.append(n)
+                record(n, pos, seconds)
+
+            prof.observe = counted
             st = eng.submit(Request(prompt, **once)).result().stats
-            chunks = [n for n, _, _ in list(state.prefill.obs)[seen:]]
+            del prof.observe  # back to the class's method
             runs[v].append((st.prompt_tps, chunks))
     name = "growth" if first else "hold"
     for v in values:

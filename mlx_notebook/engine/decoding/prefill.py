@@ -77,7 +77,9 @@ class PrefillProfile:
         b * N^2 / 2 + e * N * n``: the least at ``n = sqrt(g / e)``. inf when a chunk's
         attention costs nothing beyond its share of the prompt's (``e = 0``) or there
         is no fixed cost: nothing then makes small chunks pay, and the time target
-        alone sizes them.
+        alone sizes them. Best effort: where timings are noisy the fit may drop ``g``
+        or ``e`` (then inf, and the time target and hold size chunks), and chunks that
+        all settle at one length cannot tell the terms apart.
         """
         if self.coef is None:
             return math.inf
@@ -236,9 +238,10 @@ class ChunkSizer:
         if fit is None:
             return self.first
         want = min(fit, p.best(), self.hi)
-        # Grow at most 4x per chunk within a prefill, and at most 4x past the longest
-        # chunk ever measured: a young fit (a short warm-up prompt) extrapolates wildly,
-        # and one chunk of a whole long prompt would hold a Stop for seconds.
+        # Grow at most GROWTH x per chunk within a prefill, and at most that past the
+        # longest chunk ever measured (GATED_GROWTH x where layers have cancel points):
+        # a young fit (a short warm-up prompt) extrapolates wildly, and one chunk of a
+        # whole long prompt would hold a Stop for seconds.
         grown = self._last or p.largest
         if grown:
             growth = self.GROWTH if points <= 1 else self.GATED_GROWTH

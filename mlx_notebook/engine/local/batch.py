@@ -178,7 +178,7 @@ class Batch:
         first = pre[0]
         # Short prompts side by side attend only to their own short contexts: the time
         # target alone bounds the group (a long prompt's chunk is also held to the
-        # length of best throughput, where its attention cost starts to dominate).
+        # length at which a prompt prefills fastest, `PrefillProfile.best`).
         fit = first.state.prefill.largest_within(first.sizer.target_s * ChunkSizer.MARGIN, 0)
         budget = max(first.sizer.size_at(len(first.seq.tokens)), int(min(fit or 0, first.sizer.hi)))
         group, total = [], 0

@@ -74,6 +74,8 @@ def test_a_warm_up_of_short_chunks_keeps_a_per_token_cost():
         prof.observe(n, p, t)
     g, a, b, e = prof.coef
     assert a > 0 and sum(c > 0 for c in (g, a, b, e)) <= 2
+    assert prof.best() == math.inf  # nothing here says long chunks cost more
+    assert prof.largest_within(0.2, 40) > 150  # not 30 (the old fit's chunks)
 
 
 def test_noise_never_gives_negative_costs():

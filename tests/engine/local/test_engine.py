@@ -142,7 +142,7 @@ def test_chunks_stop_growing_where_a_prompt_prefills_fastest(engine, scripted, v
     assert sizes and set(sizes) <= {199, 200}, sizes
 
 
-def test_chunks_grow_to_the_time_cap_when_attention_skips_the_masked_half(
+def test_chunks_grow_to_the_largest_allowed_when_attention_skips_the_masked_half(
     engine, scripted, virtual_clock
 ):
     # The same costs with attention over the earlier tokens only: a prompt's attention
