@@ -1,13 +1,12 @@
 """Schema forms in, one grammar and a typed parse out; bad input is one line."""
 
 import dataclasses
-import json
 from typing import Literal, TypedDict
 
 import pytest
 
 from mlx_notebook.engine import Request
-from mlx_notebook.schema import IncompleteValue, Schema, SchemaError, value_of
+from mlx_notebook.schema import Schema, SchemaError
 
 
 class Person(TypedDict):
@@ -82,20 +81,6 @@ def test_a_request_with_a_bad_schema_is_refused_at_validation():
     assert req.constraint is req.constraint  # compiled once per schema object
 
 
-def test_value_of_a_stopped_generation_is_one_clear_line():
-    s = Schema.of(Person)
-    assert value_of(s, '{"name": "A", "age": 1}', "stop") == {"name": "A", "age": 1}
-    with pytest.raises(IncompleteValue) as info:
-        value_of(s, '{"name": "A", "a', "length")
-    assert str(info.value) == (
-        "value: the generation ended (length) before its json value was complete; "
-        ".text keeps the partial text"
-    )
-    with pytest.raises(ValueError, match="had no schema"):
-        value_of(None, "x", "stop")
-    json.dumps(s.json_schema)  # the JSON Schema is plain data
-
-
 def test_a_lone_enum_is_a_choice_between_its_json_texts():
     assert Schema.of(Literal["pos", "neg"]).choice_texts() == ('"pos"', '"neg"')
     assert Schema.of({"enum": [1, "é", None]}).choice_texts() == ("1", '"é"', "null")
@@ -105,47 +90,8 @@ def test_a_lone_enum_is_a_choice_between_its_json_texts():
         assert Schema.of(other).choice_texts() == ()
 
 
-def test_an_invalid_schema_document_is_valid_false_never_an_exception():
-    # Draft-04 style "required": true inside a property: llguidance compiles it, the
-    # JSON Schema validator rejects the document itself. Every accessor says so.
-    pd = pytest.importorskip("pandas")
-    from mlx_notebook.engine.events import Stats
-    from mlx_notebook.engine.job import Result
-    from mlx_notebook.mapping.result import MapResult, MapRow
-    from mlx_notebook.schema import check_value
-
-    s = Schema.of({"type": "object", "properties": {"a": {"type": "integer", "required": True}}})
-    checked = check_value(s, '{"a": 1}', "stop")
-    assert checked.parsed and checked.value == {"a": 1} and not checked.valid
-    assert "not valid JSON Schema" in checked.problem and "\n" not in checked.problem
-    res = Result('{"a": 1}', "stop", None, None, Stats(), schema=s)
-    assert res.value == {"a": 1} and res.valid is False and "not valid" in res.problem
-    rows = MapResult([MapRow(0, "p", '{"a": 1}', "stop", stats=Stats())], schema=s)
-    assert rows.valid == [False] and rows.values == [{"a": 1}]
-    frame = rows.to_frame()
-    assert frame["a"].tolist() == [1] and frame["valid"].tolist() == [False]
-    assert "not valid JSON Schema" in frame["problem"][0]
-    assert isinstance(frame, pd.DataFrame)
-
-
-def test_a_value_that_breaks_its_schema_is_said_in_one_line():
-    from mlx_notebook.schema import InvalidValue, check_value
-
-    s = Schema.of({"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}})
-    checked = check_value(s, '{"n": 9}', "stop")
-    assert not checked.valid and not checked.parsed and "9 is greater than" in checked.problem
-    with pytest.raises(InvalidValue, match="does not follow the schema: 9 is greater"):
-        value_of(s, '{"n": 9}', "stop")
-    assert check_value(s, '{"n": 2}', "stop") == check_value(s, '{"n": 2}', "stop")
-    assert check_value(s, '{"n": 2}', "stop").valid
-    assert (
-        check_value(s, '{"n": ', "length").problem
-        == "it ended (length) before its json value was complete"
-    )
-
-
 def test_an_unknown_format_is_an_annotation():
-    from mlx_notebook.schema import check_value
+    from mlx_notebook.value_check import check_value
 
     s = Schema.of({"type": "object", "properties": {"t": {"type": "string", "format": "topic"}}})
     assert s.notes == ("format 'topic' is an annotation here: not enforced, not checked",)
@@ -154,7 +100,7 @@ def test_an_unknown_format_is_an_annotation():
 
 
 def test_one_of_is_generated_as_any_of_and_validated_as_one_of():
-    from mlx_notebook.schema import check_value
+    from mlx_notebook.value_check import check_value
 
     both = {"type": "object", "properties": {"a": {"type": "integer"}}}
     s = Schema.of({"oneOf": [both, {"type": "object", "properties": {"b": {"type": "string"}}}]})
@@ -181,7 +127,7 @@ def test_one_of_is_generated_as_any_of_and_validated_as_one_of():
     ],
 )  # fmt: skip
 def test_keys_a_grammar_cannot_enforce_are_refused_or_validated_at_the_end(spec, good, bad, why):
-    from mlx_notebook.schema import check_value
+    from mlx_notebook.value_check import check_value
 
     with pytest.raises(SchemaError, match="cannot be enforced while generating; pass strict"):
         Schema.of(spec)

@@ -65,8 +65,8 @@ class Result(RichDisplay):
 
     @property
     def value(self):
-        """The parsed value of a structured generation (see `schema.value_of`)."""
-        from ..schema import value_of
+        """The parsed value of a structured generation (see `value_check.value_of`)."""
+        from ..value_check import value_of
 
         return value_of(self.schema, self.text, self.finish_reason)
 
@@ -74,16 +74,16 @@ class Result(RichDisplay):
     def valid(self) -> bool:
         """Whether the structured value is complete and follows its schema.
 
-        A bad schema document makes it False, never an exception (`schema.check_value`).
+        A bad schema document makes it False, never an exception (`value_check.check_value`).
         """
-        from ..schema import check_value
+        from ..value_check import check_value
 
         return check_value(self.schema, self.text, self.finish_reason).valid
 
     @property
     def problem(self) -> str | None:
         """Why the value is not `valid`, in one line (None when it is)."""
-        from ..schema import check_value
+        from ..value_check import check_value
 
         return check_value(self.schema, self.text, self.finish_reason).problem
 

@@ -184,7 +184,8 @@ def schema(spec) -> Scorer:
     Raises:
         ValueError: A spec that is not a JSON schema.
     """
-    from ..schema import Schema, reply_problem
+    from ..schema import Schema
+    from ..value_check import reply_problem
 
     s = Schema.of(spec)
     if s.kind != "json":

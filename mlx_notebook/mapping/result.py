@@ -150,11 +150,11 @@ class MapResult(LiveDisplay):
 
     @property
     def values(self) -> list:
-        """Per row: the parsed value (see `schema.check_value`), None where there is none."""
+        """Per row: the parsed value (see `value_check.check_value`), None where there is none."""
         return [c.value if c.parsed else None for c in self._checked()]
 
     def _checked(self) -> list:
-        from ..schema import check_value
+        from ..value_check import check_value
 
         if self.schema is None:
             raise ValueError("values: these rows had no schema (pass schema=...)")

@@ -318,7 +318,7 @@ def _check_schema(job: Job, fin: Finished) -> None:
     # The server is trusted with nothing: a reply that ignores the schema is said so.
     if job.request.schema is None or fin.finish_reason != "stop":
         return
-    from ...schema import reply_problem
+    from ...value_check import reply_problem
 
     problem = reply_problem(job.request.constraint, fin.text)
     if problem:

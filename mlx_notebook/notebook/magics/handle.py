@@ -88,7 +88,7 @@ class GenerationHandle:
         A pydantic instance when a model class was given. Raises one line if the
         generation ended before the value was complete (`.text` keeps the part).
         """
-        from ...schema import value_of
+        from ...value_check import value_of
 
         fin = self._final()
         return value_of(self.job.request.constraint, fin.text, fin.finish_reason)

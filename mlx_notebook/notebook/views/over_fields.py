@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from ...schema import Schema, check_value
+from ...schema import Schema
+from ...value_check import check_value
 from .markup import escape
 
 LIVE_ROWS = 200  # rows drawn while running; the finished document has them all

@@ -240,7 +240,7 @@ def test_a_server_that_ignores_the_schema_is_said_so_and_value_refuses(reply, pr
     # mlx_lm.server, like many servers, ignores response_format: the reply is checked
     # on the client and never passed off as valid.
     from mlx_notebook.engine import Notice
-    from mlx_notebook.schema import InvalidValue
+    from mlx_notebook.value_check import InvalidValue
 
     bodies = []
     with misbehaving_server(f"reply:{reply}", bodies) as url:

@@ -9,8 +9,9 @@ import pytest
 
 from mlx_notebook.engine import Request
 from mlx_notebook.engine.tokens.constraint import ChoiceConstraint, for_schema
-from mlx_notebook.schema import IncompleteValue, Schema
+from mlx_notebook.schema import Schema
 from mlx_notebook.testing import build_tiny_model
+from mlx_notebook.value_check import IncompleteValue
 
 # Bounded fields, so even a random-weight model finishes well inside its budget.
 PERSON = {
