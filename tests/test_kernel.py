@@ -221,9 +221,10 @@ def test_handle_wait_in_later_cell_can_be_interrupted(kernel, tiny_dir):
     k.interrupt()
     reply = k.reply(mid, 20)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
-    # (30 s: once in ~40 loaded runs the printed line came more than 10 s after idle)
-    _, out = k.output("print(bg.finish_reason)", 30)
-    assert "cancelled" in out
+    # Wait for the job's end rather than a fixed time: on a loaded machine the worker
+    # can take seconds to reach its next cancel point after the interrupt.
+    reply, out = k.output("bg.wait(); print(bg.finish_reason)", 60)
+    assert "cancelled" in out, (reply, out)
 
 
 def test_interrupt_on_an_idle_kernel_stops_streaming_generations(kernel, tiny_dir):
