@@ -102,7 +102,7 @@ VARIABLES: tuple[Variable, ...] = (
         "MLX_NOTEBOOK_INT_DOTS",
         "1",
         "``0``: 4- and 8-bit products keep float32 inputs, instead of inputs rounded to "
-        "16 bits and integer dots for decode steps (CPUs with AVX-512 VNNI).",
+        "16 bits and integer dots for decode steps and prefill (CPUs with AVX-512 VNNI).",
         fast_path=True,
     ),
     Variable(

@@ -134,7 +134,7 @@ def int_dots(mod) -> str:
     if not all(_agrees(mod, 256, bits, 1e-3, seed=2) for bits in (4, 8)):
         mod.set_int_dots(0)
         return "; integer dots off (their check product differs)"
-    return "; integer dots for decode steps"
+    return "; integer dots for decode steps and prefill"
 
 
 def load():

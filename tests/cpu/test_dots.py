@@ -11,7 +11,7 @@ from mlx_notebook.cpu import ext as _ext
 
 def dots_on() -> bool:
     """Whether the loaded extension rounds quantized products' inputs (its status says)."""
-    return "integer dots for decode steps" in _ext.status()
+    return "integer dots for decode steps and prefill" in _ext.status()
 
 
 def logprob_tolerance() -> float:
@@ -104,8 +104,10 @@ def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant)
     w = mx.random.normal((40, K), key=mx.random.key(0))
     wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
     x = mx.random.normal((M, K), key=mx.random.key(1)) * 4
+    gemms = ext.calls(5)
     got, dots = _product(ext, x, wq, s, b, gs, bits)
-    assert dots == 0  # the integer dots take one row only
+    assert dots == 0  # the one-row dots take one row only
+    assert ext.calls(5) - gemms == (M >= 64)  # prefill's integer products, from 64 rows
     rows = np.concatenate([_product(ext, x[i : i + 1], wq, s, b, gs, bits)[0] for i in range(M)])
     exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
     scale = np.abs(rows).max()
@@ -165,5 +167,80 @@ def test_the_variable_turns_them_off_and_the_status_says_so(ext, monkeypatch):
     assert _ext.int_dots(ext) == "; integer dots off (MLX_NOTEBOOK_INT_DOTS=0)"
     assert _product(ext, x, wq, s, b, 32, 4)[1] == 0
     monkeypatch.delenv(_ext.DOTS_ENV)
-    assert _ext.int_dots(ext) == "; integer dots for decode steps"
+    assert _ext.int_dots(ext) == "; integer dots for decode steps and prefill"
     assert _product(ext, x, wq, s, b, 32, 4)[1] == 1
+
+
+def _rounded(x, K):
+    """x as the kernels round it: each unit of 32 to r = round(x / d), d = max / 32639,
+    in float32 as they compute it; returned as r d in float64."""
+    xs = np.array(x, dtype=np.float32).reshape(x.shape[0], K // 32, 32)
+    top = np.abs(xs).max(axis=2, keepdims=True)
+    inv = np.where(top > 0, np.float32(32639.0) / np.where(top > 0, top, 1), np.float32(0))
+    r = np.rint(xs * inv.astype(np.float32)).astype(np.float64)
+    return (r * (top / np.float32(32639.0)).astype(np.float64)).reshape(x.shape[0], K)
+
+
+def _igemm(ext, x, wq, s, b, gs, bits):
+    import mlx.core as mx
+
+    before = ext.calls(5)
+    got = ext.quant_matmul(x, wq, s, b, gs, bits)
+    mx.eval(got)
+    return np.array(got, dtype=np.float64), ext.calls(5) - before
+
+
+@pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
+@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 8), (64, 8)])
+@pytest.mark.parametrize("M", [64, 70, 129])  # whole and partial blocks of 32 tokens
+def test_prefill_products_take_integer_sums_of_the_rounded_inputs(ext, M, quant, layout):
+    """From 64 rows the products take vpdpwssd's exact int32 sums (qmm_igemm.inc):
+    each output is W . round(x) up to float order, as every other path computes."""
+    import mlx.core as mx
+
+    gs, bits = quant
+    K = 640  # units in K blocks of 8, and a block of 4
+    w = mx.random.normal((53, K), key=mx.random.key(gs + bits))  # 53: tasks of 24, tiles of 6
+    wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+    (wq, s, b), exact_b = _layout(wq, s, b, bits, layout)
+    x = mx.random.normal((M, K), key=mx.random.key(1)) * mx.exp(mx.random.normal((M, K)))
+    deq = mx.dequantize(
+        wq, s.astype(mx.float32), exact_b.astype(mx.float32), group_size=gs, bits=bits
+    )
+    exact = np.array(deq, dtype=np.float64)
+    got, gemms = _igemm(ext, x, wq, s, b, gs, bits)
+    assert gemms == 1 and got.shape == (M, 53)
+    want = _rounded(x, K) @ exact.T
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() < 2e-6 * scale  # float order only
+    unrounded = np.array(x, dtype=np.float64) @ exact.T
+    assert np.abs(got - unrounded).max() > 2e-6 * scale  # rounded inputs, not float ones
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_prefill_inputs_that_are_not_finite_take_the_float_path(ext, bad):
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 128), key=mx.random.key(0))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    x = mx.random.normal((70, 128), key=mx.random.key(1)).at[69, 7].add(bad)
+    got, gemms = _igemm(ext, x, wq, s, b, 32, 4)
+    want = np.array(mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4))
+    assert gemms == 0
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    assert not np.isfinite(got[69]).any() and np.isfinite(got[:69]).all()
+
+
+def test_prefill_products_keep_float_inputs_with_the_dots_off(ext):
+    import mlx.core as mx
+
+    w = mx.random.normal((8, 128), key=mx.random.key(0))
+    wq, s, b = mx.quantize(w, group_size=32, bits=4)
+    x = mx.random.normal((64, 128), key=mx.random.key(1))
+    ext.set_int_dots(0)
+    try:
+        got, gemms = _igemm(ext, x, wq, s, b, 32, 4)
+    finally:
+        ext.set_int_dots(1)
+    want = np.array(mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4))
+    assert gemms == 0 and np.allclose(got, want, rtol=1e-5, atol=1e-5)

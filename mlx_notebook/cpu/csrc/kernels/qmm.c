@@ -17,7 +17,9 @@
  *     (the caller and helper.c's on two cores: on_helper);
  *     with AVX2, the same 8 rows at a time as above;
  *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
- *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
+ *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded); with AVX-512
+ *     VNNI and the integer dots on, the weights are widened to 16-bit integers instead
+ *     and multiplied with the 16-bit inputs by vpdpwssd (qmm_igemm.inc);
  *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
  *     instead (qmm_amx.inc): inputs split exactly into three bf16 parts.
  * With AVX-512 VNNI (and MLX_NOTEBOOK_INT_DOTS on), every path first rounds each unit of
@@ -91,8 +93,9 @@ void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 static int thread_count; /* 0: OpenMP's default */
 /* The library's helper thread, by address (helper.h): all NULL until set_helper. */
 struct mlxnb_helper_api mlxnb_helper;
-static long calls[5]; /* products per path: registers, 8-row passes, sgemm, AMX; and of
-                       * path 0's, those on integer dots (qmm_dots.inc) */
+static long calls[6]; /* products per path: registers, 8-row passes, sgemm, AMX; of
+                       * path 0's, those on integer dots (qmm_dots.inc); of path 2's,
+                       * those on integer dots (qmm_igemm.inc) */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
@@ -106,7 +109,7 @@ int mlxnb_ext_threads(void) {
 #endif
 }
 
-long mlxnb_qmm_calls(int path) { return path >= 0 && path < 5 ? calls[path] : -1; }
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 6 ? calls[path] : -1; }
 
 static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
@@ -310,6 +313,9 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
 #endif
 
 #include "qmm_sgemm.inc"
+#ifdef QMM_DOTS
+#include "qmm_igemm.inc"
+#endif
 
 /* Inputs of 4/8-bit products rounded to 16 bits and one-row products on integer dots
  * (where the CPU has VNNI), or float inputs (off); returns whether on. */
@@ -372,6 +378,12 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
   const int path = mlxnb_qmm_path(M);
   calls[path]++;
+#ifdef QMM_IGEMM
+  if (path == 2 && dots_fit(K, gs) && igemm(M, N, K, gs, bits, x, wb, sb, out) == 0) {
+    calls[5]++;
+    return 0;
+  }
+#endif
   float *xr = NULL; /* the rounded inputs, where the integer dots are on */
 #ifdef QMM_DOTS
   if (dots_fit(K, gs)) {
