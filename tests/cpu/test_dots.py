@@ -93,7 +93,7 @@ def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs
 
 
 @pytest.mark.parametrize("quant", [(32, 4), (64, 4), (32, 8), (64, 8)])
-@pytest.mark.parametrize("M", [2, 5, 16, 17, 70])  # row tiles or AMX's, sgemm from 64
+@pytest.mark.parametrize("M", [2, 5, 15, 16, 17, 70])  # row tiles or AMX's; integer sums
 def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant):
     """Verify passes, batched steps and prefill round their inputs as decode steps do:
     each row's sums equal its one-row product's up to float order."""
@@ -107,7 +107,8 @@ def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant)
     gemms = ext.calls(5)
     got, dots = _product(ext, x, wq, s, b, gs, bits)
     assert dots == 0  # the one-row dots take one row only
-    assert ext.calls(5) - gemms == (M >= 64)  # prefill's integer products, from 64 rows
+    # the integer sums from 16 rows (AMX tiles, where granted, keep 12-63)
+    assert ext.calls(5) - gemms == (M >= 16 and ext.path(M) == 2)
     rows = np.concatenate([_product(ext, x[i : i + 1], wq, s, b, gs, bits)[0] for i in range(M)])
     exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
     scale = np.abs(rows).max()
@@ -192,9 +193,9 @@ def _igemm(ext, x, wq, s, b, gs, bits):
 
 @pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
 @pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 8), (64, 8)])
-@pytest.mark.parametrize("M", [64, 70, 129])  # whole and partial blocks of 32 tokens
+@pytest.mark.parametrize("M", [16, 20, 64, 70, 80, 129])  # whole and partial blocks of 32
 def test_prefill_products_take_integer_sums_of_the_rounded_inputs(ext, M, quant, layout):
-    """From 64 rows the products take vpdpwssd's exact int32 sums (qmm_igemm.inc):
+    """From 16 rows the products take vpdpwssd's exact int32 sums (qmm_igemm.inc):
     each output is W . round(x) up to float order, as every other path computes."""
     import mlx.core as mx
 
@@ -208,7 +209,11 @@ def test_prefill_products_take_integer_sums_of_the_rounded_inputs(ext, M, quant,
         wq, s.astype(mx.float32), exact_b.astype(mx.float32), group_size=gs, bits=bits
     )
     exact = np.array(deq, dtype=np.float64)
-    got, gemms = _igemm(ext, x, wq, s, b, gs, bits)
+    ext.set_amx(0)  # AMX tiles, where granted, take 12-63 rows
+    try:
+        got, gemms = _igemm(ext, x, wq, s, b, gs, bits)
+    finally:
+        _ext.amx_tiles(ext)  # as the variable says
     assert gemms == 1 and got.shape == (M, 53)
     want = _rounded(x, K) @ exact.T
     scale = np.abs(want).max()

@@ -191,6 +191,8 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("calls", &mlxnb_qmm_calls, nb::arg("path"),
         "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm, 3 AMX tiles; "
         "4: of path 0's, those on integer dots; 5: of path 2's, those on integer dots.");
+  m.def("set_igemm_from", &mlxnb_qmm_set_igemm_from, nb::arg("rows"),
+        "From how many rows 4/8-bit products take integer sums on vpdpwssd (0: the default).");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
   m.def("set_int_dots", &mlxnb_qmm_set_int_dots, nb::arg("on"),

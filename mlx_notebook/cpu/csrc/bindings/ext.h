@@ -27,6 +27,7 @@ int mlxnb_qmm_path(int M);
 int mlxnb_qmm_stretch(int rows, int K, int step);
 int mlxnb_qmm_set_amx(int on);
 int mlxnb_qmm_set_int_dots(int on);
+void mlxnb_qmm_set_igemm_from(int rows);
 typedef struct {
   int N, K, gs, bits;
   const void* w;

@@ -342,10 +342,27 @@ int mlxnb_qmm_stretch(int rows, int K, int step) {
 #endif
 }
 
-/* Which path a product of M rows takes: vector_path's, or 3 AMX tiles. */
+#ifdef QMM_IGEMM
+static int igemm_from = IGEMM_M;
+#endif
+/* From how many rows products take the integer sums (qmm_igemm.inc; 0: the default). */
+void mlxnb_qmm_set_igemm_from(int rows) {
+#ifdef QMM_IGEMM
+  igemm_from = rows > 0 ? rows : IGEMM_M;
+#else
+  (void)rows;
+#endif
+}
+
+/* Which path a product of M rows takes: vector_path's, 3 AMX tiles, or 2 from
+ * igemm_from rows with the integer dots on (where K and the groups fit them; other
+ * products take vector_path's). */
 int mlxnb_qmm_path(int M) {
 #ifdef QMM_AMX
   if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;
+#endif
+#ifdef QMM_IGEMM
+  if (int_dots && M >= igemm_from) return 2;
 #endif
   return vector_path(M);
 }
@@ -376,14 +393,15 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
-  const int path = mlxnb_qmm_path(M);
-  calls[path]++;
+  int path = mlxnb_qmm_path(M);
 #ifdef QMM_IGEMM
-  if (path == 2 && dots_fit(K, gs) && igemm(M, N, K, gs, bits, x, wb, sb, out) == 0) {
-    calls[5]++;
+  if (path == 2 && M >= igemm_from && dots_fit(K, gs) && igemm(M, N, K, gs, bits, x, wb, sb, out) == 0) {
+    calls[2]++, calls[5]++;
     return 0;
   }
+  if (path == 2) path = vector_path(M); /* a product the integer sums do not take */
 #endif
+  calls[path]++;
   float *xr = NULL; /* the rounded inputs, where the integer dots are on */
 #ifdef QMM_DOTS
   if (dots_fit(K, gs)) {
