@@ -11,6 +11,10 @@ tokens are in the cache:
 - a batched decode step of B rows, one token each, on a batched KV cache (mlx-lm's
   ``KVCache.merge``), as ``map`` and concurrent jobs decode.
 
+``--float-sums`` (CPUs with VNNI) also times every pass of 16 rows or more with the
+integer sums off (the row tiles, as before csrc/kernels/qmm_igemm.inc), in the same
+rounds, and reports each pair's ratio.
+
 Each pass is the model's forward plus the greedy pick of every row (the engine's own:
 ``engine.decoding.sampling``), evaluated. Every round times each shape once per repeat in a rotated
 order, so drift of a shared machine hits all shapes alike; the cost of a shape is
@@ -33,11 +37,12 @@ VERIFY = (2, 5, 9, 17, 25, 33)
 BATCH = (2, 4, 8, 16, 32)
 
 
-def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float]]:
+def measure(lm, context: int, rounds: int, repeats: int, float_sums: bool) -> dict:
     """Per shape, its cost over a one-row step in each round."""
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
+    from mlx_notebook.cpu import ext as cpu_ext
     from mlx_notebook.cpu import fast as cpu_fast
     from mlx_notebook.engine.decoding import sampling
 
@@ -58,6 +63,13 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
         mx.eval([c.state for c in batches[b]])
 
     def run(shape):
+        if len(shape) == 3:  # the same pass with the integer sums off
+            ext = cpu_ext.load()
+            ext.set_igemm_from(1 << 30)
+            try:
+                return run(shape[:2])
+            finally:
+                ext.set_igemm_from(0)
         kind, n = shape
         if kind == "verify" or n == 1:
             out = model(mx.array([[101 + i for i in range(n)]]), cache=solo)
@@ -74,6 +86,8 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
             trim_prompt_cache(cache, 1)  # so every repeat sees the same context
 
     shapes = [("step", 1)] + [("verify", m) for m in VERIFY] + [("batch", b) for b in BATCH]
+    if float_sums:
+        shapes += [(k, n, "float sums") for k, n in shapes if n >= 16]
     for s in shapes:  # warm-up: first calls allocate
         run(s)
     costs: dict[str, list[float]] = {}
@@ -88,6 +102,10 @@ def measure(lm, context: int, rounds: int, repeats: int) -> dict[str, list[float
         unit = statistics.median(took[("step", 1)])
         for s in shapes:
             name = "one-row step" if s[0] == "step" else f"{s[0]} {s[1]}"
+            if len(s) == 3:
+                name += ", float sums"
+                ratio = statistics.median(took[s]) / statistics.median(took[s[:2]])
+                costs.setdefault(f"{s[0]} {s[1]}, float ÷ int", []).append(ratio)
             costs.setdefault(name, []).append(statistics.median(took[s]) / unit)
         costs.setdefault("one-row step, ms", []).append(unit * 1e3)
     return costs
@@ -99,16 +117,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--model", default="default", help="a model spec, e.g. default:f32")
+    ap.add_argument("--float-sums", action="store_true", help="also without the integer sums")
     args = ap.parse_args()
     eng = Engine()
     eng.submit(Request("hi", model=args.model, max_tokens=1)).result()  # load the model
-    work = lambda: measure(eng.registry.get(args.model), args.context, args.rounds, args.repeats)  # noqa: E731
+    lm = eng.registry.get(args.model)
+    work = lambda: measure(lm, args.context, args.rounds, args.repeats, args.float_sums)  # noqa: E731
     costs = eng.run_on_worker(work, timeout=3600)
     print(f"{args.model} on {eng.info().device}, context {args.context}, {args.rounds} rounds")
     for name, xs in costs.items():
         mid, lo, hi = statistics.median(xs), min(xs), max(xs)
-        unit = "" if "ms" in name else "x"
-        print(f"  {name:18s} {mid:6.2f}{unit} ({lo:.2f}-{hi:.2f})")
+        unit = "" if name.endswith(", ms") else "x"
+        print(f"  {name:28s} {mid:6.2f}{unit} ({lo:.2f}-{hi:.2f})")
     eng.close()
 
 

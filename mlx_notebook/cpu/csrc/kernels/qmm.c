@@ -17,9 +17,11 @@
  *     (the caller and helper.c's on two cores: on_helper);
  *     with AVX2, the same 8 rows at a time as above;
  *   - from SGEMM_M rows (prefill), 256 weight rows at a time are widened into a
- *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded); with AVX-512
- *     VNNI and the integer dots on, the weights are widened to 16-bit integers instead
- *     and multiplied with the 16-bit inputs by vpdpwssd (qmm_igemm.inc);
+ *     float buffer and multiplied with cblas_sgemm (OpenBLAS when loaded);
+ *   - with AVX-512 VNNI and the integer dots on, from IGEMM_M (16) rows instead of the
+ *     two above: the weights widened to 16-bit integers and multiplied with the 16-bit
+ *     inputs by vpdpwssd (qmm_igemm.inc), a last 1-3 rows past a multiple of 16 on
+ *     their own path;
  *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
  *     instead (qmm_amx.inc): inputs split exactly into three bf16 parts.
  * With AVX-512 VNNI (and MLX_NOTEBOOK_INT_DOTS on), every path first rounds each unit of
@@ -395,9 +397,14 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
   int path = mlxnb_qmm_path(M);
 #ifdef QMM_IGEMM
-  if (path == 2 && M >= igemm_from && dots_fit(K, gs) && igemm(M, N, K, gs, bits, x, wb, sb, out) == 0) {
-    calls[2]++, calls[5]++;
-    return 0;
+  if (path == 2 && M >= igemm_from && dots_fit(K, gs)) {
+    /* a last 1-3 rows past a multiple of 16 (a verify pass of 17) would cost a whole
+     * vector of 16 tokens: they take their own path right after, as AMX's tail */
+    const int tail = M > 16 && M % 16 <= IG_TAIL ? M % 16 : 0, head = M - tail;
+    if (igemm(head, N, K, gs, bits, x, wb, sb, out) == 0) {
+      calls[2]++, calls[5]++;
+      return tail ? mlxnb_qmm(tail, N, K, gs, bits, x + (long)head * K, w, s, b, half, out + (long)head * N) : 0;
+    }
   }
   if (path == 2) path = vector_path(M); /* a product the integer sums do not take */
 #endif
