@@ -1,15 +1,19 @@
 """Quantized products on the CPU: the fast path's kernels against float32 and MLX's own.
 
 Usage:
-    python benchmarks/bench_qmm.py [--rounds 5] [--rows 1,4,16,43]
+    python benchmarks/bench_qmm.py [--rounds 5] [--rows 1,4,16,43] [--shape 135m|1b]
+        [--gguf q4_0|q4_1] [--skip-mlx] [--skip-f32]
 
-For every product of the default model's decode step (stacked q/k/v, output,
-stacked gate/up, down, the tied 8-bit LM head) and each row count, the time of
-``x @ dequantize(W).T`` three or four ways, interleaved within each round: the
-extension's kernels on the packed weights, the same with the AMX tiles off (where the
-CPU has them: "row tiles"), the float32 product of the same weights (OpenBLAS through
-the fast path's shim), and ``mx.quantized_matmul`` (MLX's own CPU kernel). Figures are
-medians over rounds; ratios are paired.
+For every product of a decode step (stacked q/k/v, output, stacked gate/up, down; the
+135M default model's tied 8-bit LM head; ``--shape 1b``: Llama-3.2-1B's layers) and
+each row count, the time of ``x @ dequantize(W).T`` up to five ways, interleaved within
+each round: the extension's kernels on the packed weights, the same with the AMX tiles
+off (where the CPU has them: "row tiles"), the same without the integer sums of
+prefill and verify passes (where the CPU has VNNI: "float sums", the row tiles or
+widened weights and sgemm: csrc/kernels/qmm_igemm.inc), the float32 product of the same
+weights (OpenBLAS through the fast path's shim), and ``mx.quantized_matmul`` (MLX's own
+CPU kernel). ``--gguf`` keeps the scales as a GGUF file's float16, and no biases for
+Q4_0's symmetric blocks. Figures are medians over rounds; ratios are paired.
 """
 
 from __future__ import annotations
@@ -21,20 +25,31 @@ import time
 
 os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
-SHAPES = [  # (name, N, K, bits) on SmolLM2-135M, group size 32 as in its GGUF
-    ("q/k/v", 960, 576, 4),
-    ("o", 576, 576, 4),
-    ("gate/up", 3072, 576, 4),
-    ("down", 576, 1536, 4),
-    ("LM head", 49152, 576, 8),
-]
+SHAPES = {  # (name, N, K, bits), group size 32 as in a GGUF
+    "135m": [  # SmolLM2-135M
+        ("q/k/v", 960, 576, 4),
+        ("o", 576, 576, 4),
+        ("gate/up", 3072, 576, 4),
+        ("down", 576, 1536, 4),
+        ("LM head", 49152, 576, 8),
+    ],
+    "1b": [  # Llama-3.2-1B's layers (bench_scale.py's model)
+        ("q/k/v", 3072, 2048, 4),
+        ("o", 2048, 2048, 4),
+        ("gate/up", 16384, 2048, 4),
+        ("down", 2048, 8192, 4),
+    ],
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rows", default="1,4,16,43")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="135m")
+    ap.add_argument("--gguf", choices=["q4_0", "q4_1"], help="float16 scales, as the file's")
     ap.add_argument("--skip-mlx", action="store_true", help="leave out MLX's slow kernel")
+    ap.add_argument("--skip-f32", action="store_true", help="leave out the float32 product")
     args = ap.parse_args()
 
     from mlx_notebook.cpu import ext as _ext  # OpenBLAS and the shim before mlx.core
@@ -45,6 +60,16 @@ def main() -> None:
     import mlx.core as mx
 
     amx = ext.set_amx(1)
+    sums = "integer dots" in _ext.status()  # the integer sums (VNNI) are on
+
+    def float_sums(x, wq, s, b, bits):
+        ext.set_igemm_from(1 << 30)  # held through mx.eval, as tiles_off's switch
+        try:
+            out = ext.quant_matmul(x, wq, s, b, 32, bits)
+            mx.eval(out)
+        finally:
+            ext.set_igemm_from(0)
+        return out
 
     def tiles_off(x, wq, s, b, bits):
         # the primitive runs when evaluated: the switch must hold through mx.eval
@@ -64,11 +89,15 @@ def main() -> None:
         return (time.perf_counter() - t0) / reps * 1e3
 
     cases = []
-    for name, n, k, bits in SHAPES:
+    for name, n, k, bits in SHAPES[args.shape]:
         w = mx.random.normal((n, k)) * 0.05
         wq, s, b = mx.quantize(w, group_size=32, bits=bits)
-        wf = mx.dequantize(wq, s, b, group_size=32, bits=bits)
-        mx.eval(wq, s, b, wf)
+        if args.gguf:
+            s = s.astype(mx.float16)
+            b = None if args.gguf == "q4_0" else b.astype(mx.float16)
+        bf = s.astype(mx.float32) * -(2 ** (bits - 1)) if b is None else b.astype(mx.float32)
+        wf = mx.dequantize(wq, s.astype(mx.float32), bf, group_size=32, bits=bits)
+        mx.eval(wq, s, bf, wf)
         for m in map(int, args.rows.split(",")):
             x = mx.random.normal((m, k))
             mx.eval(x)
@@ -76,15 +105,20 @@ def main() -> None:
                 "ours": lambda x=x, wq=wq, s=s, b=b, bits=bits: ext.quant_matmul(
                     x, wq, s, b, 32, bits
                 ),
-                "f32": lambda x=x, wf=wf: x @ wf.T,
             }
+            if not args.skip_f32:
+                ways["f32"] = lambda x=x, wf=wf: x @ wf.T
+            if sums:
+                ways["float sums"] = lambda x=x, wq=wq, s=s, b=b, bits=bits: float_sums(
+                    x, wq, s, b, bits
+                )
             if amx:
                 ways["row tiles"] = lambda x=x, wq=wq, s=s, b=b, bits=bits: tiles_off(
                     x, wq, s, b, bits
                 )
             if not args.skip_mlx:
-                ways["mlx q"] = lambda x=x, wq=wq, s=s, b=b, bits=bits: mx.quantized_matmul(
-                    x, wq, s, b, transpose=True, group_size=32, bits=bits
+                ways["mlx q"] = lambda x=x, wq=wq, s=s, bf=bf, bits=bits: mx.quantized_matmul(
+                    x, wq, s.astype(mx.float32), bf, transpose=True, group_size=32, bits=bits
                 )
             cases.append((f"{name} ({n}x{k}, {bits}-bit), {m} rows", ways))
     times = {c: {w: [] for w in ways} for c, ways in cases}
@@ -98,11 +132,12 @@ def main() -> None:
     for label, ways in cases:
         t = times[label]
         cells = [f"{w} {statistics.median(t[w]):.3f}" for w in ways]
-        rs = [a / b for a, b in zip(t["f32"], t["ours"])]
-        extra = f"; f32/ours {statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})"
-        if "row tiles" in t:
-            ra = [a / b for a, b in zip(t["row tiles"], t["ours"])]
-            extra += f", row tiles/ours {statistics.median(ra):.2f}x ({min(ra):.2f}-{max(ra):.2f})"
+        extra = ""
+        for other in ("f32", "row tiles", "float sums"):
+            if other in t:
+                ra = [a / b for a, b in zip(t[other], t["ours"])]
+                extra += (f"; {other}/ours {statistics.median(ra):.2f}x "
+                          f"({min(ra):.2f}-{max(ra):.2f})")  # fmt: skip
         if "mlx q" in t:
             rq = [a / b for a, b in zip(t["mlx q"], t["ours"])]
             extra += f", mlx q/ours {statistics.median(rq):.1f}x"
