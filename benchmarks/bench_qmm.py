@@ -62,24 +62,22 @@ def main() -> None:
     amx = ext.set_amx(1)
     sums = "integer dots" in _ext.status()  # the integer sums (VNNI) are on
 
-    def float_sums(x, wq, s, b, bits):
-        ext.set_igemm_from(1 << 30)  # held through mx.eval, as tiles_off's switch
-        try:
-            out = ext.quant_matmul(x, wq, s, b, 32, bits)
-            mx.eval(out)
-        finally:
-            ext.set_igemm_from(0)
-        return out
+    def switched(off, on):
+        """The product with a switch held through mx.eval (the primitive runs then)."""
 
-    def tiles_off(x, wq, s, b, bits):
-        # the primitive runs when evaluated: the switch must hold through mx.eval
-        ext.set_amx(0)
-        try:
-            out = ext.quant_matmul(x, wq, s, b, 32, bits)
-            mx.eval(out)
-        finally:
-            ext.set_amx(1)
-        return out
+        def product(x, wq, s, b, bits):
+            off()
+            try:
+                out = ext.quant_matmul(x, wq, s, b, 32, bits)
+                mx.eval(out)
+            finally:
+                on()
+            return out
+
+        return product
+
+    tiles_off = switched(lambda: ext.set_amx(0), lambda: ext.set_amx(1))
+    float_sums = switched(lambda: ext.set_igemm_from(1 << 30), lambda: ext.set_igemm_from(0))
 
     def timed(f, reps):
         mx.eval(f())
