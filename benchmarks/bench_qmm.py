@@ -60,7 +60,7 @@ def main() -> None:
     import mlx.core as mx
 
     amx = ext.set_amx(1)
-    sums = "integer dots" in _ext.status()  # the integer sums (VNNI) are on
+    sums = "integer dots for decode" in _ext.status()  # the integer sums (VNNI) are on
 
     def switched(off, on):
         """The product with a switch held through mx.eval (the primitive runs then)."""

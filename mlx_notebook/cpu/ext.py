@@ -103,12 +103,12 @@ def _check(mod) -> str | None:
     return None if agrees else "its check product differs from mx.quantized_matmul"
 
 
-def _agrees(mod, k: int, bits: int, tol: float, seed: int) -> bool:
-    """Whether one random (1, k) x (8, k) product equals ``mx.quantized_matmul``'s."""
+def _agrees(mod, k: int, bits: int, tol: float, seed: int, rows: int = 1) -> bool:
+    """Whether one random (rows, k) x (8, k) product equals ``mx.quantized_matmul``'s."""
     import mlx.core as mx
 
     w = mx.random.normal((8, k), key=mx.random.key(seed))
-    x = mx.random.normal((1, k), key=mx.random.key(seed + 1))
+    x = mx.random.normal((rows, k), key=mx.random.key(seed + 1))
     wq, s, b = mx.quantize(w, group_size=32, bits=bits)
     got = mod.quant_matmul(x, wq, s, b, 32, bits)
     want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=bits)
@@ -119,8 +119,9 @@ def int_dots(mod) -> str:
     """Turn the integer dot products on or off as ``MLX_NOTEBOOK_INT_DOTS`` says.
 
     With them on, every 4/8-bit product rounds its inputs to 16 bits a unit of 32
-    (1/65278 of the unit's largest) and a decode step's take integer dots, so they
-    are checked against ``mx.quantized_matmul`` within that rounding.
+    (1/65278 of the unit's largest), a decode step's take integer dots and products of
+    16 rows or more integer sums, so one product of each is checked against
+    ``mx.quantized_matmul`` within that rounding.
 
     Returns:
         The status line's words for them: in use, off by the variable or by a failed
@@ -131,7 +132,7 @@ def int_dots(mod) -> str:
         return f"; integer dots off ({DOTS_ENV}=0)"
     if not mod.set_int_dots(1):
         return ""
-    if not all(_agrees(mod, 256, bits, 1e-3, seed=2) for bits in (4, 8)):
+    if not all(_agrees(mod, 256, b, 1e-3, seed=2, rows=r) for b in (4, 8) for r in (1, 16)):
         mod.set_int_dots(0)
         return "; integer dots off (their check product differs)"
     return "; integer dots for decode steps and prefill"

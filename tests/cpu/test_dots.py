@@ -108,9 +108,8 @@ def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant)
     got, dots = _product(ext, x, wq, s, b, gs, bits)
     # the integer sums from 16 rows (AMX tiles, where granted, keep 12-63); a last 1-3
     # rows past 16 take their own path after (17: one row, on the one-row dots)
-    summed = M >= 16 and ext.path(M) == 2
-    assert ext.calls(5) - gemms == summed
-    assert dots == (summed and M == 17)
+    assert ext.calls(5) - gemms == (M >= 16 and ext.path(M) == 2)
+    assert dots == (M == 17)  # AMX's tiles, where granted, leave it the same last row
     rows = np.concatenate([_product(ext, x[i : i + 1], wq, s, b, gs, bits)[0] for i in range(M)])
     exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)
     scale = np.abs(rows).max()
@@ -225,17 +224,24 @@ def test_prefill_products_take_integer_sums_of_the_rounded_inputs(ext, M, quant,
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan")])
-def test_prefill_inputs_that_are_not_finite_take_the_float_path(ext, bad):
+@pytest.mark.parametrize("M, at", [(70, 69), (70, 3), (17, 16), (17, 2), (65, 64)])
+def test_inputs_that_are_not_finite_leave_every_row_on_float_inputs(ext, M, at, bad):
+    """Anywhere, a last row past 16 included: every row gets what it gets with the dots
+    off (float inputs), bit for bit, as one-row and other products do."""
     import mlx.core as mx
 
     w = mx.random.normal((8, 128), key=mx.random.key(0))
     wq, s, b = mx.quantize(w, group_size=32, bits=4)
-    x = mx.random.normal((70, 128), key=mx.random.key(1)).at[69, 7].add(bad)
+    x = mx.random.normal((M, 128), key=mx.random.key(1)).at[at, 7].add(bad)
     got, gemms = _igemm(ext, x, wq, s, b, 32, 4)
-    want = np.array(mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4))
+    ext.set_int_dots(0)
+    try:
+        floats = _igemm(ext, x, wq, s, b, 32, 4)[0]
+    finally:
+        ext.set_int_dots(1)
     assert gemms == 0
-    assert np.array_equal(np.isfinite(got), np.isfinite(want))
-    assert not np.isfinite(got[69]).any() and np.isfinite(got[:69]).all()
+    assert not np.isfinite(got[at]).any() and np.isfinite(np.delete(got, at, axis=0)).all()
+    assert np.array_equal(got, floats, equal_nan=True)
 
 
 def test_prefill_products_keep_float_inputs_with_the_dots_off(ext):

@@ -395,20 +395,23 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
-  int path = mlxnb_qmm_path(M);
+  int path = mlxnb_qmm_path(M), counted = 0;
 #ifdef QMM_IGEMM
   if (path == 2 && M >= igemm_from && dots_fit(K, gs)) {
     /* a last 1-3 rows past a multiple of 16 (a verify pass of 17) would cost a whole
-     * vector of 16 tokens: they take their own path right after, as AMX's tail */
+     * vector of 16 tokens: they take their own path right after, as AMX's tail (within
+     * this product's count). An input that is not finite, in the tail too, leaves every
+     * row on float inputs, as round_rows does. */
     const int tail = M > 16 && M % 16 <= IG_TAIL ? M % 16 : 0, head = M - tail;
-    if (igemm(head, N, K, gs, bits, x, wb, sb, out) == 0) {
+    if (ig_finite(tail, K, x + (long)head * K) && igemm(head, N, K, gs, bits, x, wb, sb, out) == 0) {
       calls[2]++, calls[5]++;
-      return tail ? mlxnb_qmm(tail, N, K, gs, bits, x + (long)head * K, w, s, b, half, out + (long)head * N) : 0;
+      if (!tail) return 0;
+      x += (long)head * K, out += (long)head * N, M = tail, counted = 1;
     }
   }
-  if (path == 2) path = vector_path(M); /* a product the integer sums do not take */
+  if (path == 2) path = vector_path(M); /* the tail, or a product the sums do not take */
 #endif
-  calls[path]++;
+  if (!counted) calls[path]++;
   float *xr = NULL; /* the rounded inputs, where the integer dots are on */
 #ifdef QMM_DOTS
   if (dots_fit(K, gs)) {
