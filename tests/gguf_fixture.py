@@ -287,7 +287,8 @@ def gguf_name(name: str, arch: str = "llama", blocks: int = 64) -> str:
 def build_arch_gguf(
     path: Path, arch: str, qtype: str | None = None, seed: int = 0, longrope: dict | None = None
 ):
-    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, phi3, gemma3), as
+    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, phi3, gemma, gemma2,
+    gemma3), as
     llama.cpp writes one.
 
     Tensor names from gguf-py's own map, Q/K rows as they are (llama.cpp permutes only
@@ -315,6 +316,9 @@ def build_arch_gguf(
                      sliding_window_pattern=6, query_pre_attn_scalar=16,
                      rope_local_base_freq=10000.0,
                      rope_scaling={"type": "linear", "factor": 8.0})  # fmt: skip
+    if arch == "gemma2":  # soft caps other than llama.cpp's defaults: read from the file
+        shape = dict(head_dim=16, query_pre_attn_scalar=16, attn_logit_softcapping=20.0,
+                     final_logit_softcapping=5.0)  # fmt: skip
     if arch == "phi3":  # its own lm_head; LongRoPE over half of each head's dimensions
         shape = dict(tie_word_embeddings=False, partial_rotary_factor=0.5,
                      max_position_embeddings=4096, original_max_position_embeddings=512,
@@ -342,7 +346,7 @@ def build_arch_gguf(
             q = gguf.quants.quantize(w, getattr(T, qtype))
             stored.append((name, q, getattr(T, qtype)))
             w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
-        elif arch == "gemma3" and name.endswith("norm.weight"):
+        elif arch.startswith("gemma") and name.endswith("norm.weight"):
             stored.append((name, w + 1, None))  # llama.cpp stores Gemma's norms as 1 + weight
         else:
             stored.append((name, w, None))
@@ -354,6 +358,9 @@ def build_arch_gguf(
         w.add_sliding_window(cfg["sliding_window"])
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
     if arch == "phi3":
         head = cfg["hidden_size"] // cfg["num_attention_heads"]
         w.add_rope_dimension_count(int(head * cfg["partial_rotary_factor"]))

@@ -1,4 +1,4 @@
-"""GGUF -> MLX model directory (llama, qwen2, qwen3, phi3, gemma3), cached, written atomically.
+"""GGUF -> MLX model directory (llama, qwen2, qwen3, phi3, gemma 1-3), cached, written atomically.
 
 ``mx.load`` already returns GGUF weights in MLX's quantized layout. For the llama
 architecture (Llama 3, SmolLM) llama.cpp stores Q/K rows in
@@ -50,14 +50,24 @@ _NAMES = [
 
 # The architectures converted, and whether llama.cpp's converter permuted their Q/K
 # rows for interleaved RoPE (its LlamaModel does; Qwen2Model, Qwen3Model and
-# Phi3MiniModel do not). Each is the mlx-lm model type of the same name; the tensors
-# are named as llama's, plus Qwen3's per-head Q/K norms (Qwen2's Q/K/V biases follow
-# their weights' names) and Phi-3's fused projections (`_ARCH_NAMES`).
-ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "phi3": False, "gemma3": False}
+# Phi3MiniModel and the Gemma models do not). Each is the mlx-lm model type of the
+# same name; the tensors are named as llama's, plus Qwen3's per-head Q/K norms (Qwen2's
+# Q/K/V biases follow their weights' names), Phi-3's fused projections and Gemma 2/3's
+# extra norms (`_ARCH_NAMES`).
+ARCHS = {
+    "llama": True, "qwen2": False, "qwen3": False, "phi3": False,
+    "gemma": False, "gemma2": False, "gemma3": False,
+}  # fmt: skip
 # mlx-lm's model type, where it is not the GGUF architecture's name.
 _MODEL_TYPES = {"gemma3": "gemma3_text"}
 # Gemma's norms scale by 1 + weight; llama.cpp's converter stores weight + 1.
-_NORM_SHIFT = {"gemma3": 1.0}
+_NORM_SHIFT = {"gemma": 1.0, "gemma2": 1.0, "gemma3": 1.0}
+# Gemma 2 and 3 normalize before and after both attention and the MLP.
+_GEMMA_NORMS = [
+    (r"^blk\.(\d+)\.post_attention_norm\.", r"model.layers.\1.post_attention_layernorm."),
+    (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.pre_feedforward_layernorm."),
+    (r"^blk\.(\d+)\.post_ffw_norm\.", r"model.layers.\1.post_feedforward_layernorm."),
+]
 # Phi-3 keeps Q, K and V in one matrix and the gate and up projections in another,
 # as mlx-lm's phi3 does: llama.cpp names the second ffn_up.
 _ARCH_NAMES = {
@@ -65,12 +75,8 @@ _ARCH_NAMES = {
         (r"^blk\.(\d+)\.attn_qkv\.", r"model.layers.\1.self_attn.qkv_proj."),
         (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.gate_up_proj."),
     ],
-    # Gemma 3 normalizes before and after both attention and the MLP.
-    "gemma3": [
-        (r"^blk\.(\d+)\.post_attention_norm\.", r"model.layers.\1.post_attention_layernorm."),
-        (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.pre_feedforward_layernorm."),
-        (r"^blk\.(\d+)\.post_ffw_norm\.", r"model.layers.\1.post_feedforward_layernorm."),
-    ],
+    "gemma2": _GEMMA_NORMS,
+    "gemma3": _GEMMA_NORMS,
 }
 
 
@@ -324,6 +330,12 @@ def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
         extra["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
         if g("rope.scaling.type") == "linear":  # the 4B and larger: global layers
             extra["rope_scaling"] = {"type": "linear", "factor": float(g("rope.scaling.factor"))}
+    if arch == "gemma2":  # as llama.cpp's loader reads it (its defaults where silent)
+        extra["attn_logit_softcapping"] = float(g("attn_logit_softcapping", 50.0))
+        extra["final_logit_softcapping"] = float(g("final_logit_softcapping", 30.0))
+        # 1/sqrt(head_dim), but 1/sqrt(hidden/heads) for the 27B (46 layers).
+        wide = int(g("block_count")) == 46
+        extra["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
     if arch == "phi3":  # rotary dimensions and the context LongRoPE scales from
         extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
         ctx = g("rope.scaling.original_context_length", g("context_length", 4096))
