@@ -287,8 +287,8 @@ def gguf_name(name: str, arch: str = "llama", blocks: int = 64) -> str:
 def build_arch_gguf(
     path: Path, arch: str, qtype: str | None = None, seed: int = 0, longrope: dict | None = None
 ):
-    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, phi3, gemma, gemma2,
-    gemma3), as
+    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, qwen3moe, phi3, gemma,
+    gemma2, gemma3), as
     llama.cpp writes one.
 
     Tensor names from gguf-py's own map, Q/K rows as they are (llama.cpp permutes only
@@ -319,11 +319,15 @@ def build_arch_gguf(
     if arch == "gemma2":  # soft caps other than llama.cpp's defaults: read from the file
         shape = dict(head_dim=16, query_pre_attn_scalar=16, attn_logit_softcapping=20.0,
                      final_logit_softcapping=5.0)  # fmt: skip
+    if arch == "qwen3moe":  # 4 experts, 2 a token: every layer sparse
+        shape.update(num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+                     moe_intermediate_size=shape.get("intermediate_size", 64),
+                     mlp_only_layers=[], norm_topk_prob=True)  # fmt: skip
     if arch == "phi3":  # its own lm_head; LongRoPE over half of each head's dimensions
         shape = dict(tie_word_embeddings=False, partial_rotary_factor=0.5,
                      max_position_embeddings=4096, original_max_position_embeddings=512,
                      rope_scaling=longrope)  # fmt: skip
-    model_type = {"gemma3": "gemma3_text"}.get(arch, arch)
+    model_type = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}.get(arch, arch)
     cfg = tiny_config(len(tokens), model_type=model_type, rope_theta=1e6, **shape)
     mod = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
@@ -335,14 +339,15 @@ def build_arch_gguf(
         w = np.array(a.astype(mx.float32))
         if name.endswith("norm.weight"):
             w = (1 + 0.2 * rng.standard_normal(w.shape)).astype(np.float32)  # not all ones
-        if qtype in K_SCALES and w.ndim == 2:
-            q = k_blocks(qtype, w.shape[0], w.shape[1], rng)
+        if qtype in K_SCALES and w.ndim >= 2:  # experts' 3-D tensors: rows of rows
+            q = k_blocks(qtype, w.size // w.shape[-1], w.shape[-1], rng)
+            q = q.reshape(*w.shape[:-1], q.shape[-1])
             stored.append((name, q, getattr(T, qtype)))
             w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
-        elif qtype == "F16" and w.ndim == 2:
+        elif qtype == "F16" and w.ndim >= 2:
             stored.append((name, w.astype(np.float16), None))  # written as F16
             w = w.astype(np.float16).astype(np.float32)
-        elif qtype and w.ndim == 2:
+        elif qtype and w.ndim >= 2:  # experts' 3-D tensors too
             q = gguf.quants.quantize(w, getattr(T, qtype))
             stored.append((name, q, getattr(T, qtype)))
             w = gguf.quants.dequantize(q, getattr(T, qtype)).reshape(w.shape)
@@ -361,6 +366,10 @@ def build_arch_gguf(
     if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
         w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    if arch == "qwen3moe":
+        w.add_expert_count(cfg["num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if arch == "phi3":
         head = cfg["hidden_size"] // cfg["num_attention_heads"]
         w.add_rope_dimension_count(int(head * cfg["partial_rotary_factor"]))
@@ -370,10 +379,12 @@ def build_arch_gguf(
                 w.add_tensor(f"rope_factors_{k}.weight",
                              np.array(longrope[f"{k}_factor"], dtype=np.float32))  # fmt: skip
     for name, arr, kind in stored:
+        # llama.cpp's converter stacks experts as mlx-lm's SwitchGLU does, under HF's name
+        gg = gguf_name(name.replace(".switch_mlp.", ".experts."), arch)
         if kind is None:
-            w.add_tensor(gguf_name(name, arch), arr)
+            w.add_tensor(gg, arr)
         else:
-            w.add_tensor(gguf_name(name, arch), arr, raw_dtype=kind)
+            w.add_tensor(gg, arr, raw_dtype=kind)
     write_out(w)
     return path, model
 

@@ -55,11 +55,11 @@ _NAMES = [
 # Q/K/V biases follow their weights' names), Phi-3's fused projections and Gemma 2/3's
 # extra norms (`_ARCH_NAMES`).
 ARCHS = {
-    "llama": True, "qwen2": False, "qwen3": False, "phi3": False,
+    "llama": True, "qwen2": False, "qwen3": False, "qwen3moe": False, "phi3": False,
     "gemma": False, "gemma2": False, "gemma3": False,
 }  # fmt: skip
 # mlx-lm's model type, where it is not the GGUF architecture's name.
-_MODEL_TYPES = {"gemma3": "gemma3_text"}
+_MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}
 # Gemma's norms scale by 1 + weight; llama.cpp's converter stores weight + 1.
 _NORM_SHIFT = {"gemma": 1.0, "gemma2": 1.0, "gemma3": 1.0}
 # Gemma 2 and 3 normalize before and after both attention and the MLP.
@@ -74,6 +74,12 @@ _ARCH_NAMES = {
     "phi3": [
         (r"^blk\.(\d+)\.attn_qkv\.", r"model.layers.\1.self_attn.qkv_proj."),
         (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.gate_up_proj."),
+    ],
+    # Qwen3's mixture of experts: the router, and each projection of every expert in
+    # one 3-D tensor, as mlx-lm's SwitchGLU stacks them.
+    "qwen3moe": [
+        (r"^blk\.(\d+)\.ffn_gate_inp\.", r"model.layers.\1.mlp.gate."),
+        (r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.", r"model.layers.\1.mlp.switch_mlp.\2_proj."),
     ],
     "gemma2": _GEMMA_NORMS,
     "gemma3": _GEMMA_NORMS,
@@ -336,6 +342,11 @@ def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
         # 1/sqrt(head_dim), but 1/sqrt(hidden/heads) for the 27B (46 layers).
         wide = int(g("block_count")) == 46
         extra["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
+    if arch == "qwen3moe":  # every layer sparse; top-k weights renormalized, as llama.cpp
+        extra["num_experts"] = int(g("expert_count"))
+        extra["num_experts_per_tok"] = int(g("expert_used_count"))
+        extra["moe_intermediate_size"] = int(g("expert_feed_forward_length"))
+        extra.update(decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
     if arch == "phi3":  # rotary dimensions and the context LongRoPE scales from
         extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
         ctx = g("rope.scaling.original_context_length", g("context_length", 4096))
@@ -345,7 +356,7 @@ def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
         "model_type": _MODEL_TYPES.get(arch, arch),
         "hidden_size": hidden,
         "num_hidden_layers": int(g("block_count")),
-        "intermediate_size": int(g("feed_forward_length")),
+        "intermediate_size": int(g("feed_forward_length", extra.get("moe_intermediate_size"))),
         "num_attention_heads": heads,
         "num_key_value_heads": int(g("attention.head_count_kv", heads)),
         "head_dim": head_dim,
@@ -359,6 +370,8 @@ def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
 
 
 def _in_features(module: str, config: dict) -> int:
+    if module.endswith("switch_mlp.down_proj"):
+        return config["moe_intermediate_size"]
     if module.endswith("down_proj"):
         return config["intermediate_size"]
     if module.endswith("o_proj"):

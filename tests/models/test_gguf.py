@@ -226,7 +226,9 @@ def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
     assert not stale.exists() and live.exists() and other.exists()
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3"])
+@pytest.mark.parametrize(
+    "arch", ["qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3"]
+)
 @pytest.mark.parametrize("qtype", [None, "Q8_0"])
 def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_weights(
     engine, cache, tmp_path, arch, qtype
@@ -253,7 +255,7 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
 
     out, ours, want_logits, want = engine.call(run).result()
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == {"gemma3": "gemma3_text"}.get(arch, arch)
+    assert config["model_type"] == conv._MODEL_TYPES.get(arch, arch)
     assert config["rope_traditional"] is False
     assert ("quantization" in config) == (qtype is not None)
     np.testing.assert_allclose(ours, want_logits, atol=2e-2 * np.abs(want_logits).max())

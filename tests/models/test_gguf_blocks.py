@@ -74,9 +74,13 @@ def test_a_matrix_decoded_by_slabs_of_rows_equals_it_decoded_whole(kind, monkeyp
     assert whole[1].dtype == np.float16 and whole[0].shape == (7, 512 * KINDS[kind][0] // 32)
 
 
-@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q3_K", "Q2_K"])
+@pytest.mark.parametrize(
+    ("arch", "kind"),
+    [("qwen2", k) for k in ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q3_K", "Q2_K")]
+    + [("qwen3moe", "Q4_K"), ("qwen3moe", "Q6_K")],  # experts' 3-D tensors
+)
 def test_a_file_of_each_type_loads_quantized_and_decodes_as_mlx_lm_does(
-    engine, cache, tmp_path, kind
+    engine, cache, tmp_path, arch, kind
 ):
     import mlx.core as mx
     from mlx_lm import load
@@ -84,7 +88,7 @@ def test_a_file_of_each_type_loads_quantized_and_decodes_as_mlx_lm_does(
 
     from mlx_notebook.engine import Request
 
-    path, ref = build_arch_gguf(tmp_path / f"{kind}.gguf", "qwen2", kind)
+    path, ref = build_arch_gguf(tmp_path / f"{kind}.gguf", arch, kind)
     text = "The 12 ships sailed at dawn"
     ids = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 31]
 
