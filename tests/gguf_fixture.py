@@ -1,6 +1,7 @@
 """Write a tiny llama GGUF the way llama.cpp's converter does (permuted Q/K, Q4_1/Q8_0)."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -285,17 +286,24 @@ def gguf_name(name: str, arch: str = "llama", blocks: int = 64) -> str:
 
 
 def build_arch_gguf(
-    path: Path, arch: str, qtype: str | None = None, seed: int = 0, longrope: dict | None = None
+    path: Path,
+    arch: str,
+    qtype: str | None = None,
+    seed: int = 0,
+    longrope: dict | None = None,
+    split_experts: bool = False,
 ):
-    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, qwen3moe, phi3, gemma,
-    gemma2, gemma3), as
-    llama.cpp writes one.
+    """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, qwen3moe, mixtral,
+    phi3, gemma, gemma2, gemma3), as llama.cpp writes one.
 
     Tensor names from gguf-py's own map, Q/K rows as they are (llama.cpp permutes only
-    llama's), the tokenizer's pre-type ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``,
+    llama's: mixtral's), the tokenizer's pre-type ``qwen2``. ``qtype`` (``Q8_0``, ``Q4_1``,
     ``Q5_0``, ``F16``, ``BF16``; a K-quant: random blocks, 256 wide): every matrix in
     it, else float32. phi3: LongRoPE's ``longrope`` factors (mlx-lm's ``rope_scaling``) as
-    llama.cpp keeps them, two tensors. Worker thread (its model's arrays are lazy).
+    llama.cpp keeps them, two tensors. mixtral: a ``llama`` file with experts, Q/K rows
+    permuted as llama.cpp's LlamaModel does; ``split_experts``: each expert's projections
+    apart, as files from before llama.cpp stacked them. Worker thread (its model's
+    arrays are lazy).
 
     Returns:
         ``(path, model)``: the mlx-lm model holding the weights the file stores (after
@@ -319,6 +327,8 @@ def build_arch_gguf(
     if arch == "gemma2":  # soft caps other than llama.cpp's defaults: read from the file
         shape = dict(head_dim=16, query_pre_attn_scalar=16, attn_logit_softcapping=20.0,
                      final_logit_softcapping=5.0)  # fmt: skip
+    if arch == "mixtral":  # 4 experts, 2 a token, each as wide as the MLP
+        shape.update(num_local_experts=4, num_experts_per_tok=2)
     if arch == "qwen3moe":  # 4 experts, 2 a token: every layer sparse
         shape.update(num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
                      moe_intermediate_size=shape.get("intermediate_size", 64),
@@ -335,10 +345,15 @@ def build_arch_gguf(
     T = gguf.GGMLQuantizationType
     stored = []
     rng = np.random.default_rng(seed)
+    file_arch = "llama" if arch == "mixtral" else arch
     for name, a in tree_flatten(model.parameters()):
         w = np.array(a.astype(mx.float32))
         if name.endswith("norm.weight"):
             w = (1 + 0.2 * rng.standard_normal(w.shape)).astype(np.float32)  # not all ones
+        heads = None  # llama's Q/K rows in interleaved-RoPE order
+        if file_arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = cfg["num_attention_heads" if "q_proj" in name else "num_key_value_heads"]
+            w = permute(w, heads)
         if qtype in K_SCALES and w.ndim >= 2:  # experts' 3-D tensors: rows of rows
             q = k_blocks(qtype, w.size // w.shape[-1], w.shape[-1], rng)
             q = q.reshape(*w.shape[:-1], q.shape[-1])
@@ -355,8 +370,10 @@ def build_arch_gguf(
             stored.append((name, w + 1, None))  # llama.cpp stores Gemma's norms as 1 + weight
         else:
             stored.append((name, w, None))
+        if heads:
+            w = unpermute(w, heads)
         model.update(_tree(name, mx.array(w)))  # the reference: what the file holds
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), file_arch)
     _add_shape(w, cfg)
     _add_tokenizer(w, tokens, merges, "qwen2")
     if arch == "gemma3":
@@ -366,6 +383,9 @@ def build_arch_gguf(
     if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
         w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    if arch == "mixtral":
+        w.add_expert_count(cfg["num_local_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
     if arch == "qwen3moe":
         w.add_expert_count(cfg["num_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -379,12 +399,21 @@ def build_arch_gguf(
                 w.add_tensor(f"rope_factors_{k}.weight",
                              np.array(longrope[f"{k}_factor"], dtype=np.float32))  # fmt: skip
     for name, arr, kind in stored:
-        # llama.cpp's converter stacks experts as mlx-lm's SwitchGLU does, under HF's name
-        gg = gguf_name(name.replace(".switch_mlp.", ".experts."), arch)
-        if kind is None:
-            w.add_tensor(gg, arr)
+        # llama.cpp's converter stacks experts as mlx-lm's SwitchGLU does
+        experts = re.match(r"model\.layers\.(\d+)\.\w+\.switch_mlp\.(\w+)_proj\.weight$", name)
+        if experts and split_experts:
+            parts = [
+                (f"blk.{experts[1]}.ffn_{experts[2]}.{e}.weight", a) for e, a in enumerate(arr)
+            ]
+        elif experts:
+            parts = [(f"blk.{experts[1]}.ffn_{experts[2]}_exps.weight", arr)]
         else:
-            w.add_tensor(gg, arr, raw_dtype=kind)
+            parts = [(gguf_name(name, file_arch), arr)]
+        for gg, a in parts:
+            if kind is None:
+                w.add_tensor(gg, a)
+            else:
+                w.add_tensor(gg, a, raw_dtype=kind)
     write_out(w)
     return path, model
 

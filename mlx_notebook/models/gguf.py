@@ -1,4 +1,4 @@
-"""GGUF -> MLX model directory (llama, qwen2, qwen3, phi3, gemma 1-3), cached, written atomically.
+"""GGUF -> MLX model directory (the architectures in `gguf_archs`), cached, written atomically.
 
 ``mx.load`` already returns GGUF weights in MLX's quantized layout. For the llama
 architecture (Llama 3, SmolLM) llama.cpp stores Q/K rows in
@@ -19,71 +19,17 @@ import tempfile
 from pathlib import Path
 
 from .. import config
+from .gguf_archs import ARCHS, NORM_SHIFT, config_of, in_features, kind_of, rename, stack_experts
 from .gguf_blocks import NEEDS_BLOCKS, read_blocks
 from .gguf_blocks import TYPES as BLOCK_TYPES
 from .gguf_rope import llama3_scaling
-from .gguf_tokenizer import _scalar, write_tokenizer
+from .gguf_tokenizer import write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
 VERSION = "3"  # bump when the output format changes (3: Q4_K at 4 bits, Q5 at 8)
 TMP_TAG = "pid"
 _TMP_OWNER = re.compile(rf"^\..+-[0-9a-f]{{16}}\.{TMP_TAG}(\d+)\.")
 _TMP_LEGACY = re.compile(r"^\..+-[0-9a-f]{16}\.")
-
-_NAMES = [
-    (r"^token_embd\.", "model.embed_tokens."),
-    (r"^output_norm\.", "model.norm."),
-    (r"^output\.", "lm_head."),
-    (r"^blk\.(\d+)\.attn_norm\.", r"model.layers.\1.input_layernorm."),
-    (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.post_attention_layernorm."),
-    (r"^blk\.(\d+)\.attn_q\.", r"model.layers.\1.self_attn.q_proj."),
-    (r"^blk\.(\d+)\.attn_k\.", r"model.layers.\1.self_attn.k_proj."),
-    (r"^blk\.(\d+)\.attn_v\.", r"model.layers.\1.self_attn.v_proj."),
-    (r"^blk\.(\d+)\.attn_output\.", r"model.layers.\1.self_attn.o_proj."),
-    (r"^blk\.(\d+)\.attn_q_norm\.", r"model.layers.\1.self_attn.q_norm."),
-    (r"^blk\.(\d+)\.attn_k_norm\.", r"model.layers.\1.self_attn.k_norm."),
-    (r"^blk\.(\d+)\.ffn_gate\.", r"model.layers.\1.mlp.gate_proj."),
-    (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.up_proj."),
-    (r"^blk\.(\d+)\.ffn_down\.", r"model.layers.\1.mlp.down_proj."),
-]
-
-
-# The architectures converted, and whether llama.cpp's converter permuted their Q/K
-# rows for interleaved RoPE (its LlamaModel does; Qwen2Model, Qwen3Model and
-# Phi3MiniModel and the Gemma models do not). Each is the mlx-lm model type of the
-# same name; the tensors are named as llama's, plus Qwen3's per-head Q/K norms (Qwen2's
-# Q/K/V biases follow their weights' names), Phi-3's fused projections and Gemma 2/3's
-# extra norms (`_ARCH_NAMES`).
-ARCHS = {
-    "llama": True, "qwen2": False, "qwen3": False, "qwen3moe": False, "phi3": False,
-    "gemma": False, "gemma2": False, "gemma3": False,
-}  # fmt: skip
-# mlx-lm's model type, where it is not the GGUF architecture's name.
-_MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}
-# Gemma's norms scale by 1 + weight; llama.cpp's converter stores weight + 1.
-_NORM_SHIFT = {"gemma": 1.0, "gemma2": 1.0, "gemma3": 1.0}
-# Gemma 2 and 3 normalize before and after both attention and the MLP.
-_GEMMA_NORMS = [
-    (r"^blk\.(\d+)\.post_attention_norm\.", r"model.layers.\1.post_attention_layernorm."),
-    (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.pre_feedforward_layernorm."),
-    (r"^blk\.(\d+)\.post_ffw_norm\.", r"model.layers.\1.post_feedforward_layernorm."),
-]
-# Phi-3 keeps Q, K and V in one matrix and the gate and up projections in another,
-# as mlx-lm's phi3 does: llama.cpp names the second ffn_up.
-_ARCH_NAMES = {
-    "phi3": [
-        (r"^blk\.(\d+)\.attn_qkv\.", r"model.layers.\1.self_attn.qkv_proj."),
-        (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.gate_up_proj."),
-    ],
-    # Qwen3's mixture of experts: the router, and each projection of every expert in
-    # one 3-D tensor, as mlx-lm's SwitchGLU stacks them.
-    "qwen3moe": [
-        (r"^blk\.(\d+)\.ffn_gate_inp\.", r"model.layers.\1.mlp.gate."),
-        (r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.", r"model.layers.\1.mlp.switch_mlp.\2_proj."),
-    ],
-    "gemma2": _GEMMA_NORMS,
-    "gemma3": _GEMMA_NORMS,
-}
 
 
 def cache_root() -> Path:
@@ -205,11 +151,12 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
         )
     rope_freqs = weights.pop("rope_freqs.weight", None)
     long_short = [weights.pop(f"rope_factors_{k}.weight", None) for k in ("long", "short")]
-    weights = {_rename(k, arch): v for k, v in weights.items()}
-    if arch in _NORM_SHIFT:
+    kind = kind_of(arch, md)
+    weights = {rename(k, kind): v for k, v in stack_experts(weights).items()}
+    if arch in NORM_SHIFT:
         for k in [k for k in weights if k.endswith("norm.weight")]:
-            weights[k] = weights[k].astype(mx.float32) - _NORM_SHIFT[arch]
-    config = _config(md, weights, arch)
+            weights[k] = weights[k].astype(mx.float32) - NORM_SHIFT[arch]
+    config = config_of(md, weights, arch, kind)
     if rope_freqs is not None:  # Llama 3.1/3.2: their RoPE scaling, kept only as this
         scaling = llama3_scaling(rope_freqs, config["head_dim"], config["rope_theta"], gguf.name)
         if scaling is not None:
@@ -309,76 +256,6 @@ def _broken(out: Path) -> bool:
         return True
 
 
-def _rename(name: str, arch: str = "llama") -> str:
-    for pat, rep in _ARCH_NAMES.get(arch, []) + _NAMES:
-        new, n = re.subn(pat, rep, name)
-        if n:
-            return new
-    raise ValueError(f"unexpected GGUF tensor {name!r} for the {arch} architecture")
-
-
-def _config(md: dict, weights: dict, arch: str = "llama") -> dict:
-    def g(key, default=None):
-        v = md.get(f"{arch}.{key}", default)
-        return _scalar(v) if v is not None else None
-
-    hidden = int(g("embedding_length"))
-    heads = int(g("attention.head_count"))
-    head_dim = int(g("attention.key_length", hidden // heads))
-    extra = {}
-    if arch == "gemma3":  # what llama.cpp's loader fixes for Gemma 3 where the file is silent
-        extra["sliding_window"] = int(g("attention.sliding_window", 512))
-        extra["sliding_window_pattern"] = 6  # every sixth layer global, as llama.cpp has it
-        extra["rope_local_base_freq"] = float(g("rope.freq_base_swa", 10000.0))
-        # Queries scaled by 1/sqrt(head_dim), but by 1/sqrt(hidden/heads) for the 27B
-        # (62 layers), as in llama.cpp and the models' own configs.
-        wide = int(g("block_count")) == 62
-        extra["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
-        if g("rope.scaling.type") == "linear":  # the 4B and larger: global layers
-            extra["rope_scaling"] = {"type": "linear", "factor": float(g("rope.scaling.factor"))}
-    if arch == "gemma2":  # as llama.cpp's loader reads it (its defaults where silent)
-        extra["attn_logit_softcapping"] = float(g("attn_logit_softcapping", 50.0))
-        extra["final_logit_softcapping"] = float(g("final_logit_softcapping", 30.0))
-        # 1/sqrt(head_dim), but 1/sqrt(hidden/heads) for the 27B (46 layers).
-        wide = int(g("block_count")) == 46
-        extra["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
-    if arch == "qwen3moe":  # every layer sparse; top-k weights renormalized, as llama.cpp
-        extra["num_experts"] = int(g("expert_count"))
-        extra["num_experts_per_tok"] = int(g("expert_used_count"))
-        extra["moe_intermediate_size"] = int(g("expert_feed_forward_length"))
-        extra.update(decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
-    if arch == "phi3":  # rotary dimensions and the context LongRoPE scales from
-        extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
-        ctx = g("rope.scaling.original_context_length", g("context_length", 4096))
-        extra["original_max_position_embeddings"] = int(ctx)
-    return {
-        **extra,
-        "model_type": _MODEL_TYPES.get(arch, arch),
-        "hidden_size": hidden,
-        "num_hidden_layers": int(g("block_count")),
-        "intermediate_size": int(g("feed_forward_length", extra.get("moe_intermediate_size"))),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(g("attention.head_count_kv", heads)),
-        "head_dim": head_dim,
-        "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon", 1e-5)),
-        "rope_theta": float(g("rope.freq_base", 10000.0)),
-        "rope_traditional": ARCHS[arch],
-        "vocab_size": int(g("vocab_size", len(md.get("tokenizer.ggml.tokens", [])))),
-        "max_position_embeddings": int(g("context_length", 2048)),
-        "tie_word_embeddings": "lm_head.weight" not in weights,
-    }
-
-
-def _in_features(module: str, config: dict) -> int:
-    if module.endswith("switch_mlp.down_proj"):
-        return config["moe_intermediate_size"]
-    if module.endswith("down_proj"):
-        return config["intermediate_size"]
-    if module.endswith("o_proj"):
-        return config["num_attention_heads"] * config["head_dim"]
-    return config["hidden_size"]
-
-
 def _quantization(weights: dict, config: dict) -> dict:
     """Per-module ``{"group_size", "bits"}`` read off the packed shapes."""
     quant: dict = {}
@@ -387,7 +264,7 @@ def _quantization(weights: dict, config: dict) -> dict:
             continue
         module = key[: -len(".scales")]
         packed = weights[f"{module}.weight"].shape[-1]
-        n_in = _in_features(module, config)
+        n_in = in_features(module, config)
         quant[module] = {"group_size": n_in // weights[key].shape[-1], "bits": packed * 32 // n_in}
     if quant:
         # A global default is required by mlx-lm; per-module entries override it.

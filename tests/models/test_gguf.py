@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mlx_notebook.models import gguf as conv
+from mlx_notebook.models import gguf_archs as archs
 from tests.gguf_fixture import build_tiny_gguf
 
 
@@ -227,7 +228,7 @@ def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
 
 
 @pytest.mark.parametrize(
-    "arch", ["qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3"]
+    "arch", ["qwen2", "qwen3", "qwen3moe", "mixtral", "phi3", "gemma", "gemma2", "gemma3"]
 )
 @pytest.mark.parametrize("qtype", [None, "Q8_0"])
 def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_weights(
@@ -255,8 +256,8 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
 
     out, ours, want_logits, want = engine.call(run).result()
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == conv._MODEL_TYPES.get(arch, arch)
-    assert config["rope_traditional"] is False
+    assert config["model_type"] == archs._MODEL_TYPES.get(arch, arch)
+    assert config["rope_traditional"] is (arch == "mixtral")  # llama's Q/K order
     assert ("quantization" in config) == (qtype is not None)
     np.testing.assert_allclose(ours, want_logits, atol=2e-2 * np.abs(want_logits).max())
     assert (ours.argmax(-1) == want_logits.argmax(-1)).all()
@@ -267,24 +268,6 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
             )  # fmt: skip
         ).result(timeout=300)
         assert res.token_ids == want
-
-
-@pytest.mark.parametrize(
-    ("arch", "layers", "scalar"),
-    [("gemma2", 26, 256), ("gemma2", 46, 144), ("gemma3", 34, 256), ("gemma3", 62, 168)],
-)
-def test_gemma_queries_scale_by_head_size_but_by_width_on_the_27b(arch, layers, scalar):
-    # What Gemma 2/3 files leave out and llama.cpp's loader fixes: the 27B models
-    # (46 and 62 layers; 4,608 and 5,376 wide, 32 heads) scale queries by hidden/heads.
-    hidden = {26: 2304, 46: 4608, 34: 2560, 62: 5376}[layers]
-    heads = 32 if layers in (46, 62) else 8
-    md = {f"{arch}.{k}": v for k, v in [("embedding_length", hidden), ("block_count", layers),
-          ("attention.head_count", heads), ("attention.key_length", 256),
-          ("feed_forward_length", 4 * hidden), ("vocab_size", 256)]}  # fmt: skip
-    cfg = conv._config(md, {}, arch)
-    assert cfg["query_pre_attn_scalar"] == scalar and cfg["head_dim"] == 256
-    if arch == "gemma2":  # llama.cpp's defaults where the file is silent
-        assert (cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"]) == (50.0, 30.0)
 
 
 @pytest.mark.parametrize("qtype", ["F16", "BF16"])

@@ -77,7 +77,8 @@ def test_a_matrix_decoded_by_slabs_of_rows_equals_it_decoded_whole(kind, monkeyp
 @pytest.mark.parametrize(
     ("arch", "kind"),
     [("qwen2", k) for k in ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q3_K", "Q2_K")]
-    + [("qwen3moe", "Q4_K"), ("qwen3moe", "Q6_K")],  # experts' 3-D tensors
+    + [("qwen3moe", "Q4_K"), ("qwen3moe", "Q6_K"), ("mixtral", "Q4_K")]  # experts' 3-D tensors
+    + [("mixtral-split", "Q4_0"), ("mixtral-split", "Q4_K")],  # one tensor an expert
 )
 def test_a_file_of_each_type_loads_quantized_and_decodes_as_mlx_lm_does(
     engine, cache, tmp_path, arch, kind
@@ -88,7 +89,10 @@ def test_a_file_of_each_type_loads_quantized_and_decodes_as_mlx_lm_does(
 
     from mlx_notebook.engine import Request
 
-    path, ref = build_arch_gguf(tmp_path / f"{kind}.gguf", arch, kind)
+    split = arch.endswith("-split")  # a Mixtral file from before llama.cpp stacked experts
+    path, ref = build_arch_gguf(
+        tmp_path / f"{kind}.gguf", arch.removesuffix("-split"), kind, split_experts=split
+    )
     text = "The 12 ships sailed at dawn"
     ids = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 31]
 
