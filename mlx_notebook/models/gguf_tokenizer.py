@@ -24,6 +24,14 @@ _SPLIT = (
 # Llama 3's pre-types: llama.cpp also sets ignore_merges (a whole word in the vocabulary
 # is one token, as in their tokenizer.json) and, where the file does not say, a BOS.
 LLAMA3_PRES = ("llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral")
+# Mistral's tekken (NeMo, Small 3, Ministral): the same two, its own regex (the one in
+# its tokenizer.json; llama.cpp writes the case classes as lookaheads).
+TEKKEN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+    r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_WHOLE_WORDS = (*LLAMA3_PRES, "tekken")
 # Llama 3's turns end on these as well as on the file's one eos (llama.cpp stops on each).
 LLAMA3_ENDS = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 # And SentencePiece models' turns on these control tokens (Gemma's, Phi-3's), which
@@ -32,6 +40,7 @@ SPM_ENDS = ("<end_of_turn>", "<|end|>", "<|endoftext|>", "<|im_end|>", "<|eot_id
 _REGEX_PRES = {
     **dict.fromkeys(LLAMA3_PRES, _SPLIT.replace("DIGITS", "{1,3}")),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _SPLIT.replace("DIGITS", "")),
+    "tekken": TEKKEN,
 }
 
 
@@ -43,14 +52,14 @@ def _pre_tokenizer(pre: str):
     # llama.cpp splits single digits first for these, then applies the GPT-2 regex.
     if pre in ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone"):
         return pt.Sequence([pt.Digits(individual_digits=True), byte_level])
-    if pre in ("gpt-2", "gpt2", "default", "mpt", "olmo", "jais"):
+    if pre in ("gpt-2", "gpt2", "phi-2", "default", "mpt", "olmo", "jais"):
         return byte_level
     if pre in _REGEX_PRES:  # as these models' own tokenizer.json has it
         split = pt.Split(Regex(_REGEX_PRES[pre]), behavior="isolated", invert=False)
         return pt.Sequence([split, pt.ByteLevel(add_prefix_space=False, use_regex=False)])
     raise ValueError(
         f"GGUF tokenizer pre-type {pre!r} is not supported yet "
-        "(supported: the gpt2, smollm, llama-bpe and qwen2 families)"
+        "(supported: the gpt2, smollm, llama-bpe, qwen2 and tekken families)"
     )
 
 
@@ -123,15 +132,13 @@ def write_tokenizer(md: dict, out: Path) -> None:
     types = types.tolist() if hasattr(types, "tolist") else list(types or [1] * len(tokens))
 
     pre = str(md.get("tokenizer.ggml.pre", "default"))
-    llama3 = pre in LLAMA3_PRES
+    llama3, whole = pre in LLAMA3_PRES, pre in _WHOLE_WORDS
     if kind == "llama":
         tok = _spm(md, tokens, types)
     else:
         merges = [tuple(m.split(" ", 1)) for m in md["tokenizer.ggml.merges"]]
         vocab = {t: i for i, t in enumerate(tokens)}
-        tok = Tokenizer(
-            models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=llama3)
-        )
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=whole))
         tok.pre_tokenizer = _pre_tokenizer(pre)
         tok.decoder = decoders.ByteLevel()
     specials = [t for t, ty in zip(tokens, types) if ty in SPECIAL_TYPES]
@@ -142,8 +149,9 @@ def write_tokenizer(md: dict, out: Path) -> None:
         return None if i is None else tokens[int(_scalar(i))]
 
     bos, eos, unk, pad = name("bos"), name("eos"), name("unknown"), name("padding")
-    # llama.cpp's defaults where the file does not say: a BOS for SentencePiece and Llama 3.
-    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", llama3 or kind == "llama")))
+    # llama.cpp's defaults where the file does not say: a BOS for SentencePiece, Llama 3
+    # and tekken.
+    add_bos = bool(_scalar(md.get("tokenizer.ggml.add_bos_token", whole or kind == "llama")))
     if add_bos and bos is not None:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos}:0 $A:0",

@@ -333,6 +333,9 @@ def test_phi3_longrope_kept_only_as_two_tensors_is_given_back(engine, cache, tmp
         ("qwen2", "I'm 123", ["I", "'m", "Ġ", "1", "2", "3"]),
         ("smollm", "a  b\n\nc", ["a", "Ġ", "Ġb", "Ċ", "Ċ", "c"]),
         ("qwen2", "a  b\n\nc", ["a", "Ġ", "Ġb", "ĊĊ", "c"]),
+        # tekken: case runs split words, single digits, no contractions, "/" kept
+        ("tekken", "HelloWorld I'm 123", ["Hello", "World", "ĠI", "'m", "Ġ", "1", "2", "3"]),
+        ("tekken", "a/\nb ÉtéX", ["a", "/Ċ", "b", "ĠÃītÃ©", "X"]),
     ],
 )
 def test_llama3_and_qwen_pre_tokenizers_split_as_their_regexes(pre, text, pieces):

@@ -66,7 +66,7 @@ def test_chat_template_renders(converted):
     assert out == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.mark.parametrize("pre", ["llama-bpe", "smollm"])
+@pytest.mark.parametrize("pre", ["llama-bpe", "tekken", "smollm"])
 def test_llama3_files_ignore_merges_and_add_a_bos_unless_they_say(tmp_path, pre):
     from tokenizers import Tokenizer
 
@@ -85,7 +85,7 @@ def test_llama3_files_ignore_merges_and_add_a_bos_unless_they_say(tmp_path, pre)
     }
     write_tokenizer(md, tmp_path)
     ids = Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode("abc").ids
-    if pre == "llama-bpe":  # as llama.cpp and Llama 3's own tokenizer.json do
+    if pre != "smollm":  # as llama.cpp and Llama 3's and tekken's tokenizer.json do
         assert ids == [0, 5]
     else:
         assert ids == [4, 3]
