@@ -10,7 +10,9 @@ parts are exactly mlx-lm's llama modules, as the fast path left them, gets a sub
 whose pass over a KV cache (a decode step of one token per row, or one row's chunk
 of tokens: prefill, a verify pass) is:
 
-- ``layer_in``: RMSNorm, the stacked q/k/v product and RoPE, one primitive;
+- ``layer_in``: RMSNorm, the stacked q/k/v product and RoPE, one primitive (three
+  products where q, k and v differ in precision and do not stack: a K-quant file's
+  8-bit v beside 4-bit q and k);
 - the cache's own ``update_and_fetch`` and the fast path's attention, unchanged;
 - ``layer_out``: the output product and residual, RMSNorm, the stacked gate/up
   product, SwiGLU, the down product and residual, one primitive.
@@ -71,6 +73,21 @@ def _stack_of(*views) -> StackedLinear | None:
     return stack if ok and len(stack.bounds) == len(views) else None
 
 
+def _qkv(attn) -> tuple | None:
+    """q/k/v as the primitive takes them, or None.
+
+    ``(stack,)``, or ``(q, k, v)`` where they are apart with as many arrays each.
+    """
+    stack = _stack_of(attn.q_proj, attn.k_proj, attn.v_proj)
+    if stack is not None:
+        return (stack,)
+    parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+    arrays = [_arrays(m) for m in parts]
+    if any(a is None for a in arrays) or len({len(a) for a in arrays}) != 1:
+        return None
+    return parts
+
+
 def _norm(m) -> bool:
     return isinstance(m, FusedRMSNorm) and not m.one_plus
 
@@ -83,7 +100,7 @@ def eligible(block) -> bool:
     attn, mlp = block.self_attn, block.mlp
     if type(attn) is not llama.Attention or type(mlp) is not llama.MLP:
         return False
-    qkv = _stack_of(attn.q_proj, attn.k_proj, attn.v_proj)
+    qkv = _qkv(attn)
     gate_up = _stack_of(mlp.gate_proj, mlp.up_proj)
     rope = attn.rope
     return (
@@ -91,11 +108,16 @@ def eligible(block) -> bool:
         and _norm(block.post_attention_layernorm)
         and qkv is not None
         and gate_up is not None
-        and all(_arrays(m) is not None for m in (qkv, gate_up, attn.o_proj, mlp.down_proj))
+        and all(_arrays(m) is not None for m in (*qkv, gate_up, attn.o_proj, mlp.down_proj))
         and isinstance(rope, TableRoPE)
         and rope.dims == attn.head_dim
-        and qkv.bounds[0][1] == attn.n_heads * attn.head_dim
+        and _q_rows(qkv) == attn.n_heads * attn.head_dim
     )
+
+
+def _q_rows(qkv: tuple) -> int:
+    """The query's output rows: the stack's first span, or q's own weight."""
+    return qkv[0].bounds[0][1] if len(qkv) == 1 else qkv[0]["weight"].shape[0]
 
 
 class _Plan:
@@ -105,9 +127,13 @@ class _Plan:
         attn, mlp = block.self_attn, block.mlp
         self.norm1, self.norm2 = block.input_layernorm, block.post_attention_layernorm
         self.eps1, self.eps2 = self.norm1.eps, self.norm2.eps
-        self.linears = (attn.q_proj._stack, attn.o_proj, mlp.gate_proj._stack, mlp.down_proj)
+        # q/k/v: one stacked product, or three (`_qkv`); then o, gate/up, down
+        self.qkv = _qkv(attn)
+        self.linears = (self.qkv, (attn.o_proj,), (mlp.gate_proj._stack,), (mlp.down_proj,))
         # which arrays each product takes: the weight, or the weight, scales and biases
-        self.keys = tuple(tuple(k for k in _QUANT if k in m) for m in self.linears)
+        self.keys = tuple(
+            tuple(tuple(k for k in _QUANT if k in m) for m in ms) for ms in self.linears
+        )
         self.scale, self.table, self.traditional = (
             attn.scale,
             attn.rope._table,
@@ -124,8 +150,9 @@ class _Plan:
         self.step = config.enabled(ATTENTION_ENV)
 
     def arrays(self, i: int) -> list[mx.array]:
-        m = self.linears[i]
-        return [m[k] for k in self.keys[i]]  # Module is a dict: plain lookups
+        """Product ``i``'s arrays, q/k/v's in turn where they are three."""
+        # Module is a dict: plain lookups
+        return [m[k] for m, keys in zip(self.linears[i], self.keys[i]) for k in keys]
 
 
 _QUANT = ("weight", "scales", "biases")
@@ -160,7 +187,7 @@ def _step(block, x: mx.array, mask, cache):
         return None
     ext = p.ext
     q, k, v = ext.layer_in(
-        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads
+        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv)
     )
     if L > 1:  # rows back to one sequence: [1, heads, L, D], as mlx-lm's attention has it
         q, k, v = (t.reshape(1, L, t.shape[1], -1).transpose(0, 2, 1, 3) for t in (q, k, v))
@@ -205,7 +232,7 @@ def _decode_step(p, x, rows, cache, mask):
     """
     ext = p.ext
     q, k, v = ext.layer_in(
-        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads
+        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv)
     )
     batched = type(cache) is p.batch_cache
     n = cache._idx if batched else cache.offset

@@ -35,14 +35,20 @@ def _rms(x, w, eps):
 QUANTS = [None, (32, 4), (64, 8)]
 
 
-@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("quant", [*QUANTS, "apart"])
 @pytest.mark.parametrize("traditional", [True, False])
 @pytest.mark.parametrize("rows", [1, 3])
 def test_layer_in_equals_norm_product_and_rope(ext, quant, traditional, rows):
     import mlx.core as mx
 
     E, H, Hkv, D, eps, base = 128, 4, 2, 32, 1e-5, 10000.0
-    arrays, w = _weights((H + 2 * Hkv) * D, E, quant, seed=1)
+    parts = 1
+    if quant == "apart":  # a K-quant file's layers: q and k 4-bit, v 8-bit, three products
+        kinds = [(H, (32, 4)), (Hkv, (32, 4)), (Hkv, (64, 8))]
+        made = [_weights(n * D, E, qt, seed=1 + i) for i, (n, qt) in enumerate(kinds)]
+        arrays, w, parts = [a for m in made for a in m[0]], mx.concatenate([m[1] for m in made]), 3
+    else:
+        arrays, w = _weights((H + 2 * Hkv) * D, E, quant, seed=1)
     x = mx.random.normal((rows, 1, E), key=mx.random.key(2))
     nw = mx.random.uniform(0.5, 1.5, (E,), key=mx.random.key(3))
     positions = [7, 130, 0][:rows]
@@ -50,7 +56,7 @@ def test_layer_in_equals_norm_product_and_rope(ext, quant, traditional, rows):
     cos, sin = (table.cos2, table.sin2) if traditional else (table.cos, table.sin)
     idx = mx.array(positions)
     before = ext.layer_calls()
-    q, k, v = ext.layer_in(x, nw, eps, arrays, cos[idx], sin[idx], traditional, H, Hkv)
+    q, k, v = ext.layer_in(x, nw, eps, arrays, cos[idx], sin[idx], traditional, H, Hkv, parts)
     assert ext.layer_calls() == before  # lazy: computed when evaluated, once for all three
     mx.eval(q, k, v)
     assert ext.layer_calls() == before + 1
@@ -235,6 +241,11 @@ def test_layers_refuse_what_they_do_not_compute(ext):
     with pytest.raises(ValueError, match="4/8-bit"):  # 3-bit weights
         wq, s, b = mx.quantize(mx.zeros((128, 64)), group_size=32, bits=3)
         ext.layer_in(x, nw, 1e-5, [wq, s, b], cs, cs, True, 4, 2)
+    q, k = mx.zeros((64, 64)), mx.zeros((32, 64))
+    with pytest.raises(ValueError, match="as many arrays"):  # three parts of 4 arrays
+        ext.layer_in(x, nw, 1e-5, [q, k, k, q], cs, cs, True, 4, 2, 3)
+    with pytest.raises(ValueError, match="H, Hkv and Hkv"):  # k as wide as q
+        ext.layer_in(x, nw, 1e-5, [k, q, k], cs, cs, True, 4, 2, 3)
 
 
 def _model(path, fast=True):
@@ -284,6 +295,38 @@ def test_fused_model_decodes_what_its_unfused_twin_does(ext, tiny_dir, tmp_path,
     for got, ref in zip(steps, want):  # float32 sums in another order
         err = (mx.abs(got - ref).max() / mx.abs(ref).max()).item()
         assert err < 1e-4, err
+
+
+def test_layers_whose_q_k_and_v_differ_in_precision_are_fused_too(ext, tiny_dir):
+    # A Q4_K_M file: q and k 4-bit, v 8-bit (Q6_K) in some layers. They cannot stack,
+    # and those layers took the unfused path (MLX's graph; in a prefill, float copies
+    # of the products); the primitive now takes them as three products.
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    def mixed(path):
+        model = _model(path, fast=False)
+        nn.quantize(model, class_predicate=lambda p, m: isinstance(m, nn.Linear)
+                    and ({"group_size": 64, "bits": 8} if p.endswith("v_proj")
+                         else {"group_size": 32, "bits": 4}))  # fmt: skip
+        return model
+
+    fused, plain = mixed(tiny_dir), mixed(tiny_dir)
+    cpu_fast.apply(fused, "cpu")
+    assert cpu_layer.install(fused) == 2
+    layer = fused.model.layers[0]
+    assert type(layer).__name__.startswith("DecodeFused")
+    assert layer._mlxnb_plan.qkv == (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                     layer.self_attn.v_proj)  # fmt: skip
+    prompt, n = [5, 17, 99, 3, 42, 8], 16
+    before = ext.layer_calls()
+    ids, steps = _decode(fused, prompt, n)
+    assert ext.layer_calls() - before == 2 * 2 * (1 + n)  # two halves, two layers, each pass
+    want_ids, want = _decode(plain, prompt, n)
+    assert ids == want_ids
+    for got, ref in zip(steps, want):  # rounded inputs and float32 sums in another order
+        err = (mx.abs(got - ref).max() / mx.abs(ref).max()).item()
+        assert err < 2e-3, err
 
 
 def test_one_row_steps_write_the_cache_in_place(ext, tiny_dir):

@@ -35,7 +35,7 @@ typedef struct {
   int half;
 } mlxnb_linear_t;
 int mlxnb_layer_in(int B, int E, const float* x, const float* norm_w, float eps,
-                   const mlxnb_linear_t* qkv, int H, int Hkv, int D, int traditional,
+                   const mlxnb_linear_t* qkv, int parts, int H, int Hkv, int D, int traditional,
                    const float* cos, const float* sin, int rope_rows, float* q, float* k,
                    float* v);
 int mlxnb_layer_out(int B, int E, const float* a, const float* x, const mlxnb_linear_t* o,

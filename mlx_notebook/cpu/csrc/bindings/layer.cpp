@@ -1,5 +1,5 @@
 // The two halves of a llama-style layer's decode step as MLX primitives (kernels in
-// layer.c): layer_in (RMSNorm, the stacked q/k/v product, RoPE) and layer_out (the
+// layer.c): layer_in (RMSNorm, the q/k/v products, RoPE) and layer_out (the
 // output product and residual, RMSNorm, gate/up, SwiGLU, down and residual).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
@@ -55,12 +55,14 @@ Lin describe(const std::vector<mx::array>& l, int K, const char* what) {
   return d;
 }
 
-// Inputs: x [B, 1, E], the norm's weight, cos and sin rows, then the q/k/v arrays.
+// Inputs: x [B, 1, E], the norm's weight, cos and sin rows, then the q/k/v arrays:
+// one stacked product's, or q's, k's and v's in turn (parts = 3).
 struct InParams {
   float eps;
   int H, Hkv, D;
   bool trad;
-  Lin qkv;
+  int parts;
+  Lin qkv[3];
   bool operator==(const InParams&) const = default;
 };
 
@@ -74,10 +76,11 @@ class LayerIn : public CpuPrimitive<InParams> {
                   k = mx::array::unsafe_weak_copy(outputs[1]),
                   v = mx::array::unsafe_weak_copy(outputs[2]), p = p_]() mutable {
       std::vector<float> xb, cb, sb;
-      const int E = p.qkv.K, B = ins[0].size() / E, width = p.trad ? p.D : p.D / 2;
-      auto lin = p.qkv.at(&ins[4]);
+      const int E = p.qkv[0].K, B = ins[0].size() / E, width = p.trad ? p.D : p.D / 2;
+      mlxnb_linear_t lin[3];
+      for (int i = 0, at = 4; i < p.parts; at += p.qkv[i].arrays(), i++) lin[i] = p.qkv[i].at(&ins[at]);
       const HelperHold hold(rows_on_helper(B));
-      mlxnb_layer_in(B, E, dense(ins[0], xb), ins[1].data<float>(), p.eps, &lin, p.H, p.Hkv, p.D,
+      mlxnb_layer_in(B, E, dense(ins[0], xb), ins[1].data<float>(), p.eps, lin, p.parts, p.H, p.Hkv, p.D,
                      p.trad, dense(ins[2], cb), dense(ins[3], sb),
                      static_cast<int>(ins[2].size() / width), q.data<float>(), k.data<float>(),
                      v.data<float>());
@@ -88,28 +91,39 @@ class LayerIn : public CpuPrimitive<InParams> {
 // layer_in's parameters for x [B, 1, E], checked.
 InParams in_params(const mx::array& x, const mx::array& norm_w, float eps,
                    const std::vector<mx::array>& qkv, const mx::array& cos, const mx::array& sin,
-                   bool traditional, int n_heads, int n_kv_heads) {
+                   bool traditional, int n_heads, int n_kv_heads, int parts) {
   if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 ||
       norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
     throw std::invalid_argument("layer_in: x [B, 1, E] float32 and a norm weight [E]");
+  if ((parts != 1 && parts != 3) || qkv.size() % parts)
+    throw std::invalid_argument("layer_in: q/k/v are 1 stacked product or 3 with as many arrays each");
   const int B = x.shape(0), E = x.shape(2);
-  auto lin = describe(qkv, E, "q/k/v");
+  const size_t each = qkv.size() / parts;
+  InParams p{};
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < parts; i++)
+    p.qkv[i] = describe(std::vector<mx::array>(qkv.begin() + i * each, qkv.begin() + (i + 1) * each), E,
+                        parts == 1 ? "q/k/v" : names[i]);
   const int heads = n_heads + 2 * n_kv_heads;
-  if (n_heads < 1 || n_kv_heads < 1 || lin.N % heads || (lin.N / heads) % 2)
+  const int N = parts == 1 ? p.qkv[0].N : p.qkv[0].N + p.qkv[1].N + p.qkv[2].N;
+  if (n_heads < 1 || n_kv_heads < 1 || N % heads || (N / heads) % 2)
     throw std::invalid_argument("layer_in: q/k/v rows are not (H + 2 Hkv) heads of even width");
-  const int D = lin.N / heads, width = traditional ? D : D / 2;
+  const int D = N / heads, width = traditional ? D : D / 2;
+  if (parts == 3 && (p.qkv[0].N != n_heads * D || p.qkv[1].N != n_kv_heads * D || p.qkv[2].N != n_kv_heads * D))
+    throw std::invalid_argument("layer_in: q, k and v are not H, Hkv and Hkv heads");
   for (const auto* t : {&cos, &sin})
     if (t->dtype() != mx::float32 || (t->size() != static_cast<size_t>(width) &&
                                       t->size() != static_cast<size_t>(B) * width))
       throw std::invalid_argument("layer_in: cos and sin hold 1 or B rows of the RoPE width");
-  return InParams{eps, n_heads, n_kv_heads, D, traditional, lin};
+  p.eps = eps, p.H = n_heads, p.Hkv = n_kv_heads, p.D = D, p.trad = traditional, p.parts = parts;
+  return p;
 }
 
 std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, float eps,
                                 const std::vector<mx::array>& qkv, const mx::array& cos,
                                 const mx::array& sin, bool traditional, int n_heads,
-                                int n_kv_heads) {
-  auto p = in_params(x, norm_w, eps, qkv, cos, sin, traditional, n_heads, n_kv_heads);
+                                int n_kv_heads, int parts) {
+  auto p = in_params(x, norm_w, eps, qkv, cos, sin, traditional, n_heads, n_kv_heads, parts);
   const int B = x.shape(0), D = p.D;
   auto s = mx::default_stream(mx::Device::cpu);
   std::vector<mx::array> ins = {x, dense_param(norm_w, s), cos, sin};
@@ -321,8 +335,9 @@ mx::array kv_write(const mx::array& buffer, const mx::array& rows, int n) {
 void bind_layers(nb::module_& m) {
   m.def("layer_in", &layer_in, nb::arg("x"), nb::arg("norm_weight"), nb::arg("eps"),
         nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("traditional"),
-        nb::arg("n_heads"), nb::arg("n_kv_heads"),
-        "A decode step's RMSNorm, stacked q/k/v product and RoPE: [q, k, v], each [B, heads, 1, D].");
+        nb::arg("n_heads"), nb::arg("n_kv_heads"), nb::arg("parts") = 1,
+        "A decode step's RMSNorm, q/k/v product(s) and RoPE: [q, k, v], each [B, heads, 1, D]. "
+        "qkv: one stacked product's arrays, or (parts=3) q's, k's and v's, as many each.");
   m.def("layer_out", &layer_out, nb::arg("a"), nb::arg("x"), nb::arg("o"),
         nb::arg("norm_weight"), nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
         "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm).");

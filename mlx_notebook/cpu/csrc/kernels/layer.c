@@ -6,7 +6,8 @@
  * costs MLX's CPU backend a few microseconds to schedule and dispatch: on a 135M
  * model, as long as the products themselves. Here the two halves around the
  * attention are one call each (two MLX primitives, see bindings/ext.cpp):
- *   - layer_in:  x -> RMSNorm -> [q | k | v] = x W_qkv^T -> RoPE on q and k;
+ *   - layer_in:  x -> RMSNorm -> [q | k | v] = x W_qkv^T -> RoPE on q and k (one
+ *                stacked product, or three where q, k and v differ in precision);
  *   - layer_out: a (the attention's output) -> h = x + a W_o^T ->
  *                RMSNorm -> [g | u] = h W_gu^T -> silu(g) * u -> h + (.) W_down^T.
  * The KV cache update and the attention stay MLX operations (the cache's own
@@ -103,27 +104,46 @@ static void rope(int D, int traditional, const float *x, const float *c, const f
   }
 }
 
-/* x [B, E] -> q [B, H, D], k [B, Hkv, D] (rotated) and v [B, Hkv, D]. cos and sin
- * hold rope_rows (1 or B) rows of rope_width floats (D traditional, D / 2 halves). */
+/* x [B, E] -> q [B, H, D], k [B, Hkv, D] (rotated) and v [B, Hkv, D], through `parts`
+ * products: 1, q/k/v stacked in qkv[0]; 3, q, k and v in qkv[0..2] (a K-quant file's
+ * 8-bit v beside 4-bit q and k: they cannot stack). cos and sin hold rope_rows (1 or B)
+ * rows of rope_width floats (D traditional, D / 2 halves). */
 int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
-                   const mlxnb_linear_t *qkv, int H, int Hkv, int D, int traditional,
+                   const mlxnb_linear_t *qkv, int parts, int H, int Hkv, int D, int traditional,
                    const float *cos, const float *sin, int rope_rows, float *q, float *k,
                    float *v) {
   const int N = (H + 2 * Hkv) * D, width = traditional ? D : D / 2;
-  if (qkv->N != N || qkv->K != E || (D & 1)) return -1;
+  const int widths[3] = {H * D, Hkv * D, Hkv * D};
+  if ((parts != 1 && parts != 3) || (D & 1)) return -1;
+  for (int i = 0; i < parts; i++)
+    if (qkv[i].K != E || qkv[i].N != (parts == 1 ? N : widths[i])) return -1;
   float *xn = malloc(sizeof(float) * ((long)B * E + (long)B * N));
   if (xn == NULL) return -2;
   float *y = xn + (long)B * E;
   rms_norm(B, E, x, norm_w, eps, xn);
-  linear(qkv, B, xn, y);
+  /* each part's rows: [B, N] with q, k, v side by side, or [B, width] each in turn */
+  const float *part[3];
+  long stride[3];
+  if (parts == 1) {
+    linear(qkv, B, xn, y);
+    part[0] = y, part[1] = y + widths[0], part[2] = y + widths[0] + widths[1];
+    stride[0] = stride[1] = stride[2] = N;
+  } else {
+    float *at = y;
+    for (int i = 0; i < 3; i++) {
+      linear(&qkv[i], B, xn, at);
+      part[i] = at, stride[i] = widths[i];
+      at += (long)B * widths[i];
+    }
+  }
   for (int b = 0; b < B; b++) {
-    const float *row = y + (long)b * N;
+    const float *qr = part[0] + b * stride[0], *kr = part[1] + b * stride[1];
+    const float *vr = part[2] + b * stride[2];
     const float *c = cos + (rope_rows > 1 ? (long)b * width : 0);
     const float *s = sin + (rope_rows > 1 ? (long)b * width : 0);
-    for (int h = 0; h < H; h++) rope(D, traditional, row + h * D, c, s, q + ((long)b * H + h) * D);
+    for (int h = 0; h < H; h++) rope(D, traditional, qr + h * D, c, s, q + ((long)b * H + h) * D);
     for (int h = 0; h < Hkv; h++)
-      rope(D, traditional, row + (H + h) * D, c, s, k + ((long)b * Hkv + h) * D);
-    const float *vr = row + (H + Hkv) * D;
+      rope(D, traditional, kr + h * D, c, s, k + ((long)b * Hkv + h) * D);
     for (int j = 0; j < Hkv * D; j++) v[(long)b * Hkv * D + j] = vr[j];
   }
   free(xn);
