@@ -369,6 +369,14 @@ int mlxnb_qmm_path(int M) {
   return vector_path(M);
 }
 
+/* The last rows of M past a multiple of `block` that a blocked path (the integer sums'
+ * 16 tokens, AMX's tiles) leaves to a one-row-at-a-time path right after: a verify pass
+ * of 17 would cost a whole block for one row. 0 where there is no such tail (at most
+ * `most` rows, and a whole block before them). */
+static inline int tail_rows(int M, int block, int most) {
+  return M > block && M % block <= most ? M % block : 0;
+}
+
 static void vector_product(int path, int M, int N, int K, int gs, int bits, const float *x,
                            const uint8_t *wb, qsb_t sb, float *out) {
   if (path == 0)
@@ -398,11 +406,10 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   int path = mlxnb_qmm_path(M), counted = 0;
 #ifdef QMM_IGEMM
   if (path == 2 && M >= igemm_from && dots_fit(K, gs)) {
-    /* a last 1-3 rows past a multiple of 16 (a verify pass of 17) would cost a whole
-     * vector of 16 tokens: they take their own path right after, as AMX's tail (within
+    /* a last 1-3 rows past a multiple of 16 take their own path right after (within
      * this product's count). An input that is not finite, in the tail too, leaves every
      * row on float inputs, as round_rows does. */
-    const int tail = M > 16 && M % 16 <= IG_TAIL ? M % 16 : 0, head = M - tail;
+    const int tail = tail_rows(M, 16, IG_TAIL), head = M - tail;
     if (ig_finite(tail, K, x + (long)head * K) && igemm(head, N, K, gs, bits, x, wb, sb, out) == 0) {
       calls[2]++, calls[5]++;
       if (!tail) return 0;
@@ -425,9 +432,8 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
 #endif
 #ifdef QMM_AMX
   if (path == 3) {
-    /* a last block of a few rows (a verify pass of 17) would cost the tiles a whole
-     * sweep: those rows take their own path right after, the weights still in cache */
-    const int tail = M > AMX_M && M % AMX_M <= AMX_TAIL ? M % AMX_M : 0, head = M - tail;
+    /* a last few rows take their own path right after, the weights still in cache */
+    const int tail = tail_rows(M, AMX_M, AMX_TAIL), head = M - tail;
     amx_product(head, N, K, gs, bits, x, wb, sb, out);
     if (tail)
       vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, sb,
