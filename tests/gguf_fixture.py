@@ -324,11 +324,12 @@ def build_arch_gguf(
                      sliding_window_pattern=6, query_pre_attn_scalar=16,
                      rope_local_base_freq=10000.0,
                      rope_scaling={"type": "linear", "factor": 8.0})  # fmt: skip
-    if arch == "gemma2":  # soft caps other than llama.cpp's defaults: read from the file
-        shape = dict(head_dim=16, query_pre_attn_scalar=16, attn_logit_softcapping=20.0,
+    if arch == "gemma2":  # soft caps other than llama.cpp's defaults: read from the file;
+        # heads wider than hidden / heads: the queries' scale is the head's (32, not 16)
+        shape = dict(head_dim=32, query_pre_attn_scalar=32, attn_logit_softcapping=20.0,
                      final_logit_softcapping=5.0)  # fmt: skip
-    if arch == "mixtral":  # 4 experts, 2 a token, each as wide as the MLP
-        shape.update(num_local_experts=4, num_experts_per_tok=2)
+    if arch == "mixtral":  # 4 experts, 3 a token (not mlx-lm's default), as wide as the MLP
+        shape.update(num_local_experts=4, num_experts_per_tok=3)
     if arch == "qwen3moe":  # 4 experts, 2 a token: every layer sparse
         shape.update(num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
                      moe_intermediate_size=shape.get("intermediate_size", 64),
@@ -354,7 +355,13 @@ def build_arch_gguf(
         if file_arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = cfg["num_attention_heads" if "q_proj" in name else "num_key_value_heads"]
             w = permute(w, heads)
-        if qtype in K_SCALES and w.ndim >= 2:  # experts' 3-D tensors: rows of rows
+        router = name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight"))
+        if router:  # llama.cpp keeps a router in float32 whatever the file's type
+            # Wide margins between experts' scores: a near-tie would let the fast path's
+            # rounding (or a sum's order) pick another expert than mlx-lm does.
+            w = 8 * w
+            stored.append((name, w, None))
+        elif qtype in K_SCALES and w.ndim >= 2:  # experts' 3-D tensors: rows of rows
             q = k_blocks(qtype, w.size // w.shape[-1], w.shape[-1], rng)
             q = q.reshape(*w.shape[:-1], q.shape[-1])
             stored.append((name, q, getattr(T, qtype)))

@@ -154,7 +154,11 @@ def config_of(md: dict, weights: dict, arch: str = "llama", kind: str | None = N
     if arch == "qwen3moe":  # every layer sparse; top-k weights renormalized, as llama.cpp
         extra["num_experts"] = int(g("expert_count"))
         extra["num_experts_per_tok"] = int(g("expert_used_count"))
-        extra["moe_intermediate_size"] = int(g("expert_feed_forward_length"))
+        # optional in llama.cpp's loader: then the experts' own width, from their weights
+        width = g("expert_feed_forward_length")
+        if width is None:
+            width = next(v.shape[1] for k, v in weights.items() if k.endswith("gate_proj.weight"))
+        extra["moe_intermediate_size"] = int(width)
         extra.update(decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
     if kind == "mixtral":  # every expert as wide as feed_forward_length
         extra["num_local_experts"] = int(g("expert_count"))

@@ -49,3 +49,17 @@ def test_experts_kept_apart_are_stacked_in_expert_order_and_let_go():
 )  # fmt: skip
 def test_a_llama_file_with_experts_is_mixtral(arch, md, kind):
     assert archs.kind_of(arch, md) == kind
+
+
+def test_experts_width_comes_from_their_weights_where_the_file_is_silent():
+    # expert_feed_forward_length is optional in llama.cpp's loader.
+    import mlx.core as mx
+
+    md = {f"qwen3moe.{k}": v for k, v in [("embedding_length", 64), ("block_count", 2),
+          ("attention.head_count", 4), ("feed_forward_length", 128), ("expert_count", 4),
+          ("expert_used_count", 2)]}  # fmt: skip
+    weights = {"model.layers.0.mlp.switch_mlp.gate_proj.weight": mx.zeros((4, 48, 8), mx.uint32)}
+    cfg = archs.config_of(md, weights, "qwen3moe")
+    assert cfg["moe_intermediate_size"] == 48 and cfg["num_experts_per_tok"] == 2
+    md["qwen3moe.expert_feed_forward_length"] = 96
+    assert archs.config_of(md, weights, "qwen3moe")["moe_intermediate_size"] == 96
