@@ -292,6 +292,7 @@ def build_arch_gguf(
     seed: int = 0,
     longrope: dict | None = None,
     split_experts: bool = False,
+    fused_qkv: bool = False,
 ):
     """A GGUF of a tiny random mlx-lm ``arch`` model (qwen2, qwen3, qwen3moe, mixtral,
     phi3, gemma, gemma2, gemma3), as llama.cpp writes one.
@@ -302,8 +303,9 @@ def build_arch_gguf(
     it, else float32. phi3: LongRoPE's ``longrope`` factors (mlx-lm's ``rope_scaling``) as
     llama.cpp keeps them, two tensors. mixtral: a ``llama`` file with experts, Q/K rows
     permuted as llama.cpp's LlamaModel does; ``split_experts``: each expert's projections
-    apart, as files from before llama.cpp stacked them. Worker thread (its model's
-    arrays are lazy).
+    apart, as files from before llama.cpp stacked them. phi2: ``fused_qkv`` writes q, k
+    and v as one ``attn_qkv``, as files from Phi-2's first checkpoints. Worker thread
+    (its model's arrays are lazy).
 
     Returns:
         ``(path, model)``: the mlx-lm model holding the weights the file stores (after
@@ -334,11 +336,13 @@ def build_arch_gguf(
         shape.update(num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
                      moe_intermediate_size=shape.get("intermediate_size", 64),
                      mlp_only_layers=[], norm_topk_prob=True)  # fmt: skip
+    if arch == "phi2":  # LayerNorms and biases; RoPE over half of each head
+        shape = dict(tie_word_embeddings=False, partial_rotary_factor=0.5, layer_norm_eps=1e-5)
     if arch == "phi3":  # its own lm_head; LongRoPE over half of each head's dimensions
         shape = dict(tie_word_embeddings=False, partial_rotary_factor=0.5,
                      max_position_embeddings=4096, original_max_position_embeddings=512,
                      rope_scaling=longrope)  # fmt: skip
-    model_type = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}.get(arch, arch)
+    model_type = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe", "phi2": "phi"}.get(arch, arch)
     cfg = tiny_config(len(tokens), model_type=model_type, rope_theta=1e6, **shape)
     mod = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
@@ -397,6 +401,10 @@ def build_arch_gguf(
         w.add_expert_count(cfg["num_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if arch == "phi2":
+        head = cfg["hidden_size"] // cfg["num_attention_heads"]
+        w.add_rope_dimension_count(int(head * cfg["partial_rotary_factor"]))
+        w.add_layer_norm_eps(cfg["layer_norm_eps"])
     if arch == "phi3":
         head = cfg["hidden_size"] // cfg["num_attention_heads"]
         w.add_rope_dimension_count(int(head * cfg["partial_rotary_factor"]))
@@ -405,7 +413,16 @@ def build_arch_gguf(
             for k in ("long", "short"):
                 w.add_tensor(f"rope_factors_{k}.weight",
                              np.array(longrope[f"{k}_factor"], dtype=np.float32))  # fmt: skip
+    fused: dict = {}  # (layer, weight or bias) -> {q/k/v: (array, kind)}
     for name, arr, kind in stored:
+        qkv = re.match(r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(\w+)$", name)
+        if fused_qkv and qkv:  # written once all three are here: rows of q, k, v
+            got = fused.setdefault((qkv[1], qkv[3]), {})
+            got[qkv[2]] = arr
+            if len(got) == 3:
+                a, gg = np.concatenate([got[c] for c in "qkv"]), f"blk.{qkv[1]}.attn_qkv.{qkv[3]}"
+                w.add_tensor(gg, a) if kind is None else w.add_tensor(gg, a, raw_dtype=kind)
+            continue
         # llama.cpp's converter stacks experts as mlx-lm's SwitchGLU does
         experts = re.match(r"model\.layers\.(\d+)\.\w+\.switch_mlp\.(\w+)_proj\.weight$", name)
         if experts and split_experts:

@@ -19,7 +19,16 @@ import tempfile
 from pathlib import Path
 
 from .. import config
-from .gguf_archs import ARCHS, NORM_SHIFT, config_of, in_features, kind_of, rename, stack_experts
+from .gguf_archs import (
+    ARCHS,
+    NORM_SHIFT,
+    config_of,
+    in_features,
+    kind_of,
+    rename,
+    stack_experts,
+    unfuse_qkv,
+)
 from .gguf_blocks import NEEDS_BLOCKS, read_blocks
 from .gguf_blocks import TYPES as BLOCK_TYPES
 from .gguf_rope import llama3_scaling
@@ -152,7 +161,8 @@ def _convert_into(gguf: Path, out: Path, variant: str) -> None:
     rope_freqs = weights.pop("rope_freqs.weight", None)
     long_short = [weights.pop(f"rope_factors_{k}.weight", None) for k in ("long", "short")]
     kind = kind_of(arch, md)
-    weights = {rename(k, kind): v for k, v in stack_experts(weights).items()}
+    weights = unfuse_qkv(stack_experts(weights), md, kind)
+    weights = {rename(k, kind): v for k, v in weights.items()}
     if arch in NORM_SHIFT:
         for k in [k for k in weights if k.endswith("norm.weight")]:
             weights[k] = weights[k].astype(mx.float32) - NORM_SHIFT[arch]

@@ -37,14 +37,14 @@ _NAMES = [
 # Q/K/V biases follow their weights' names), Phi-3's fused projections, Gemma 2/3's
 # extra norms and the experts of mixtures (`_ARCH_NAMES`).
 ARCHS = {
-    "llama": True, "qwen2": False, "qwen3": False, "qwen3moe": False, "phi3": False,
+    "llama": True, "qwen2": False, "qwen3": False, "qwen3moe": False, "phi2": False, "phi3": False,
     "gemma": False, "gemma2": False, "gemma3": False,
 }  # fmt: skip
 # Kinds of model a GGUF architecture holds besides its own: Mixtral's files are
 # llama's with experts (llama.cpp's LlamaModel writes both).
 _KINDS = {"mixtral": True}
 # mlx-lm's model type, where it is not the kind's name.
-_MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}
+_MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe", "phi2": "phi"}
 # Gemma's norms scale by 1 + weight; llama.cpp's converter stores weight + 1.
 NORM_SHIFT = {"gemma": 1.0, "gemma2": 1.0, "gemma3": 1.0}
 # Gemma 2 and 3 normalize before and after both attention and the MLP.
@@ -73,6 +73,14 @@ _ARCH_NAMES = {
             r"model.layers.\1.block_sparse_moe.switch_mlp.\2_proj.",
         ),
     ],  # fmt: skip
+    # Phi-2: LayerNorms with biases, the output product named dense, a biased MLP
+    # (q/k/v kept fused by older files are split first: `unfuse_qkv`).
+    "phi2": [
+        (r"^output_norm\.", "model.final_layernorm."),
+        (r"^blk\.(\d+)\.attn_output\.", r"model.layers.\1.self_attn.dense."),
+        (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.fc1."),
+        (r"^blk\.(\d+)\.ffn_down\.", r"model.layers.\1.mlp.fc2."),
+    ],
     "gemma2": _GEMMA_NORMS,
     "gemma3": _GEMMA_NORMS,
 }
@@ -108,6 +116,34 @@ def stack_experts(weights: dict) -> dict:
         stacked = mx.stack([weights.pop(keys[e]) for e in sorted(keys)])
         mx.eval(stacked)
         weights[f"blk.{layer}.ffn_{proj}_exps.{part}"] = stacked
+    return weights
+
+
+_FUSED_QKV = re.compile(r"^blk\.(\d+)\.attn_qkv\.(\w+)$")
+
+
+def unfuse_qkv(weights: dict, md: dict, kind: str) -> dict:
+    """Phi-2's fused ``attn_qkv`` as the separate q, k and v that mlx-lm's ``phi`` has.
+
+    Files converted from Phi-2's first checkpoints keep one tensor: rows of q, k, v.
+    Quantized rows split as they are (a block never spans two rows); one tensor at a
+    time, the fused one dropped once split.
+    """
+    import mlx.core as mx
+
+    if kind != "phi2":
+        return weights
+    heads = int(_scalar(md["phi2.attention.head_count"]))
+    kv = int(_scalar(md.get("phi2.attention.head_count_kv", heads)))
+    dim = int(_scalar(md["phi2.embedding_length"])) // heads
+    bounds = [0, heads * dim, (heads + kv) * dim, (heads + 2 * kv) * dim]
+    for key in [k for k in weights if _FUSED_QKV.match(k)]:
+        layer, part = _FUSED_QKV.match(key).groups()
+        fused = weights.pop(key)
+        for name, lo, hi in zip("qkv", bounds, bounds[1:]):
+            weights[f"blk.{layer}.attn_{name}.{part}"] = mx.contiguous(fused[lo:hi])
+        mx.eval([weights[f"blk.{layer}.attn_{n}.{part}"] for n in "qkv"])
+        del fused
     return weights
 
 
@@ -163,6 +199,9 @@ def config_of(md: dict, weights: dict, arch: str = "llama", kind: str | None = N
     if kind == "mixtral":  # every expert as wide as feed_forward_length
         extra["num_local_experts"] = int(g("expert_count"))
         extra["num_experts_per_tok"] = int(g("expert_used_count"))
+    if arch == "phi2":  # LayerNorm's epsilon; RoPE over part of each head
+        extra["layer_norm_eps"] = float(g("attention.layer_norm_epsilon", 1e-5))
+        extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
     if arch == "phi3":  # rotary dimensions and the context LongRoPE scales from
         extra["partial_rotary_factor"] = int(g("rope.dimension_count", head_dim)) / head_dim
         ctx = g("rope.scaling.original_context_length", g("context_length", 4096))
@@ -189,8 +228,8 @@ def in_features(module: str, config: dict) -> int:
     """The width of the inputs of linear layer ``module`` (a path in the model)."""
     if module.endswith("switch_mlp.down_proj"):
         return config.get("moe_intermediate_size", config["intermediate_size"])
-    if module.endswith("down_proj"):
+    if module.endswith(("down_proj", "mlp.fc2")):  # fc2: Phi-2's
         return config["intermediate_size"]
-    if module.endswith("o_proj"):
+    if module.endswith(("o_proj", "self_attn.dense")):
         return config["num_attention_heads"] * config["head_dim"]
     return config["hidden_size"]

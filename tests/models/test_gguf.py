@@ -227,8 +227,10 @@ def test_stale_temp_dirs_go_on_a_cache_hit_but_live_ones_stay(cache, tiny_gguf):
 
 
 @pytest.mark.parametrize(
-    "arch", ["qwen2", "qwen3", "qwen3moe", "mixtral", "phi3", "gemma", "gemma2", "gemma3"]
-)
+    "arch",
+    ["qwen2", "qwen3", "qwen3moe", "mixtral", "phi2", "phi2-fused", "phi3", "gemma", "gemma2",
+     "gemma3"],
+)  # fmt: skip
 @pytest.mark.parametrize("qtype", [None, "Q8_0"])
 def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_weights(
     engine, cache, tmp_path, arch, qtype
@@ -246,7 +248,10 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
         import mlx.core as mx
         from mlx_lm import load
 
-        _, ref = build_arch_gguf(path, arch, qtype)  # here: the model's arrays are lazy
+        # here: the model's arrays are lazy. "-fused": Phi-2's q/k/v as one tensor
+        _, ref = build_arch_gguf(
+            path, arch.removesuffix("-fused"), qtype, fused_qkv="fused" in arch
+        )
         out = conv.convert_gguf(path, "q")
         model, tok = load(str(out))
         prompt = mx.array(tok.encode(TEXT))
@@ -255,7 +260,7 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
 
     out, ours, want_logits, want = engine.call(run).result()
     config = json.loads((out / "config.json").read_text())
-    types = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe"}  # mlx-lm's names for them
+    types = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe", "phi2": "phi", "phi2-fused": "phi"}
     assert config["model_type"] == types.get(arch, arch)
     assert config["rope_traditional"] is (arch == "mixtral")  # llama's Q/K order
     assert ("quantization" in config) == (qtype is not None)
