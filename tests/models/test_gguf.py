@@ -238,7 +238,7 @@ def test_ggufs_of_each_architecture_load_and_decode_as_mlx_lm_does_on_the_same_w
     from mlx_lm.generate import generate_step
 
     from mlx_notebook.engine import Request
-    from tests.gguf_fixture import build_arch_gguf
+    from tests.gguf_arch_fixture import build_arch_gguf
 
     path = tmp_path / f"{arch}.gguf"
     TEXT = "The 12 ships sailed at dawn"
@@ -283,7 +283,7 @@ def test_half_precision_ggufs_load_at_their_precision_and_decode_as_mlx_lm_does(
     from mlx_lm.generate import generate_step
 
     from mlx_notebook.engine import Request
-    from tests.gguf_fixture import build_arch_gguf
+    from tests.gguf_arch_fixture import build_arch_gguf
 
     path, text = tmp_path / f"{qtype}.gguf", "The 12 ships sailed at dawn"
 
@@ -310,7 +310,7 @@ def test_half_precision_ggufs_load_at_their_precision_and_decode_as_mlx_lm_does(
 def test_phi3_longrope_kept_only_as_two_tensors_is_given_back(engine, cache, tmp_path):
     # Phi-3's 128k variants: llama.cpp keeps LongRoPE's factors as rope_factors_long and
     # rope_factors_short, and the context they scale from as a key.
-    from tests.gguf_fixture import build_arch_gguf
+    from tests.gguf_arch_fixture import build_arch_gguf
 
     rope = {"type": "longrope", "long_factor": [1.0, 2.5, 7.0, 30.0],
             "short_factor": [1.0, 1.1, 1.3, 2.0]}  # fmt: skip

@@ -7,7 +7,8 @@ import pytest
 
 from mlx_notebook.models import gguf as conv
 from mlx_notebook.models import gguf_blocks as blocks
-from tests.gguf_fixture import K_SCALES, build_arch_gguf, k_blocks
+from tests.gguf_arch_fixture import build_arch_gguf
+from tests.gguf_fixture import K_SCALES, k_blocks
 
 # Each type: the bits it is stored at, and whether the mapping is exact.
 KINDS = {
