@@ -43,6 +43,8 @@ ARCHS = {
 # Kinds of model a GGUF architecture holds besides its own: Mixtral's files are
 # llama's with experts (llama.cpp's LlamaModel writes both).
 _KINDS = {"mixtral": True}
+# Whether each kind's Q/K rows are in interleaved-RoPE order (``rope_traditional``).
+_PERMUTED = {**ARCHS, **_KINDS}
 # mlx-lm's model type, where it is not the kind's name.
 _MODEL_TYPES = {"gemma3": "gemma3_text", "qwen3moe": "qwen3_moe", "phi2": "phi"}
 # Gemma's norms scale by 1 + weight; llama.cpp's converter stores weight + 1.
@@ -53,6 +55,23 @@ _GEMMA_NORMS = [
     (r"^blk\.(\d+)\.ffn_norm\.", r"model.layers.\1.pre_feedforward_layernorm."),
     (r"^blk\.(\d+)\.post_ffw_norm\.", r"model.layers.\1.post_feedforward_layernorm."),
 ]
+
+
+def _experts(block: str) -> list:
+    """A mixture's names under the model's ``block``.
+
+    The router, and each projection of every expert in one 3-D tensor (as mlx-lm's
+    SwitchGLU stacks them).
+    """
+    return [
+        (r"^blk\.(\d+)\.ffn_gate_inp\.", rf"model.layers.\1.{block}.gate."),
+        (
+            r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.",
+            rf"model.layers.\1.{block}.switch_mlp.\2_proj.",
+        ),
+    ]
+
+
 # Phi-3 keeps Q, K and V in one matrix and the gate and up projections in another,
 # as mlx-lm's phi3 does: llama.cpp names the second ffn_up.
 _ARCH_NAMES = {
@@ -60,19 +79,8 @@ _ARCH_NAMES = {
         (r"^blk\.(\d+)\.attn_qkv\.", r"model.layers.\1.self_attn.qkv_proj."),
         (r"^blk\.(\d+)\.ffn_up\.", r"model.layers.\1.mlp.gate_up_proj."),
     ],
-    # Qwen3's mixture of experts: the router, and each projection of every expert in
-    # one 3-D tensor, as mlx-lm's SwitchGLU stacks them.
-    "qwen3moe": [
-        (r"^blk\.(\d+)\.ffn_gate_inp\.", r"model.layers.\1.mlp.gate."),
-        (r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.", r"model.layers.\1.mlp.switch_mlp.\2_proj."),
-    ],
-    "mixtral": [
-        (r"^blk\.(\d+)\.ffn_gate_inp\.", r"model.layers.\1.block_sparse_moe.gate."),
-        (
-            r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.",
-            r"model.layers.\1.block_sparse_moe.switch_mlp.\2_proj.",
-        ),
-    ],  # fmt: skip
+    "qwen3moe": _experts("mlp"),
+    "mixtral": _experts("block_sparse_moe"),
     # Phi-2: LayerNorms with biases, the output product named dense, a biased MLP
     # (q/k/v kept fused by older files are split first: `unfuse_qkv`).
     "phi2": [
@@ -217,7 +225,7 @@ def config_of(md: dict, weights: dict, arch: str = "llama", kind: str | None = N
         "head_dim": head_dim,
         "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon", 1e-5)),
         "rope_theta": float(g("rope.freq_base", 10000.0)),
-        "rope_traditional": {**ARCHS, **_KINDS}[kind],
+        "rope_traditional": _PERMUTED[kind],
         "vocab_size": int(g("vocab_size", len(md.get("tokenizer.ggml.tokens", [])))),
         "max_position_embeddings": int(g("context_length", 2048)),
         "tie_word_embeddings": "lm_head.weight" not in weights,

@@ -28,18 +28,20 @@ struct Lin {
   }
 };
 
-Lin describe(const std::vector<mx::array>& l, int K, const char* what) {
+// l: n arrays (a view into the caller's list: layer_in describes each of its three
+// parts on every step, without copies).
+Lin describe(const mx::array* l, size_t n, int K, const char* what) {
   auto bad = [&] { return std::invalid_argument(std::string("fused layer: ") + what +
                                                 " is not [w] float32 [N, K] or [w, scales(, biases)] 4/8-bit"); };
   Lin d;
   d.K = K;
-  if (l.size() == 1) {
+  if (n == 1) {
     if (l[0].dtype() != mx::float32 || l[0].ndim() != 2 || l[0].shape(1) != K) throw bad();
     d.N = l[0].shape(0);
     return d;
   }
-  if (l.size() != 2 && l.size() != 3) throw bad();
-  const bool sym = l.size() == 2;
+  if (n != 2 && n != 3) throw bad();
+  const bool sym = n == 2;
   const auto& b = sym ? l[1] : l[2];
   if (l[0].dtype() != mx::uint32 || l[0].ndim() != 2 ||
       l[1].ndim() != 2 || !scale_dtype(l[1], b) || b.shape() != l[1].shape() ||
@@ -102,8 +104,7 @@ InParams in_params(const mx::array& x, const mx::array& norm_w, float eps,
   InParams p{};
   const char* names[3] = {"q", "k", "v"};
   for (int i = 0; i < parts; i++)
-    p.qkv[i] = describe(std::vector<mx::array>(qkv.begin() + i * each, qkv.begin() + (i + 1) * each), E,
-                        parts == 1 ? "q/k/v" : names[i]);
+    p.qkv[i] = describe(qkv.data() + i * each, each, E, parts == 1 ? "q/k/v" : names[i]);
   const int heads = n_heads + 2 * n_kv_heads;
   const int N = parts == 1 ? p.qkv[0].N : p.qkv[0].N + p.qkv[1].N + p.qkv[2].N;
   if (n_heads < 1 || n_kv_heads < 1 || N % heads || (N / heads) % 2)
@@ -167,10 +168,10 @@ OutParams out_params(int Ea, const mx::array& x, const std::vector<mx::array>& o
       norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
     throw std::invalid_argument("layer_out: x [B, 1, E] float32, a norm weight [E]");
   const int E = x.shape(2);
-  auto lo = describe(o, Ea, "o");
-  auto lgu = describe(gate_up, E, "gate/up");
+  auto lo = describe(o.data(), o.size(), Ea, "o");
+  auto lgu = describe(gate_up.data(), gate_up.size(), E, "gate/up");
   if (lo.N != E || lgu.N % 2) throw std::invalid_argument("layer_out: o or gate/up rows");
-  auto ld = describe(down, lgu.N / 2, "down");
+  auto ld = describe(down.data(), down.size(), lgu.N / 2, "down");
   if (ld.N != E) throw std::invalid_argument("layer_out: down's rows are not E");
   return OutParams{eps, lo, lgu, ld};
 }
