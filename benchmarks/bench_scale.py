@@ -16,8 +16,10 @@ Every configuration runs in a process of its own, each round in a rotated order,
 greedy: decode tok/s (``--tokens``), prefill of a 512-token prompt, Stop latency at
 random moments of that prefill (ours, ``--stops``), peak resident
 memory (``VmHWM``) against the weights as loaded (and, for ours, the KV cache).
-Ratios are paired round by round. The memory-bandwidth bound (OpenBLAS sgemv on
-every thread) gives the decode limit of each file's bytes.
+Ratios are paired round by round. The memory-bandwidth bound, measured after each
+round (the faster of OpenBLAS sgemv on every thread and numpy's sums of a slice on each
+thread), gives that round's decode limit of each file's bytes; ours is reported against
+it, round by round, with the spread of its rounds.
 
 ``--shape tiny`` runs the same on a small model in seconds (the script's own test).
 """
@@ -36,6 +38,7 @@ from bench_cpu import (
     PEAK,
     bandwidth_gbs,
     copy_fields,
+    fmt,
     print_speeds,
     rewrite_gguf,
     run,
@@ -291,18 +294,19 @@ def main() -> None:
             configs[f"llama.cpp {k}"] = (cmd, {})
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
+    bounds: list[tuple[float, float, float]] = []
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             cmd, env = configs[name]
             results[name].append(run(cmd, env))
+        bounds.append(bandwidth_gbs())  # the round's own: the machine's rate moves
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
         if args.save:
             Path(args.save).write_text(json.dumps(results))
-    report(args, names, results, files)
+    report(args, names, results, files, bounds)
 
 
-def report(args, names: list[str], results: dict, files: dict) -> None:
-    one, gemv = bandwidth_gbs()
+def report(args, names: list[str], results: dict, files: dict, bounds: list) -> None:
     print_speeds(args, names, results, 16)
 
     def ratio(a: str, b: str, key: str) -> str:
@@ -335,12 +339,22 @@ def report(args, names: list[str], results: dict, files: dict) -> None:
             print(f"Stop mid-prefill, {name} ({len(stops)} random cancels): median "
                   f"{statistics.median(stops):.0f} ms, max {max(stops):.0f} ms; largest chunk "
                   f"{max(x['chunk'] for x in results[name])} tokens")  # fmt: skip
-    print("\nFile sizes and the decode limit at the sgemv bandwidth:")
+    limit = [max(gemv, every) for _, gemv, every in bounds]  # GB/s, each round's
+    print("\nFile sizes and the decode limit at each round's read rate, median (min-max):")
     for k, p in files.items():
         size = p.stat().st_size
-        print(f"  {k:6s} {size / 1e6:7.0f} MB -> {gemv * 1e9 / size:6.1f} tok/s")
-    print(f"Bandwidth, best of 5 over 512 MB: {one:.1f} GB/s (numpy sum, one thread), "
-          f"{gemv:.1f} GB/s (OpenBLAS sgemv, all threads)")  # fmt: skip
+        print(f"  {k:6s} {size / 1e6:7.0f} MB -> {fmt([g * 1e9 / size for g in limit], 'tok/s')}")
+        ours = [x["decode"] for x in results.get(f"ours {k}", [])]
+        if ours:  # the weights read a token against the round's rate, and the spread
+            rs = [d * size / 1e9 / g for d, g in zip(ours, limit)]
+            mid = statistics.median(ours)
+            print(f"         ours ÷ that limit {statistics.median(rs):.2f}x ({min(rs):.2f}-"
+                  f"{max(rs):.2f}); rounds {min(ours) / mid:.2f}-{max(ours) / mid:.2f}x "
+                  "their median")  # fmt: skip
+    for name, i in (("numpy sum, one thread", 0), ("OpenBLAS sgemv, all threads", 1),
+                    ("numpy sums, a slice a thread", 2)):  # fmt: skip
+        print(f"Bandwidth ({name}), best of 5 over 512 MB a round: "
+              f"{fmt([b[i] for b in bounds], 'GB/s')}")  # fmt: skip
 
 
 if __name__ == "__main__":
