@@ -150,7 +150,8 @@ def main() -> None:
     for label, ways in cases:
         t = times[label]
         cells = [f"{w} {statistics.median(t[w]):.3f}" for w in ways]
-        cells[0] += f" ({nbytes[label] / statistics.median(t['ours']) / 1e6:.1f} GB/s)"
+        if args.copies > 1:  # from memory; with one copy it would be a cache's rate
+            cells[0] += f" ({nbytes[label] / statistics.median(t['ours']) / 1e6:.1f} GB/s)"
         extra = ""
         for other in ("f32", "row tiles", "float sums"):
             if other in t:

@@ -340,7 +340,7 @@ def report(args, names: list[str], results: dict, files: dict, bounds: list) -> 
                   f"{statistics.median(stops):.0f} ms, max {max(stops):.0f} ms; largest chunk "
                   f"{max(x['chunk'] for x in results[name])} tokens")  # fmt: skip
     limit = [max(gemv, every) for _, gemv, every in bounds]  # GB/s, each round's
-    print("\nFile sizes and the decode limit at each round's read rate, median (min-max):")
+    print("\nFile sizes and the decode limit at each round's read rate:")
     for k, p in files.items():
         size = p.stat().st_size
         print(f"  {k:6s} {size / 1e6:7.0f} MB -> {fmt([g * 1e9 / size for g in limit], 'tok/s')}")
