@@ -50,6 +50,13 @@ enum { FEW_QUERIES = 32 };
  * 64-query chunks 545-655 ms with the threads, 176 ms without; 512 queries 1.67-1.88 s
  * with them, 2.17 s without). */
 enum { SOFTMAX_PARALLEL_MIN = 1 << 19 };
+/* With this many threads or fewer the softmax stays on the calling thread whatever the
+ * chunk: OpenMP's team, spinning after its region on the core OpenBLAS's next sgemm
+ * needs, made every chunk past ~418 queries (3 L^2 scores a key/value head) slower per
+ * token than smaller ones (`bench_chunks.py default:f32 --sizes 256,320,384,448,512`,
+ * 3 rounds: 566, 563, 569, then 322 and 374 tok/s; `perf`: 15 % of the samples in
+ * libgomp, 13 % in the scheduler at 448 against none at 384). */
+enum { SOFTMAX_SOLO_UPTO = 2 };
 long mlxnb_attention_calls(void) { return calls; }
 long mlxnb_attention_splits(void) { return splits; } /* decode steps whose keys were split */
 
@@ -326,7 +333,7 @@ int mlxnb_causal_attention(const float *q, const float *k, const float *v, float
 #ifdef _OPENMP
   nt = mlxnb_thread_count > 0 ? mlxnb_thread_count : omp_get_max_threads();
 #endif
-  if ((long)rows * S < SOFTMAX_PARALLEL_MIN) nt = 1;
+  if ((long)rows * S < SOFTMAX_PARALLEL_MIN || nt <= SOFTMAX_SOLO_UPTO) nt = 1;
   for (int g = 0; g < Hkv; g++) {
     /* The group's query heads are consecutive: rows g*group*L .. of q and out. */
     const float *qg = q + (size_t)g * rows * D;
