@@ -122,8 +122,9 @@ def spm_files(tmp_path_factory, request):
 
     from tests.gguf_fixture import sentencepiece_model
 
-    docs = Path(__file__).resolve().parents[2] / "docs"
-    text = "\n".join(p.read_text() for p in sorted(docs.glob("guide/*.md")))
+    # A frozen text (32 KB of the guides as they were): editing a page must not change
+    # the vocabulary, and with it what the tiny random model samples.
+    text = (Path(__file__).parent / "spm_corpus.txt").read_text()
     sp = sentencepiece_model(text + "\n" + "\n".join(SAMPLES[:2]), dummy_prefix=request.param)
     assert sp.encode("a", out_type=str)[0].startswith("\u2581") == request.param
     root = tmp_path_factory.mktemp("spm")
@@ -171,7 +172,12 @@ def test_a_sentencepiece_file_streams_its_text_through_the_engine(spm_files, eng
     job = engine.submit(Request("Hello café 東京", model=str(path), chat=False, max_tokens=24))
     pieces = [ev.text for ev in job.events() if isinstance(ev, Token)]
     res = job.result(timeout=300)
-    assert len(res.token_ids) == 24 and "".join(pieces) == res.text
+    ended = res.finish_reason == "stop" and res.token_ids[-1] in (
+        sp.eos_id(),
+        sp.piece_to_id("<end_of_turn>"),
+    )
+    assert len(res.token_ids) == 24 or ended
+    assert "".join(pieces) == res.text  # bytes held back before the end of text too
     assert res.text == sp.decode(res.token_ids)  # streamed as SentencePiece decodes it
 
 

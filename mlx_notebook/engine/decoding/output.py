@@ -167,14 +167,16 @@ class Output:
         self._stops = StopMatcher(job.request.stop)
         self._pieces: list[str] = []
         self._matched: str | None = None
-        self._finalized = False
+        self._released = False
         self._t0 = t0
         self._first = self._last = None
 
     def add(self, tid: int, from_draft: bool = False, info=None) -> bool:
         """Take one generated token; return True when generation must end here.
 
-        ``info`` is its `TokenRecord` when the request asked for ``logprobs``.
+        ``info`` is its `TokenRecord` when the request asked for ``logprobs``. The last
+        token's event also carries the text still held back (`_release`), so a stream's
+        pieces add up to the result's text whenever the generation ends on a token.
         """
         i = len(self.generated)
         self.generated.append(tid)
@@ -182,24 +184,48 @@ class Output:
         if self._first is None:
             self._first = self._last
         self.stats.generation_tokens = i + 1
+        text = ""
         if tid in self._eos:
-            self.reason = "stop"
-            self.job.emit(Token("", tid, from_draft, i, info=info))
-            return True
-        if tid in self._special:  # e.g. a drawn <|im_start|>: a token, never text
-            self.job.emit(Token("", tid, from_draft, i, info=info))
-            return i + 1 >= self.max_tokens
-        self._detok.add_token(tid)
-        if i + 1 == self.max_tokens:
-            self._detok.finalize()
-            self._finalized = True
-        text, self._matched = self._stops.feed(self._detok.last_segment)
+            self.reason, end = "stop", True
+        elif tid in self._special:  # e.g. a drawn <|im_start|>: a token, never text
+            end = i + 1 >= self.max_tokens
+        else:
+            self._detok.add_token(tid)
+            text, self._matched = self._stops.feed(self._detok.last_segment)
+            grammar_done = self.constraint is not None and self.constraint.stopped
+            if self._matched is not None or grammar_done:
+                self.reason = "stop"
+            end = self.reason == "stop" or i + 1 >= self.max_tokens
         text, thought = self._route(text)
+        if end:
+            more, more_thought = self._release()
+            text, thought = text + more, thought + more_thought
         self.job.emit(Token(text, tid, from_draft, i, thought, info))
-        if self._matched is not None or (self.constraint is not None and self.constraint.stopped):
-            self.reason = "stop"
-            return True
-        return i + 1 >= self.max_tokens
+        return end
+
+    def _release(self) -> tuple[str, str]:
+        """Release what is held back, once; return it as (answer, reasoning).
+
+        That is the bytes the detokenizer holds and text withheld as a possible
+        stop-string start or reasoning marker.
+        """
+        if self._released:
+            return "", ""
+        self._released = True
+        start, start_thought = len(self._pieces), len(self._thought)
+        if self._matched is None:
+            self._detok.finalize()
+            text, self._matched = self._stops.feed(self._detok.last_segment)
+            self._route(text)
+            if self._matched is None:
+                self._route(self._stops.flush())
+            else:
+                self.reason = "stop"
+        if self._split is not None:  # text held back as a possible marker start
+            answer, thought = self._split.flush()
+            self._pieces.append(answer)
+            self._thought.append(thought)
+        return "".join(self._pieces[start:]), "".join(self._thought[start_thought:])
 
     def finish(
         self, reason: str | None = None, error: str | None = None, exception=None
@@ -211,23 +237,10 @@ class Output:
             error: One-line error text.
             exception: The exception behind an error.
         """
+        matched = self._matched
+        self._release()  # a cancel or an error: held-back text is in the result only
+        reason = "stop" if matched is None and self._matched is not None else reason
         reason = reason or self.reason
-        if self._matched is None:
-            # Release bytes the detokenizer still holds and text withheld as a
-            # possible stop-string start.
-            if not self._finalized:
-                self._detok.finalize()
-                text, self._matched = self._stops.feed(self._detok.last_segment)
-                self._route(text)
-                self._finalized = True
-            if self._matched is None:
-                self._route(self._stops.flush())
-            else:
-                reason = "stop"
-        if self._split is not None:  # text held back as a possible marker start
-            answer, thought = self._split.flush()
-            self._pieces.append(answer)
-            self._thought.append(thought)
         st = self.stats
         st.peak_memory = mx.get_peak_memory() / 1e9
         if self._first is not None:

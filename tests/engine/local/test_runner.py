@@ -65,9 +65,26 @@ def test_unmatched_candidate_is_released_at_the_end(engine, sentence):
     ids, texts = sentence
     r, streamed = run(engine, ["dog.!"], max_tokens=len(ids))
     assert r.finish_reason == "length" and r.text == "".join(texts) == SENTENCE.lstrip()
-    # "dog." was withheld as a possible start of the stop string: the terminal
-    # event carries it, the token stream never did.
-    assert r.text == "".join(streamed) + "dog."
+    # "dog." was withheld as a possible start of the stop string; the last token,
+    # which ends the generation, releases it.
+    assert streamed[-1].endswith("dog.") and r.text == "".join(streamed)
+
+
+def test_text_held_back_is_released_by_the_end_of_text(engine, scripted, tiny_tokenizer):
+    # A stray byte (half of "é") and a possible stop-string start, then the end of
+    # text: the end-of-text token's event carries both, as the result's text has them.
+    vocab = tiny_tokenizer.get_vocab()
+    half = vocab["\u00c3"]  # byte 0xC3 in a byte-level vocabulary
+    words = tiny_tokenizer.encode(" fox", add_special_tokens=False)
+    eos = tiny_tokenizer.eos_token_id
+    for outputs, stop, tail in (([*words, half, eos], [], "\ufffd"), ([*words, eos], ["x!"], "")):
+        scripted("tail", outputs=outputs)
+        job = engine.submit(Request("Hello", model="tail", chat=False, max_tokens=9, stop=stop))
+        events = [e for e in job.events(timeout=30) if isinstance(e, Token)]
+        r = job.result()
+        assert r.finish_reason == "stop" and r.text == "fox" + tail
+        assert [e.token_id for e in events] == outputs
+        assert "".join(e.text for e in events) == r.text and events[-1].text
 
 
 def test_a_solo_prefill_runs_long_chunks_only_while_no_row_decodes(endless_dir, monkeypatch):
