@@ -79,12 +79,24 @@ class PrefillProfile:
         is no fixed cost: nothing then makes small chunks pay, and the time target
         alone sizes them. Best effort: where timings are noisy the fit may drop ``g``
         or ``e`` (then inf, and the time target and hold size chunks), and chunks that
-        all settle at one length cannot tell the terms apart.
+        all settle at one length cannot tell the terms apart. inf until two chunk lengths of at
+        least half the optimum have been measured.
         """
         if self.coef is None:
             return math.inf
         g, _, _, e = self.coef
-        return math.sqrt(g / e) if g > 0 and e > 0 else math.inf
+        if not (g > 0 and e > 0):
+            return math.inf
+        best = math.sqrt(g / e)
+        # What long chunks cost beyond their share shows only in long chunks: with one
+        # measured (short warm-ups, then a prompt's first chunk), ``e`` took the
+        # per-token cost that the short ones cannot pin down. The default model's first
+        # 512-token prefill then went in chunks of 304, 118 and 89 tokens, the last two
+        # at 1.5 and 1.8 ms a token against the first's 0.97. Two lengths of at least
+        # half the optimum are asked for.
+        if len({n for n, _, _ in self.obs if n >= best / 2}) < 2:
+            return math.inf
+        return best
 
     def largest_within(self, seconds: float, pos: int) -> float | None:
         """The longest chunk at ``pos`` predicted to take at most ``seconds``."""

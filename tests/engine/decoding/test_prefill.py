@@ -308,3 +308,23 @@ def test_a_stop_at_a_layer_ends_the_job_and_its_cache_serves_the_next(
     assert again.stats.cached_tokens == done[-1] > 0 and len(done) > 2
     fresh = engine.submit(Request(prompt, reuse_cache=False, **base)).result(timeout=60)
     assert again.text == fresh.text
+
+
+def test_one_long_chunk_is_not_enough_to_cut_chunks_for_throughput():
+    # Timed on the default model (float32): warm-ups of 8-38 tokens, then a prompt's
+    # first chunk. The fit put the per-token cost of the long chunk into ``e``, and its
+    # optimum (119 and 61 tokens) cut the rest of a 512-token prompt into chunks that ran
+    # at 1.5-1.8 ms a token against the long one's 1.0.
+    for warm, first in (
+        ([(8, 0, 0.018), (22, 8, 0.025), (38, 0, 0.04)], (304, 0.296)),
+        ([(8, 0, 0.018), (22, 8, 0.023), (13, 24, 0.025)], (176, 0.201)),
+    ):
+        prof = PrefillProfile()
+        for n, p, t in warm:
+            prof.observe(n, p, t)
+        s = ChunkSizer(target_s=0.25, profile=prof)
+        s.observe(*first, 0)
+        g, _, _, e = prof.coef
+        assert e > 0 and math.sqrt(g / e) < 150  # what the fit alone says
+        assert prof.best() == math.inf
+        assert s.size_at(first[0], points=30) >= 512 - first[0]  # the rest in one chunk
