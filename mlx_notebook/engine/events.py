@@ -74,7 +74,9 @@ class Token:
     Attributes:
         text: Text released by this token. Empty while the detokenizer waits for
             more bytes or while the text could still start a stop string, and for
-            a special token (end of turn, ``<|im_start|>``), which is not text.
+            a special token (end of turn, ``<|im_start|>``), which is not text. The
+            token that ends a generation releases all that was held back, so the
+            tokens' texts add up to `Finished.text` (but for a cancel or an error).
         token_id: The token id.
         from_draft: True when the token was a draft token accepted by the main model.
         index: 0-based position among the generated tokens.
