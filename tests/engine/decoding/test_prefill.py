@@ -143,17 +143,17 @@ def test_a_young_fit_does_not_size_a_chunk_far_past_what_was_measured():
 
 def test_a_chunk_with_cancel_points_grows_further_and_gates_every_layer_past_the_measured():
     # Cancel points between layers bound a Stop whatever the fit says, once every layer
-    # has one: such a chunk may grow 8x past what was measured, not 4x.
+    # has one: such a chunk may grow 16x past what was measured, not 4x.
     prof = PrefillProfile()
     ChunkSizer(profile=prof).observe(3, 0.001, 0)  # a short prompt: 3 tokens in 1 ms
     gated = ChunkSizer(target_s=0.25, profile=prof)
     n = gated.size_at(0, points=16)
-    assert n == ChunkSizer.GATED_GROWTH * 3 == 24
+    assert n == ChunkSizer.GATED_GROWTH * 3 == 48
     assert gated.size_at(0) == ChunkSizer.GROWTH * 3  # no cancel points: 4x, as before
     assert gated.every(n, 0, 16) == 1  # an extrapolation: a cancel point after each layer
     assert gated.every(12, 0, 16) > 16  # within 4x of the measured: the fit sizes them
-    gated.observe(n, 0.008, 0)
-    assert gated.size_at(n, points=16) == 8 * 24  # and so on, within the hold
+    gated.observe(n, 0.016, 0)
+    assert gated.size_at(n, points=16) == 16 * 48  # and so on, within the hold
 
 
 def test_past_the_window_chunks_end_on_the_grid_whatever_the_time():
