@@ -208,7 +208,7 @@ class ChunkSizer:
     # fit says. At 4x, a long prompt after a short one (a chat's first document) began
     # with a chunk of about 120 tokens on a 1B model, then 230 and 160: 3 chunks where
     # a taught model takes 2, each reading (or widening) every weight once. At 16x the
-    # default model's 512-token prompt after a 38-token one goes in one chunk, 1.11-1.20x
+    # default model's 512-token prompt after a 38-token one goes in one chunk, 1.11-1.22x
     # as fast as in 304 and 207 at 8x; after two short chat turns 16x and 8x are level
     # (1.005x on that model, 0.99x on a 1B one: `benchmarks/bench_hold.py --growth 8,16`).
     GROWTH = 4

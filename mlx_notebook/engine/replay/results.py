@@ -187,7 +187,28 @@ def replay_events(payload: dict) -> tuple[list[Token], Finished]:
         payload["text"], payload["finish_reason"], payload["matched_stop"], None, stats,
         reasoning=payload["reasoning"],
     )  # fmt: skip
-    return events, fin
+    return _with_tail(events, fin), fin
+
+
+def _with_tail(events: list[Token], fin: Finished) -> list[Token]:
+    """The stored events, with any text they fall short of the result's on the last one.
+
+    Events stored before the last token carried the text held back (`Output._release`)
+    add up to less than the result's text; the last token carries the rest now.
+    """
+    if not events:
+        return events
+    text, thought = "".join(e.text for e in events), "".join(e.reasoning for e in events)
+    if fin.text == text and fin.reasoning == thought:
+        return events
+    if not (fin.text.startswith(text) and fin.reasoning.startswith(thought)):
+        return events  # not a stream that stopped short: left as it was
+    last = dataclasses.replace(
+        events[-1],
+        text=events[-1].text + fin.text[len(text) :],
+        reasoning=events[-1].reasoning + fin.reasoning[len(thought) :],
+    )
+    return [*events[:-1], last]
 
 
 def _record(rec) -> dict | None:

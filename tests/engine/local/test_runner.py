@@ -70,7 +70,8 @@ def test_unmatched_candidate_is_released_at_the_end(engine, sentence):
     assert streamed[-1].endswith("dog.") and r.text == "".join(streamed)
 
 
-def test_text_held_back_is_released_by_the_end_of_text(engine, scripted, tiny_tokenizer):
+@pytest.mark.parametrize("batch", [True, False], ids=["batch", "solo"])
+def test_text_held_back_is_released_by_the_end_of_text(engine, scripted, tiny_tokenizer, batch):
     # A stray byte (half of "é") and a possible stop-string start, then the end of
     # text: the end-of-text token's event carries both, as the result's text has them.
     vocab = tiny_tokenizer.get_vocab()
@@ -79,10 +80,12 @@ def test_text_held_back_is_released_by_the_end_of_text(engine, scripted, tiny_to
     eos = tiny_tokenizer.eos_token_id
     for outputs, stop, tail in (([*words, half, eos], [], "\ufffd"), ([*words, eos], ["x!"], "")):
         scripted("tail", outputs=outputs)
-        job = engine.submit(Request("Hello", model="tail", chat=False, max_tokens=9, stop=stop))
+        req = Request("Hello", model="tail", chat=False, max_tokens=9, stop=stop, batch=batch)
+        job = engine.submit(req)
         events = [e for e in job.events(timeout=30) if isinstance(e, Token)]
         r = job.result()
         assert r.finish_reason == "stop" and r.text == "fox" + tail
+        assert r.stats.batch_rows == (1 if batch else 0)  # the batch's path, or the solo one
         assert [e.token_id for e in events] == outputs
         assert "".join(e.text for e in events) == r.text and events[-1].text
 

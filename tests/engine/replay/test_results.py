@@ -255,3 +255,22 @@ def test_a_read_only_folder_warns_once_and_generates(tmp_path, tiny_dir, read_on
         assert len([w for w in caught if "result cache" in str(w.message)]) == 1
     finally:
         eng.close()
+
+
+def test_a_stream_stored_short_of_its_text_replays_with_the_rest_on_its_last_token():
+    # Stored before the last token carried what was held back (a stray byte, a possible
+    # stop-string start): the texts added up to less than the result's.
+    from mlx_notebook.engine.replay.results import replay_events
+
+    def payload(pieces, text):
+        tokens = [[p, 7 + i, False, i, "", None] for i, p in enumerate(pieces)]
+        return dict(tokens=tokens, text=text, finish_reason="stop", matched_stop=None,
+                    reasoning="", stats={}, made=0.0)  # fmt: skip
+
+    events, fin = replay_events(payload(["fo", ""], "fox\ufffd"))
+    assert [e.text for e in events] == ["fo", "x\ufffd"] and fin.text == "fox\ufffd"
+    assert [e.token_id for e in events] == [7, 8]
+    events, _ = replay_events(payload(["fo", "x"], "fox"))  # as stored now: unchanged
+    assert [e.text for e in events] == ["fo", "x"]
+    events, _ = replay_events(payload(["fo", "x"], "bar"))  # not a prefix: left as stored
+    assert [e.text for e in events] == ["fo", "x"]
