@@ -79,8 +79,8 @@ class PrefillProfile:
         is no fixed cost: nothing then makes small chunks pay, and the time target
         alone sizes them. Best effort: where timings are noisy the fit may drop ``g``
         or ``e`` (then inf, and the time target and hold size chunks), and chunks that
-        all settle at one length cannot tell the terms apart. inf until two chunk lengths of at
-        least half the optimum have been measured.
+        all settle at one length cannot tell the terms apart. inf until two chunk
+        lengths of at least half the optimum have been measured.
         """
         if self.coef is None:
             return math.inf
@@ -209,8 +209,9 @@ class ChunkSizer:
     # with a chunk of about 120 tokens on a 1B model, then 230 and 160: 3 chunks where
     # a taught model takes 2, each reading (or widening) every weight once. At 16x the
     # default model's 512-token prompt after a 38-token one goes in one chunk, 1.11-1.22x
-    # as fast as in 304 and 207 at 8x; after two short chat turns 16x and 8x are level
-    # (1.005x on that model, 0.99x on a 1B one: `benchmarks/bench_hold.py --growth 8,16`).
+    # as fast as in 304 and 207 at 8x in float32 (0.91x in 4 bits, whose chunks all run
+    # alike once warm); after two short chat turns 16x and 8x are level (1.005x on that
+    # model, 0.99x on a 1B one: `benchmarks/bench_hold.py --growth 8,16`).
     GROWTH = 4
     GATED_GROWTH = 16
 
