@@ -10,7 +10,7 @@ from mlx_notebook.engine.decoding.prompt import encode_prompt
 from mlx_notebook.engine.events import Stats
 from mlx_notebook.engine.job import Result
 from mlx_notebook.measure.compare import CompareResult, Comparison
-from mlx_notebook.notebook.views.compare import CompareRun
+from mlx_notebook.notebook.measure_views.compare import CompareRun
 
 COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello world."
 

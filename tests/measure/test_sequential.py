@@ -159,7 +159,7 @@ def test_decode_deciding_where_end_to_end_does_not_is_said():
 
 
 def test_the_view_marks_only_a_clear_faster_with_a_tick():
-    from mlx_notebook.notebook.views.compare import CompareRun
+    from mlx_notebook.notebook.measure_views.compare import CompareRun
 
     req = Request("go", max_tokens=32, draft="lookup", chat=False)
     for speedup, sigma, mark, words in [

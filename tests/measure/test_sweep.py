@@ -7,7 +7,7 @@ from mlx_notebook.engine import Request
 from mlx_notebook.engine.events import Stats
 from mlx_notebook.engine.job import Result
 from mlx_notebook.measure.sweep import Sweep, SweepResult, schedule
-from mlx_notebook.notebook.views.sweep import SweepRun
+from mlx_notebook.notebook.measure_views.sweep import SweepRun
 
 
 def test_schedule_shuffles_each_repeat_and_brackets_with_normal_runs():
@@ -123,7 +123,7 @@ def test_estimate_of_the_time_left():
 
 
 def test_sweep_view_shows_progress_with_an_estimate(engine, tiny_dir):
-    from mlx_notebook.notebook.views.sweep import SweepRenderer
+    from mlx_notebook.notebook.measure_views.sweep import SweepRenderer
 
     req = Request("go", max_tokens=20, draft="lookup", chat=False)
     sw = Sweep(SpeedBackend({1: 1.5, 2: 1.2}), req, ks=[1, 2], repeats=2, seed=1)
@@ -154,7 +154,7 @@ def rendered(sr: SweepResult):
     """The Sweep view of a finished ``sr``: its lines and its HTML."""
     from types import SimpleNamespace
 
-    from mlx_notebook.notebook.views.sweep import SweepRenderer
+    from mlx_notebook.notebook.measure_views.sweep import SweepRenderer
 
     done = SimpleNamespace(result=lambda: sr, runs=SimpleNamespace(done=True))
     view = SweepRenderer(done)

@@ -40,18 +40,28 @@ def fork_point(
     return top[1] - top[0], standing
 
 
-def status_notes(states: Mapping[str, Any]) -> list[str]:
-    """Lines for ``%mlx status``: the CPU fast path (on the CPU), each model's caches and index.
+def status_notes(
+    states: Mapping[str, Any], rows: Sequence[Any] = (), max_batch: int = 0, on: str | None = None
+) -> list[str]:
+    """Lines for ``%mlx status``: the batch, the CPU fast path, each model's caches and index.
 
     Args:
         states: Model name to its `ModelState`.
+        rows: The batch's rows now (each with its ``job``).
+        max_batch: Most rows a batch may hold (0 or 1: batching is off).
+        on: The model the batch runs, if any.
     """
+    if max_batch <= 1:
+        notes = ["batching: off (max_batch <= 1): jobs run one at a time"]
+    else:
+        jobs = f" (jobs {', '.join(str(r.job.id) for r in rows)})" if rows else ""
+        notes = [f"batch: {len(rows)} of {max_batch} rows{f' on {on}' if rows else ''}{jobs}"]
     if on_cpu():
         from ...cpu import status_lines
 
-        notes = status_lines()
+        notes += status_lines()
     else:
-        notes = ["CPU fast path: not used (the GPU computes)"]
+        notes.append("CPU fast path: not used (the GPU computes)")
     for name, state in list(states.items()):
         c, x = state.cache, state.suffix
         notes.append(

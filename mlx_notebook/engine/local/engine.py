@@ -61,10 +61,8 @@ class Engine:
         results: Replays | None | bool = None,
     ) -> None:
         self.registry = registry or Registry(max_loaded=max_loaded)
-        if results is None:
-            results = Replays.from_config()
-        elif results is False:
-            results = Replays("off")
+        if results is None or results is False:
+            results = Replays("off") if results is False else Replays.from_config()
         self.result_cache = results  # `%mlx cache`, `%config MLXNotebook.cache`
         self.scheduler = Scheduler(self.registry, max_batch, prompt_cache_bytes, results)
         # Prompt caches hold their model: drop them when the registry lets it go.
@@ -332,17 +330,8 @@ class Engine:
         """Device, worker state, queue, loaded models, acceleration and prompt caches."""
         sched = self.scheduler
         running, queued = sched.counts()
-        notes = status_notes(sched.states)
         rows = list(sched.batch.rows)
-        if sched.max_batch <= 1:
-            notes.insert(0, "batching: off (max_batch <= 1): jobs run one at a time")
-        else:
-            on = f" on {sched.batch.model_name}" if rows else ""
-            notes.insert(
-                0,
-                f"batch: {len(rows)} of {sched.max_batch} rows{on}"
-                + (f" (jobs {', '.join(str(r.job.id) for r in rows)})" if rows else ""),
-            )
+        notes = status_notes(sched.states, rows, sched.max_batch, sched.batch.model_name)
         models = model_infos(self.registry)
         return EngineInfo(
             kind="local",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...evaluation.result import EvalResult, Summary
 from ...evaluation.run import EvalRun
-from ..views.charts import BRAND, _svg
+from ..measure_views.charts import BRAND, _svg
 from ..views.markup import escape
 from ..views.render import STYLE
 

@@ -65,8 +65,8 @@ def map_html(res) -> str:
 
 def compare_html(res) -> str:
     """A `CompareResult` as its verdict, figures, where the runs part, runs and acceptance."""
-    from ..views.charts import position_chart, runs_table
-    from ..views.compare import fork_line
+    from ..measure_views.charts import position_chart, runs_table
+    from ..measure_views.compare import fork_line
     from ..views.render import STYLE, escape
 
     line = escape(res.verdict_line()) if res.verdict is not None else "Compare: no pair ended"
@@ -89,7 +89,7 @@ def comparison_html(comparison) -> str:
 
 def sweep_html(sweep) -> str:
     """A `Sweep` (``sweep(..., wait=False)``): its lines and chart."""
-    from ..views.sweep import SweepRenderer
+    from ..measure_views.sweep import SweepRenderer
 
     return SweepRenderer(sweep).html()
 
@@ -144,11 +144,11 @@ def live_for(value, marimo: bool):
 
     kind = type(value).__name__
     if kind == "Comparison":
-        from ..views.compare import CompareRun
+        from ..measure_views.compare import CompareRun
 
         view = CompareRun(value).view
     elif kind == "Sweep":
-        from ..views.sweep import SweepRenderer
+        from ..measure_views.sweep import SweepRenderer
 
         view = LiveView(SweepRenderer(value))
     else:

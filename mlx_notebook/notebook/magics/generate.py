@@ -147,7 +147,7 @@ class MLXNotebook(Magics):
             return branch_cell(self, args, cell)
         request = self.build_request(args, cell)
         if args.compare:
-            from ..views.compare import compare_cell
+            from ..measure_views.compare import compare_cell
 
             return compare_cell(self, args, request)
         return self.run(
@@ -231,10 +231,6 @@ class MLXNotebook(Magics):
             return fill(text, ns)
         except TemplateError as exc:
             raise UsageError(str(exc)) from None
-
-    def interpolate(self, text: str) -> str:
-        """Fill ``{name}`` from the user's variables; unknown names stay as written."""
-        return self.fill(text)[0]
 
     def run(
         self,

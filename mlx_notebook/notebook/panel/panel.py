@@ -27,11 +27,11 @@ from ...measure.compare import CompareResult, Comparison
 from ...measure.sweep import SweepResult
 from ..live.widget import LiveWidget
 from ..magics.options import unescape
-from ..views.charts import history_row, history_text
-from ..views.compare import CompareRun
+from ..measure_views.charts import history_row, history_text
+from ..measure_views.compare import CompareRun
+from ..measure_views.sweep import SweepRun
 from ..views.document import Snapshot
 from ..views.render import ViewState, escape
-from ..views.sweep import SweepRun
 from ..views.view import LiveView, generation_view
 from .controls import PanelControls
 from .snapshot import history_html, snapshot_html

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..views.charts import history_table
+from ..measure_views.charts import history_table
 from ..views.render import escape
 from ..views.style import STYLE
 

@@ -1,1 +1,1 @@
-"""Views of jobs and results: live widgets, their HTML, charts and the token inspector."""
+"""Views of jobs and results: live widgets, their HTML, the token inspector and branches."""

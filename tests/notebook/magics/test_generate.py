@@ -41,7 +41,7 @@ def test_trailing_newline_added_by_ipython_is_not_part_of_the_prompt(magics):
 
 def test_interpolation_from_namespace(ip, magics):
     ip.user_ns["topic"] = "rivers"
-    assert magics.interpolate("Tell me about {topic} and {unknown} {0} {}") == (
+    assert magics.fill("Tell me about {topic} and {unknown} {0} {}")[0] == (
         "Tell me about rivers and {unknown} {0} {}"
     )
 
@@ -266,7 +266,7 @@ def test_a_variable_whose_str_raises_is_one_line(ip):
 
 
 def test_input_history_is_not_interpolated(ip, magics):
-    assert magics.interpolate("{_ih} {In} {Out} {get_ipython}") == "{_ih} {In} {Out} {get_ipython}"
+    assert magics.fill("{_ih} {In} {Out} {get_ipython}")[0] == "{_ih} {In} {Out} {get_ipython}"
 
 
 def test_think_switch_reaches_the_request(magics, tiny_dir):

@@ -6,7 +6,7 @@ from traitlets import TraitError
 
 import mlx_notebook
 from mlx_notebook.engine import Token
-from mlx_notebook.notebook.views.compare import CompareResult
+from mlx_notebook.notebook.measure_views.compare import CompareResult
 
 COPY = "Hello world. The quick brown fox. Hello world. The quick brown fox. Hello world."
 

@@ -7,7 +7,7 @@ import pytest
 from mlx_notebook.engine import Request
 from mlx_notebook.engine.events import Finished, Started, Stats, Token
 from mlx_notebook.measure.compare import Comparison
-from mlx_notebook.notebook.views.compare import CompareRenderer
+from mlx_notebook.notebook.measure_views.compare import CompareRenderer
 from mlx_notebook.notebook.views.markup import (
     ProgressiveMarkdown,
     code_html,

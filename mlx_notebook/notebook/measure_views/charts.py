@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .render import escape
+from ..views.render import escape
 
 BRAND = "var(--jp-brand-color1,#1976d2)"
 GOOD = "var(--jp-success-color1,#388e3c)"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ...engine.request import Request
 from ...measure.stats import counted
 from ...measure.sweep import Sweep, SweepResult
+from ..views.render import STYLE, ViewState, escape
+from ..views.view import LiveView
 from .charts import position_chart, sweep_chart
-from .render import STYLE, ViewState, escape
-from .view import LiveView
 
 
 class SweepRenderer:

@@ -1,4 +1,4 @@
-from mlx_notebook.notebook.views.charts import (
+from mlx_notebook.notebook.measure_views.charts import (
     history_table,
     nice_ticks,
     position_chart,

@@ -12,9 +12,9 @@ import re
 
 from ...engine.request import Request
 from ...measure.compare import CompareResult, Comparison
+from ..views.render import STYLE, ViewState, escape
+from ..views.view import LiveView
 from .charts import position_chart, runs_table
-from .render import STYLE, ViewState, escape
-from .view import LiveView
 
 TAG = re.compile(r"<[^>]+>")
 
@@ -133,7 +133,7 @@ def fork_line(res: CompareResult) -> str:
     """Where the runs part: each one's token there, tinted by its probability (inspector)."""
     if not res.fork:
         return ""
-    from .inspect import CSS, band
+    from ..views.inspect import CSS, band
 
     sides = " vs ".join(
         f'{escape(label)}: <span class="tk b{band(prob)}">{escape(text)}</span> '
