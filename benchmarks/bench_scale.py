@@ -68,7 +68,7 @@ def kv_bytes(cfg, tokens):  # float32 K and V, in mlx-lm's steps of 256 position
 OURS = (
     KV
     + r"""
-import json, random, resource, sys, time
+import json, random, re, resource, sys, time
 from mlx.utils import tree_flatten
 from mlx_notebook.engine import Engine, Request
 path, n, text, n_pre = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -77,8 +77,9 @@ eng = Engine.default()
 base = peak_rss()  # before the model
 greedy = dict(model=path, temperature=0, repetition_penalty=1, reuse_cache=False)
 eng.submit(Request("hi", max_tokens=2, **greedy)).result()
+loaded = peak_rss()  # the load's own peak (converting, huge pages), before any prompt
 r = eng.submit(Request(sys.argv[5], max_tokens=n, **greedy)).result()
-out = {"decode": r.stats.generation_tps, "tokens": len(r.token_ids)}
+out = {"decode": r.stats.generation_tps, "tokens": len(r.token_ids), "rss_load": loaded}
 lm = eng.registry.peek(path)
 ids = lm.tokenizer.encode(open(text).read())[:n_pre]
 r = eng.submit(Request(lm.tokenizer.decode(ids), chat=False, max_tokens=1, **greedy)).result()
@@ -86,6 +87,10 @@ out["prefill"] = r.stats.prompt_tps
 out["weights"] = sum(v.nbytes for _, v in tree_flatten(lm.model.parameters()))
 out["kv"] = kv_bytes(lm.model.args, r.stats.prompt_tokens)
 out["chunk"], out["stop"] = r.stats.prefill_chunk, []
+# The share of the weights on huge pages (`cpu.pages`): a round short of them is slower
+pages = [c for c in getattr(lm.model, "_mlxnb_fast", None) or [] if "huge pages (" in c]
+m = re.search(r"\(([\d.]+) of ([\d.]+) MiB", pages[0]) if pages else None
+out["huge"] = float(m[1]) / max(float(m[2]), 1e-9) if m else 0.0
 for _ in range(int(sys.argv[6])):  # Stop at a random moment of the prefill
     job = eng.submit(Request(lm.tokenizer.decode(ids), chat=False, max_tokens=1, **greedy))
     next(e for e in job.events(detach=True) if type(e).__name__ == "PrefillProgress")
@@ -332,6 +337,8 @@ def report(args, names: list[str], results: dict, files: dict, bounds: list) -> 
             line += (f"; +{(rss - base) / 1e6:.0f} MB over {base / 1e6:.0f} MB; loaded "
                      f"{w / 1e6:.0f} MB (+ KV {kv / 1e6:.0f} MB): "
                      f"{(rss - base) / (w + kv):.2f}x")  # fmt: skip
+            if "rss_load" in last:  # which part set the peak: the load or the prompts
+                line += f"; the load's peak {(last['rss_load'] - base) / w:.2f}x the weights"
         print(line)
     for name in names:
         stops = [s * 1e3 for x in results[name] for s in x.get("stop", [])]
@@ -351,6 +358,8 @@ def report(args, names: list[str], results: dict, files: dict, bounds: list) -> 
             print(f"         ours ÷ that limit {statistics.median(rs):.2f}x ({min(rs):.2f}-"
                   f"{max(rs):.2f}); rounds {min(ours) / mid:.2f}-{max(ours) / mid:.2f}x "
                   "their median")  # fmt: skip
+            each = [f"{x['decode']:.1f} ({x.get('huge', 0):.0%})" for x in results[f"ours {k}"]]
+            print(f"         each round's decode tok/s (weights on huge pages): {', '.join(each)}")
     for name, i in (("numpy sum, one thread", 0), ("OpenBLAS sgemv, all threads", 1),
                     ("numpy sums, a slice a thread", 2)):  # fmt: skip
         print(f"Bandwidth ({name}), best of 5 over 512 MB a round: "

@@ -154,3 +154,74 @@ def test_the_copy_goes_a_group_at_a_time_and_never_holds_the_weights_twice(ext, 
     spare = len(counting.packs) * (2**21 + 2**12)
     assert grew <= max(counting.packs) + spare < total, (grew, total)
     assert mx.array_equal(model(x), want).item()
+
+
+def _big_embedding_model():
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    args = llama.ModelArgs.from_dict(
+        tiny_config(16384, hidden_size=256, intermediate_size=512, num_hidden_layers=2)
+    )
+    model = llama.Model(args)  # a 16 MiB embedding; every other parameter under 1 MiB
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+    return model
+
+
+@pytest.mark.parametrize("kernel_can", [True, False])
+def test_a_parameter_bigger_than_a_group_is_moved_in_place_not_copied(ext, monkeypatch, kernel_can):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    if cpu_pages.thp_mode() not in ("always", "madvise"):
+        pytest.skip("no transparent huge pages here")
+    model = _big_embedding_model()
+    x = mx.array([[5, 17, 99, 3]])
+    want = model(x)
+    mx.eval(want)
+    params = dict(tree_flatten(model.parameters()))
+    total = sum(a.nbytes for a in params.values())
+    emb = params["model.embed_tokens.weight"]
+    at = _address(emb)
+    calls = []
+    real = cpu_pages.madvise
+
+    def madvise(addr, length, advice):
+        calls.append((addr, length, advice))
+        return real(addr, length, advice) if kernel_can else 22  # EINVAL: before Linux 6.1
+
+    monkeypatch.setattr(cpu_pages, "madvise", madvise)
+    counting = _Counting(ext)
+    monkeypatch.setattr(_ext, "load", lambda: counting)
+    line = cpu_pages.install(model, group_bytes=4 * 2**20)
+    after = dict(tree_flatten(model.parameters()))["model.embed_tokens.weight"]
+    # Only the embedding was offered to the kernel: its whole 2 MiB pages, in place
+    assert {a for a, _, _ in calls} == {-(-at // 2**21) * 2**21}
+    assert {n for _, n, _ in calls} == {
+        (at + emb.nbytes) // 2**21 * 2**21 - -(-at // 2**21) * 2**21
+    }
+    moved = "moved in place" in line
+    assert moved == (kernel_can and _linux_at_least(6, 1)), line
+    if moved:
+        assert calls[-1][2] == cpu_pages.MADV_COLLAPSE
+        assert _address(after) == at  # not copied
+        assert sum(counting.packs) == total - emb.nbytes
+        assert line.endswith(", 1 moved in place)"), line
+    else:  # the kernel cannot: copied, a group of its own, as before
+        assert _address(after) != at
+        assert sum(counting.packs) == total and emb.nbytes in counting.packs
+    assert max(p for p in counting.packs if p != emb.nbytes) <= 4 * 2**20
+    assert mx.array_equal(model(x), want).item()
+
+
+def _linux_at_least(major: int, minor: int) -> bool:
+    import platform
+    import re
+
+    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    return (
+        platform.system() == "Linux"
+        and bool(found)
+        and tuple(map(int, found.groups())) >= (major, minor)
+    )
