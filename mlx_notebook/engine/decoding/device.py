@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...models.loader import on_cpu
 
-__all__ = ["IdleGovernor", "governor", "on_cpu", "rope_tables"]
+__all__ = ["IdleGovernor", "governor", "on_cpu", "release_freed", "rope_tables"]
 
 
 class IdleGovernor:
@@ -51,3 +51,22 @@ def rope_tables(model) -> list:
     from ...cpu.fast import rope_tables as tables
 
     return tables(model)
+
+
+def release_freed() -> None:
+    """Hand memory MLX freed back to the system: its buffer cache, and on the CPU glibc's.
+
+    On the CPU, MLX's buffers come from malloc, and glibc keeps what was freed below
+    its mmap threshold (which grows to 32 MiB as large blocks are freed) in its heaps:
+    after a 1B model's 512-token prefill, 90 MiB of them stayed resident, where the
+    next allocations (the KV of later prompts) did not reuse them. Called after a
+    prefill and when the worker goes idle, not per chunk: the chunks reuse each
+    other's blocks. Worker thread only.
+    """
+    import mlx.core as mx
+
+    mx.clear_cache()  # MLX's own cache of freed buffers first
+    if on_cpu():
+        from ...cpu.pages import trim
+
+        trim()

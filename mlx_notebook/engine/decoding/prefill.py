@@ -35,7 +35,7 @@ import mlx.core as mx
 from ..cache.sequence import CachedSequence
 from ..errors import Cancelled
 from . import layer_gates
-from .device import governor
+from .device import governor, release_freed
 
 CancelCheck = Callable[[], None]
 Progress = Callable[[int, int], None]
@@ -335,7 +335,10 @@ def prefill_steps(
             return
         sizer.observe(len(chunk), clock() - t0, start)
         governor().prefill_chunk()  # other processes took the cores meanwhile: yield them
-        mx.clear_cache()
+        if len(seq.tokens) >= end:
+            release_freed()  # the last chunk: the chunks' blocks, which glibc would keep
+        else:
+            mx.clear_cache()
         progress(len(seq.tokens), total)
         yield len(chunk)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...models.registry import LoadedModel, Registry
 from ...models.spec import ModelNotFound
-from ..decoding.device import governor
+from ..decoding.device import governor, release_freed
 from ..errors import EngineClosed, describe
 from ..events import ENGINE, Finished, Loading, Notice, Queued, Started
 from ..job import Job
@@ -289,6 +289,8 @@ class Scheduler:
                 self.batch = Batch(self.batch.max_rows, self._state_for, self.replays)
                 self._ready = True
             while True:
+                if not (self._queue or self._calls or self._closed or self.batch):
+                    release_freed()  # idle: what the last job freed goes back to the system
                 with self._cond:
                     while not (self._queue or self._calls or self._closed or self.batch):
                         governor().reset()  # idle time is not a step

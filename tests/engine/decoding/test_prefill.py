@@ -2,6 +2,7 @@
 
 import math
 import random
+import threading
 import time
 
 import pytest
@@ -328,3 +329,35 @@ def test_one_long_chunk_is_not_enough_to_cut_chunks_for_throughput():
         assert e > 0 and math.sqrt(g / e) < 150  # what the fit alone says
         assert prof.best() == math.inf
         assert s.size_at(first[0], points=30) >= 512 - first[0]  # the rest in one chunk
+
+
+def test_freed_memory_goes_back_once_a_prefill_ends_not_per_chunk(tmp_path, monkeypatch):
+    from mlx_notebook.engine.decoding import prefill as pf
+
+    seq, sizer = _gated_setup(tmp_path, 0.01)
+    released = []
+    monkeypatch.setattr(pf, "release_freed", lambda: released.append(len(seq.tokens)))
+    note = dict(progress=lambda d, t: None, sizer=sizer, alone=lambda: False)
+    tokens = list(range(20, 80))
+    seen = [(n, list(released)) for n in pf.prefill_steps(seq, tokens, **note)]
+    assert len(seen) >= 2 and sum(n for n, _ in seen) == 59
+    # chunks reuse each other's blocks: given back once, with the last chunk
+    assert [r for _, r in seen] == [[]] * (len(seen) - 1) + [[59]]
+    assert list(pf.prefill_steps(seq, tokens, **note)) == [] and released == [59]
+
+
+def test_the_worker_gives_freed_memory_back_when_it_goes_idle(monkeypatch, tiny_dir):
+    from mlx_notebook.engine import Engine
+    from mlx_notebook.engine.local import scheduler
+
+    idle = threading.Event()
+    monkeypatch.setattr(scheduler, "release_freed", idle.set)
+    eng = Engine(start=False, results=False)
+    try:
+        eng.start()
+        assert idle.wait(30)  # at start: nothing queued
+        idle.clear()
+        eng.submit(Request("Hello", model=tiny_dir, chat=False, max_tokens=3)).result(timeout=300)
+        assert idle.wait(30)  # the job ended and the queue is empty
+    finally:
+        eng.close()
