@@ -54,7 +54,7 @@ def rope_tables(model) -> list:
 
 
 def release_freed() -> None:
-    """Hand memory MLX freed back to the system: its buffer cache, and on the CPU glibc's.
+    """On the CPU, hand memory MLX freed back to the system: its buffer cache, then glibc's.
 
     On the CPU, MLX's buffers come from malloc, and glibc keeps what was freed below
     its mmap threshold (which grows to 32 MiB as large blocks are freed) in its heaps:
@@ -63,10 +63,11 @@ def release_freed() -> None:
     prefill and when the worker goes idle, not per chunk: the chunks reuse each
     other's blocks. Worker thread only.
     """
+    if not on_cpu():
+        return  # Metal and CUDA keep their buffer caches as mlx-lm does
     import mlx.core as mx
 
-    mx.clear_cache()  # MLX's own cache of freed buffers first
-    if on_cpu():
-        from ...cpu.pages import trim
+    from ...cpu.pages import trim
 
-        trim()
+    mx.clear_cache()  # MLX's own cache of freed buffers first
+    trim()

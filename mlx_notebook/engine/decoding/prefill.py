@@ -335,10 +335,9 @@ def prefill_steps(
             return
         sizer.observe(len(chunk), clock() - t0, start)
         governor().prefill_chunk()  # other processes took the cores meanwhile: yield them
+        mx.clear_cache()
         if len(seq.tokens) >= end:
             release_freed()  # the last chunk: the chunks' blocks, which glibc would keep
-        else:
-            mx.clear_cache()
         progress(len(seq.tokens), total)
         yield len(chunk)
 
