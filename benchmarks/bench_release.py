@@ -3,8 +3,9 @@
 Usage:
     python benchmarks/bench_release.py MODEL [--tokens 512] [--reply 32] [--rounds 6]
 
-Each round runs one turn with the give-back on and one with it off, in alternating
-order: a prompt of ``--tokens`` tokens (no prompt cache) and a greedy reply of
+Each round runs two turns with the give-back on and two with it off, in alternating
+order, and times the second of each (the first leaves the heap as that setting does).
+A turn is a prompt of ``--tokens`` tokens (no prompt cache) and a greedy reply of
 ``--reply`` tokens, as a chat turn meets it. The give-back (MLX's buffer cache, then
 glibc's ``malloc_trim`` on the CPU) runs after a prefill's last chunk and when the
 worker goes idle, so the next prefill writes to fresh pages: what that costs shows in
@@ -57,9 +58,11 @@ def main() -> None:
         for name in ("on", "off") if i % 2 == 0 else ("off", "on"):
             give = device.release_freed if name == "on" else (lambda: None)
             prefill.release_freed = scheduler.release_freed = give  # read at each call
-            start = 1 + i * 2 + (name == "off")  # another prompt each turn: no shared prefix
-            r = eng.submit(Request(tok.decode(ids[start : start + args.tokens]), **turn)).result()
-            time.sleep(0.2)  # the worker goes idle (and gives back, when on)
+            for warm in (True, False):  # an untimed turn first: the heap as the setting left it
+                start = 1 + 4 * i + 2 * (name == "off") + warm  # no prefix shared with another
+                r = eng.submit(Request(tok.decode(ids[start : start + args.tokens]), **turn))
+                r = r.result()
+                time.sleep(0.2)  # the worker goes idle (and gives back, when on)
             runs[name].append((r.stats.prompt_tps, r.stats.generation_tps, rss_mib()))
     prefill.release_freed = scheduler.release_freed = device.release_freed
     for name in ("on", "off"):

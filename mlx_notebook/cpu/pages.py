@@ -110,18 +110,18 @@ def install(model, group_bytes: int | None = None) -> str | None:
     # A parameter bigger than a group (a 1B model's embedding) would be held twice
     # whole while it is copied: the kernel moves it onto huge pages where it lies,
     # 2 MiB at a time, where it can (Linux 6.1+); else it is copied, a group of its own.
-    huge, moved = 0, set()
-    for name, a in params:
-        if a.nbytes > group and (got := collapse(a)):
-            huge += got
-            moved.add(name)
-    del params
+    moved = {n: got for n, a in params if a.nbytes > group and (got := collapse(a))}
+    del params  # (a comprehension's names die with it: no original is kept alive here)
+    huge = sum(moved.values())
     sizes = [(n, a.nbytes) for n, a in tree_flatten(model.parameters()) if n not in moved]
     groups = _groups(sizes, group)
     largest = max((size for _, size in groups), default=0)  # a parameter bigger than a group is one
     free = available_bytes()
     if free is not None and largest > free // 2:
-        return f"weights on 4 KiB pages: copying {largest / 1e9:.1f} GB needs twice that free"
+        where = f" ({len(moved)} moved onto huge pages in place)" if moved else ""
+        return (
+            f"weights on 4 KiB pages{where}: copying {largest / 1e9:.1f} GB needs twice that free"
+        )
     before = ext.huge_allocated()
     for names, size in groups:
         copies = _pack(ext, model, names)
@@ -151,13 +151,15 @@ def collapse(a: mx.array) -> int:
     except (TypeError, ValueError, BufferError):
         return 0
     lo, hi = -(-addr // HUGE) * HUGE, (addr + a.nbytes) // HUGE * HUGE
-    if hi <= lo or madvise(lo, hi - lo, MADV_HUGEPAGE) or madvise(lo, hi - lo, MADV_COLLAPSE):
+    # MADV_COLLAPSE alone: it does not depend on the THP settings, and a failed one
+    # leaves no MADV_HUGEPAGE behind on memory glibc may hand out again
+    if hi <= lo or madvise(lo, hi - lo, MADV_COLLAPSE):
         return 0
     return min(huge_bytes([a]), a.nbytes)
 
 
 HUGE = 2**21
-MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25  # <sys/mman.h> on Linux
+MADV_COLLAPSE = 25  # <sys/mman.h> on Linux
 
 
 def madvise(addr: int, length: int, advice: int) -> int:

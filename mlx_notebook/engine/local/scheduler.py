@@ -289,8 +289,8 @@ class Scheduler:
                 self.batch = Batch(self.batch.max_rows, self._state_for, self.replays)
                 self._ready = True
             while True:
-                if not (self._queue or self._calls or self._closed or self.batch):
-                    release_freed()  # idle: what the last job freed goes back to the system
+                if not (self._queue or self._calls or self._closed or self.batch):  # unlocked:
+                    release_freed()  # idle, what the last job freed goes back (a hint only)
                 with self._cond:
                     while not (self._queue or self._calls or self._closed or self.batch):
                         governor().reset()  # idle time is not a step
