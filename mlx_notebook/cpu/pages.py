@@ -59,18 +59,28 @@ def available_bytes() -> int | None:
     return None
 
 
+def address(a: mx.array) -> int | None:
+    """Where ``a``'s data lies (an evaluated array exposing its buffer), or None."""
+    try:
+        import numpy as np
+
+        return np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data
+    except (TypeError, ValueError, BufferError):
+        return None
+
+
 def huge_bytes(arrays: list[mx.array]) -> int:
     """Bytes of huge pages behind the memory ``arrays`` lie in (``/proc/self/smaps``).
 
     Args:
         arrays: Arrays packed together by `huge_pack`, which share one buffer.
     """
+    addrs = [address(a) for a in arrays]
     try:
-        import numpy as np
-
-        addrs = [np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data for a in arrays]
         smaps = Path("/proc/self/smaps").read_text()
-    except (OSError, TypeError, ValueError, BufferError):
+    except OSError:
+        return 0
+    if None in addrs:
         return 0
     lo, hi = min(addrs), max(a + x.nbytes for a, x in zip(addrs, arrays))
     total, inside = 0, False
@@ -144,11 +154,8 @@ def collapse(a: mx.array) -> int:
         Bytes of ``a`` now on huge pages; 0 where the kernel cannot (before 6.1, no
         such advice; or memory that is not the process's own), and it is copied instead.
     """
-    try:
-        import numpy as np
-
-        addr = np.frombuffer(memoryview(a), dtype=np.uint8).ctypes.data
-    except (TypeError, ValueError, BufferError):
+    addr = address(a)
+    if addr is None:
         return 0
     lo, hi = -(-addr // HUGE) * HUGE, (addr + a.nbytes) // HUGE * HUGE
     # MADV_COLLAPSE alone: it does not depend on the THP settings, and a failed one
