@@ -19,7 +19,10 @@ memory (``VmHWM``) against the weights as loaded (and, for ours, the KV cache).
 Ratios are paired round by round. The memory-bandwidth bound, measured after each
 round (the faster of OpenBLAS sgemv on every thread and numpy's sums of a slice on each
 thread), gives that round's decode limit of each file's bytes; ours is reported against
-it, round by round, with the spread of its rounds.
+it, round by round, with the spread of its rounds. The machine's read rate moves within
+seconds (sgemv's 4-second means went 42-65 GB/s in one minute here), so ours also decodes
+in ``--pairs`` slices of 16 tokens, each beside an sgemv run as long, alternating which
+goes first: the rate its decode read over sgemv's at the same moment.
 
 ``--shape tiny`` runs the same on a small model in seconds (the script's own test).
 """
@@ -106,6 +109,28 @@ out["base"] = base
 held = [n for n in eng.info().notes if n.startswith(f"prompt cache of {path}:")]
 if held:
     out["kv"] = max(out["kv"], float(held[0].split(" entries, ")[1].split(" MB")[0]) * 2**20)
+# Decode against the machine's read rate at the same moment (it moves within seconds):
+# slices of 16 tokens alternate with OpenBLAS sgemv over 1 GiB for as long, after the peak
+import numpy as np
+w, x, sec = np.ones((2**18, 1024), np.float32), np.ones(1024, np.float32), 1.0
+def gemv(s):
+    t0, b = time.perf_counter(), 0
+    while time.perf_counter() - t0 < s:
+        w @ x
+        b += w.nbytes
+    return b / (time.perf_counter() - t0) / 1e9
+def ours():
+    t0 = time.perf_counter()
+    tps = eng.submit(Request(sys.argv[5], max_tokens=16, **greedy)).result().stats.generation_tps
+    return tps, time.perf_counter() - t0
+out["pairs"] = []
+for i in range(int(sys.argv[7])):
+    if i % 2:
+        (tps, sec), g = ours(), gemv(sec)
+    else:
+        g = gemv(sec)
+        tps, sec = ours()
+    out["pairs"].append([tps * out["weights"] / 1e9, g])  # GB/s: ours, sgemv
 eng.close()
 print(json.dumps(out))
 """
@@ -255,6 +280,7 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=512, help="prompt tokens for prefill")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     ap.add_argument("--stops", type=int, default=3, help="random Stops mid-prefill per run")
+    ap.add_argument("--pairs", type=int, default=6, help="ours' decode slices beside sgemv")
     ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
     ap.add_argument(
         "--types",
@@ -287,7 +313,8 @@ def main() -> None:
     configs: dict[str, tuple[list, dict]] = {}
     for k, path in files.items():
         if f"ours {k}" not in skip:
-            configs[f"ours {k}"] = ([py, "-c", OURS, str(path), *common, str(args.stops)], {})
+            cmd = [py, "-c", OURS, str(path), *common, str(args.stops), str(args.pairs)]
+            configs[f"ours {k}"] = (cmd, {})
             convert_gguf(path, "q")  # the engine's own: converted here, not inside a timed run
         if f"mlx-lm {k}" not in skip:
             mlx_dir = convert_gguf(path, "f32" if k == "f32" else "q")
@@ -360,6 +387,16 @@ def report(args, names: list[str], results: dict, files: dict, bounds: list) -> 
                   "their median")  # fmt: skip
             each = [f"{x['decode']:.1f} ({x.get('huge', 0):.0%})" for x in results[f"ours {k}"]]
             print(f"         each round's decode tok/s (weights on huge pages): {', '.join(each)}")
+            pairs = [[a / g for a, g in x.get("pairs", [])] for x in results[f"ours {k}"]]
+            if all(pairs):  # the read rate ours reached ÷ sgemv's beside it, slice by slice
+                flat = [r for rs in pairs for r in rs]
+                print(
+                    f"         ours ÷ sgemv beside it, {len(flat)} slices of 16 tokens: "
+                    f"{statistics.median(flat):.2f}x ({min(flat):.2f}-{max(flat):.2f}); "
+                    f"rounds {', '.join(f'{statistics.median(rs):.2f}x' for rs in pairs)}; "
+                    f"sgemv {min(g for x in results[f'ours {k}'] for _, g in x['pairs']):.1f}-"
+                    f"{max(g for x in results[f'ours {k}'] for _, g in x['pairs']):.1f} GB/s"
+                )
     for name, i in (("numpy sum, one thread", 0), ("OpenBLAS sgemv, all threads", 1),
                     ("numpy sums, a slice a thread", 2)):  # fmt: skip
         print(f"Bandwidth ({name}), best of 5 over 512 MB a round: "
