@@ -22,7 +22,8 @@ thread), gives that round's decode limit of each file's bytes; ours is reported 
 it, round by round, with the spread of its rounds. The machine's read rate moves within
 seconds (sgemv's 4-second means went 42-65 GB/s in one minute here), so ours also decodes
 in ``--pairs`` slices of 16 tokens, each beside an sgemv run as long, alternating which
-goes first: the rate its decode read over sgemv's at the same moment.
+goes first: the rate its decode read over sgemv's next to it (read the median: a pair
+that straddles a change of state reads high or low).
 
 ``--shape tiny`` runs the same on a small model in seconds (the script's own test).
 """
@@ -109,7 +110,7 @@ out["base"] = base
 held = [n for n in eng.info().notes if n.startswith(f"prompt cache of {path}:")]
 if held:
     out["kv"] = max(out["kv"], float(held[0].split(" entries, ")[1].split(" MB")[0]) * 2**20)
-# Decode against the machine's read rate at the same moment (it moves within seconds):
+# Decode against the machine's read rate next to it (the rate moves within seconds):
 # slices of 16 tokens alternate with OpenBLAS sgemv over 1 GiB for as long, after the peak
 import numpy as np
 w, x, sec = np.ones((2**18, 1024), np.float32), np.ones(1024, np.float32), 1.0
@@ -387,16 +388,16 @@ def report(args, names: list[str], results: dict, files: dict, bounds: list) -> 
                   "their median")  # fmt: skip
             each = [f"{x['decode']:.1f} ({x.get('huge', 0):.0%})" for x in results[f"ours {k}"]]
             print(f"         each round's decode tok/s (weights on huge pages): {', '.join(each)}")
-            pairs = [[a / g for a, g in x.get("pairs", [])] for x in results[f"ours {k}"]]
-            if all(pairs):  # the read rate ours reached ÷ sgemv's beside it, slice by slice
-                flat = [r for rs in pairs for r in rs]
-                print(
-                    f"         ours ÷ sgemv beside it, {len(flat)} slices of 16 tokens: "
-                    f"{statistics.median(flat):.2f}x ({min(flat):.2f}-{max(flat):.2f}); "
-                    f"rounds {', '.join(f'{statistics.median(rs):.2f}x' for rs in pairs)}; "
-                    f"sgemv {min(g for x in results[f'ours {k}'] for _, g in x['pairs']):.1f}-"
-                    f"{max(g for x in results[f'ours {k}'] for _, g in x['pairs']):.1f} GB/s"
-                )
+            rounds = [x["pairs"] for x in results[f"ours {k}"] if x.get("pairs")]
+            if rounds:  # the read rate ours reached ÷ sgemv's next to it, slice by slice
+                flat = [a / g for ps in rounds for a, g in ps]
+                each = ", ".join(f"{statistics.median(a / g for a, g in ps):.2f}x" for ps in rounds)
+                ours_gbs, gemv = ([p[i] for ps in rounds for p in ps] for i in (0, 1))
+                print(f"         ours ÷ sgemv next to it, {len(flat)} slices of 16 tokens in "
+                      f"{len(rounds)} rounds: {statistics.median(flat):.2f}x ({min(flat):.2f}-"
+                      f"{max(flat):.2f}); rounds {each}; ours {min(ours_gbs):.1f}-"
+                      f"{max(ours_gbs):.1f} GB/s, sgemv {min(gemv):.1f}-"
+                      f"{max(gemv):.1f}")  # fmt: skip
     for name, i in (("numpy sum, one thread", 0), ("OpenBLAS sgemv, all threads", 1),
                     ("numpy sums, a slice a thread", 2)):  # fmt: skip
         print(f"Bandwidth ({name}), best of 5 over 512 MB a round: "
