@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 
-from bench_cpu import ROOT, fmt, llama_targets, run
+from bench_cpu import LLAMA_PLAIN, ROOT, add_llama_args, fmt, llama_env, llama_targets, run
 
 os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")  # timed runs run: no replays
 
@@ -47,17 +47,14 @@ for ctx in sys.argv[5:]:
 print(json.dumps(out))
 """
 
-LLAMA = r"""
-import json, sys, time
+LLAMA = (
+    r"""
+import json, os, sys, time
 import llama_cpp
 from llama_cpp import Llama
-_default = llama_cpp.llama_model_default_params
-def _params():  # as bench_cpu.py: without the repacked CPU buffers (Q4_1 batches crash)
-    p = _default()
-    p.use_extra_bufts = False
-    return p
-llama_cpp.llama_model_default_params = _params
-llama_cpp.llama.llama_cpp.llama_model_default_params = _params
+"""
+    + LLAMA_PLAIN
+    + r"""
 text, n, path = open(sys.argv[1]).read(), int(sys.argv[2]), sys.argv[3]
 llm = Llama(model_path=path, n_threads=2, n_threads_batch=2, n_ctx=4096, n_batch=512,
             verbose=False)
@@ -77,6 +74,7 @@ for ctx in sys.argv[5:]:
                 "tokens": count}
 print(json.dumps(out))
 """
+)
 
 
 def main() -> None:
@@ -84,7 +82,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--contexts", type=int, nargs="+", default=[1000, 2000])
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    add_llama_args(ap)
     args = ap.parse_args()
 
     import mlx_notebook  # noqa: F401 - OpenBLAS first
@@ -97,13 +95,15 @@ def main() -> None:
         "ours f32": [py, "-c", OURS, text, *tail, "default:f32", SUFFIX, *ctxs],
         "ours q4": [py, "-c", OURS, text, *tail, "default:q4", SUFFIX, *ctxs],
     }
+    envs = {}
     for name, llama_py, path in llama_targets(args.llama_python, default_gguf()):
         configs[name] = [llama_py, "-c", LLAMA, text, *tail, str(path), SUFFIX, *ctxs]
+        envs[name] = llama_env(args)
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            results[name].append(run(configs[name]))
+            results[name].append(run(configs[name], envs.get(name)))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     for ctx in ctxs:

@@ -106,21 +106,30 @@ def peak_rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 """
 
+# llama.cpp runs with its defaults: its repacked CPU buffers (Q4_0 and Q4_K in 8-row
+# interleaved blocks on int8 dots) are what users get. With MLXNB_LLAMA_PLAIN=1
+# (``--llama-plain``) it loads without them, as these benchmarks did until 2026-12-01:
+# on the Intel Xeon (AMX) multi-token batches of the Q4_1 file crashed in them.
+LLAMA_PLAIN = r"""
+if os.environ.get("MLXNB_LLAMA_PLAIN") == "1":
+    _default = llama_cpp.llama_model_default_params
+    def _params():
+        p = _default()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_model_default_params = _params
+    llama_cpp.llama.llama_cpp.llama_model_default_params = _params
+"""
+
 LLAMA = (
     PEAK
     + r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 import llama_cpp
 from llama_cpp import Llama
-# Multi-token batches of the Q4_1 file crash in llama.cpp's repacked CPU buffers
-# (AMX/repack, seen with llama-cpp-python 0.3.36 here): load without them.
-_default = llama_cpp.llama_model_default_params
-def _params():
-    p = _default()
-    p.use_extra_bufts = False
-    return p
-llama_cpp.llama_model_default_params = _params
-llama_cpp.llama.llama_cpp.llama_model_default_params = _params
+"""
+    + LLAMA_PLAIN
+    + r"""
 path, n = sys.argv[1], int(sys.argv[2])
 llm = Llama(model_path=path, n_threads=2, n_threads_batch=2, n_ctx=2048, n_batch=512,
             verbose=False)
@@ -241,6 +250,21 @@ def llama_targets(llama_python: str | None, q41: Path) -> list[tuple[str, str, P
     return [("llama.cpp f32", llama_python, f32), ("llama.cpp Q4_1", llama_python, q41)]
 
 
+def llama_env(args) -> dict:
+    """The environment of llama.cpp's runs: ``--llama-plain`` turns its repacked buffers off."""
+    return {"MLXNB_LLAMA_PLAIN": "1"} if getattr(args, "llama_plain", False) else {}
+
+
+def add_llama_args(ap) -> None:
+    """``--llama-python`` and ``--llama-plain``, the options of every llama.cpp comparison."""
+    ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    ap.add_argument(
+        "--llama-plain",
+        action="store_true",
+        help="llama.cpp without its repacked CPU buffers (they crashed on an AMX Xeon)",
+    )
+
+
 def print_speeds(args, names: list[str], results: dict, width: int) -> None:
     """Each configuration's decode and prefill tok/s: median (min, max) over the rounds."""
     print(f"\nDecode ({args.tokens} tokens, greedy), tok/s, median over {args.rounds} rounds:")
@@ -271,7 +295,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--stops", type=int, default=4, help="random Stops per engine process")
     ap.add_argument("--prefill", type=int, default=1500, help="prompt tokens for prefill")
-    ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    add_llama_args(ap)
     ap.add_argument("--save", default=None, help="write every round's raw results to this file")
     args = ap.parse_args()
 
@@ -300,7 +324,7 @@ def main() -> None:
     }  # fmt: skip
     for name, llama_py, path in llama_targets(args.llama_python, q41):
         cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), DECODE_PROMPT, str(text), pre]
-        configs[name] = (cmd, {})
+        configs[name] = (cmd, llama_env(args))
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):

@@ -40,9 +40,11 @@ from pathlib import Path
 from bench_cpu import (
     LLAMA,
     PEAK,
+    add_llama_args,
     bandwidth_gbs,
     copy_fields,
     fmt,
+    llama_env,
     print_speeds,
     rewrite_gguf,
     run,
@@ -282,7 +284,7 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     ap.add_argument("--stops", type=int, default=3, help="random Stops mid-prefill per run")
     ap.add_argument("--pairs", type=int, default=6, help="ours' decode slices beside sgemv")
-    ap.add_argument("--llama-python", default=None, help="interpreter with llama_cpp")
+    add_llama_args(ap)
     ap.add_argument(
         "--types",
         default="Q4_0,Q4_1",
@@ -324,7 +326,7 @@ def main() -> None:
         if llama_py and f"llama.cpp {k}" not in skip:
             cmd = [llama_py, "-c", LLAMA, str(path), str(args.tokens), PROMPT, str(TEXT),
                    str(args.prefill)]  # fmt: skip
-            configs[f"llama.cpp {k}"] = (cmd, {})
+            configs[f"llama.cpp {k}"] = (cmd, llama_env(args))
     names = list(configs)
     results: dict[str, list[dict]] = {n: [] for n in names}
     bounds: list[tuple[float, float, float]] = []
