@@ -1,13 +1,13 @@
 // Buttons of the live views and the Panel: a click goes to the kernel as
-// {event: "click", button: name}; what it does is decided there.
+// {event: "click", button: name, ...extra()}; what it does is decided there.
 
-function button(label, title, name, model) {
+function button(label, title, name, model, extra = () => ({})) {
   const b = document.createElement("button");
   b.type = "button";
   b.className = "lv-btn";
   b.textContent = label;
   b.title = title;
-  b.addEventListener("click", () => model.send({ event: "click", button: name }));
+  b.addEventListener("click", () => model.send({ ...extra(), event: "click", button: name }));
   return b;
 }
 

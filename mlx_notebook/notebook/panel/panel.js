@@ -191,11 +191,15 @@ export default {
     const estimate = el("span", "pn-hint pn-estimate");
     const status = el("div", "pn-status");
     const history = el("div", "pn-history");
+    // A click carries the settings as the page has them: ipywidgets holds a setting's
+    // update back while an earlier one is unanswered, and a click (a custom message)
+    // would overtake it: a slider moved just before Compare ran with its old value.
+    const settings = () => ({ state: Object.fromEntries(controls.map((c) => [c.name, model.get(c.name)])) });
     const actions = {
-      generate: button("▶ Generate", "", "generate", model),
+      generate: button("▶ Generate", "", "generate", model, settings),
       stop: button("■ Stop", "", "stop", model),
-      compare: button("Compare", "", "compare", model),
-      sweep: button("Sweep k", "", "sweep", model),
+      compare: button("Compare", "", "compare", model, settings),
+      sweep: button("Sweep k", "", "sweep", model, settings),
       clear: button("Clear history", "", "clear", model),
     };
     actions.generate.classList.add("pn-primary");

@@ -55,6 +55,12 @@ class Panel(PanelControls, LiveWidget):
         + (_HERE / "panel.js").read_text()
     )
     _css = LiveWidget._css + (_HERE / "panel.css").read_text()
+    # The settings a click carries (panel.js's controls), applied before it acts.
+    click_state = (
+        "prompt", "system", "model", "chat", "draft_source", "num_draft_tokens", "draft_model",
+        "lookup_ngram", "model_sampling", "temperature", "top_p", "max_tokens", "seed",
+        "inspect", "stop_strings", "sweep_from", "sweep_to", "repeats", "metric",
+    )  # fmt: skip
 
     prompt = Unicode("", help="The prompt (user message in chat mode).").tag(sync=True)
     system = Unicode("", help="Optional system prompt.").tag(sync=True)

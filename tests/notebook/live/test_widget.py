@@ -61,3 +61,11 @@ def test_clicks_call_their_handler_and_a_failing_one_is_logged(caplog):
     with caplog.at_level(logging.ERROR, logger="mlx_notebook"):
         w.click("think")
     assert calls == ["stop"] and "the think button failed" in caplog.text
+
+
+def test_a_view_takes_no_settings_from_a_click():
+    w = LiveWidget(["a"])
+    pressed = []
+    w.on_click("stop", lambda: pressed.append(w.ended))
+    w._on_msg(w, {"event": "click", "button": "stop", "state": {"ended": True}}, [])
+    assert pressed == [False] and not w.ended  # no click_state: nothing carried is applied

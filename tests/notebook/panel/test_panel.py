@@ -424,3 +424,18 @@ def test_a_failed_runs_late_end_leaves_the_next_run_alone(engine, scripted, monk
     assert not panel.ended and "stop" not in panel.off
     panel.click("stop")
     assert panel.wait(30).finish_reason == "cancelled" and panel.ended
+
+
+def test_a_click_applies_the_settings_it_carries_before_acting(panel):
+    # ipywidgets holds a setting's update back while one is unanswered, and a click
+    # (a custom message) overtakes it: the click carries the page's settings.
+    seen = []
+    panel.on_click("compare", lambda: seen.append((panel.num_draft_tokens, panel.prompt)))
+    state = {"num_draft_tokens": 5, "prompt": "typed", "running": True, "status": "<b>x</b>"}
+    panel._on_msg(panel, {"event": "click", "button": "compare", "state": state}, [])
+    assert seen == [(5, "typed")]
+    assert not panel.running and panel.status != "<b>x</b>"  # only the settings are taken
+    panel._on_msg(panel, {"event": "click", "button": "compare"}, [])  # none carried: as is
+    assert seen[-1] == (5, "typed")
+    with pytest.raises(TraitError):  # a value the trait refuses fails as a browser edit does
+        panel.set_state({"num_draft_tokens": "five"})
