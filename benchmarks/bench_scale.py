@@ -20,7 +20,7 @@ Ratios are paired round by round. The memory-bandwidth bound, measured after eac
 round (the faster of OpenBLAS sgemv on every thread and numpy's sums of a slice on each
 thread), gives that round's decode limit of each file's bytes; ours is reported against
 it, round by round, with the spread of its rounds. The machine's read rate moves within
-seconds (sgemv's 4-second means went 42-65 GB/s in one minute here), so ours also decodes
+seconds (here between about 47 and 67 GB/s), so ours also decodes
 in ``--pairs`` slices of 16 tokens, each beside an sgemv run as long, alternating which
 goes first: the rate its decode read over sgemv's next to it (read the median: a pair
 that straddles a change of state reads high or low).
