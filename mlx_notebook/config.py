@@ -106,6 +106,13 @@ VARIABLES: tuple[Variable, ...] = (
         fast_path=True,
     ),
     Variable(
+        "MLX_NOTEBOOK_PREFILL_INT8",
+        "1",
+        "``0``: prefill's 4- and 8-bit products round their inputs to 16 bits, as decode "
+        "steps do, instead of to 8 bits (with the integer dots on).",
+        fast_path=True,
+    ),
+    Variable(
         "MLX_NOTEBOOK_FUSED_ATTENTION",
         "1",
         "``0``: attention on MLX's own operations instead of the native kernels.",

@@ -27,8 +27,9 @@ from .build import sources as _sources
 NAME = "_mlxnb_ext"
 AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
 DOTS_ENV = "MLX_NOTEBOOK_INT_DOTS"  # 0: quantized products keep float32 inputs
+PREFILL8_ENV = "MLX_NOTEBOOK_PREFILL_INT8"  # 0: prefill's inputs at 16 bits, as decode's
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
-_state: dict = {"module": None, "reason": "not attempted"}
+_state: dict = {"module": None, "reason": "not attempted", "inputs8": False}
 
 
 def _versions() -> tuple[Path, Path, str] | str:
@@ -103,15 +104,22 @@ def _check(mod) -> str | None:
     return None if agrees else "its check product differs from mx.quantized_matmul"
 
 
-def _agrees(mod, k: int, bits: int, tol: float, seed: int, rows: int = 1) -> bool:
-    """Whether one random (rows, k) x (8, k) product equals ``mx.quantized_matmul``'s."""
+def _agrees(
+    mod, k: int, bits: int, tol: float, seed: int, rows: int = 1, inputs8: bool = False
+) -> bool:
+    """Whether one random (rows, k) x (8, k) product equals ``mx.quantized_matmul``'s.
+
+    With ``inputs8``, a prefill pass's product, within ``tol`` of the largest output.
+    """
     import mlx.core as mx
 
     w = mx.random.normal((8, k), key=mx.random.key(seed))
     x = mx.random.normal((rows, k), key=mx.random.key(seed + 1))
     wq, s, b = mx.quantize(w, group_size=32, bits=bits)
-    got = mod.quant_matmul(x, wq, s, b, 32, bits)
+    got = mod.quant_matmul(x, wq, s, b, 32, bits, inputs8)
     want = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=bits)
+    if inputs8:
+        return (mx.abs(got - want).max() <= tol * mx.abs(want).max()).item()
     return mx.allclose(got, want, rtol=tol, atol=tol).item()
 
 
@@ -121,12 +129,15 @@ def int_dots(mod) -> str:
     With them on, every 4/8-bit product rounds its inputs to 16 bits a unit of 32
     (1/65278 of the unit's largest), a decode step's take integer dots and products of
     16 rows or more integer sums, so one product of each is checked against
-    ``mx.quantized_matmul`` within that rounding.
+    ``mx.quantized_matmul`` within that rounding. A prefill pass's products round
+    them to 8 bits (1/254 of the unit's largest, as llama.cpp's do) unless
+    ``MLX_NOTEBOOK_PREFILL_INT8`` is 0: checked within 2 % of the largest output.
 
     Returns:
         The status line's words for them: in use, off by the variable or by a failed
         check, or nothing where the CPU has no VNNI.
     """
+    _state["inputs8"] = False
     if not config.enabled(DOTS_ENV):
         mod.set_int_dots(0)
         return f"; integer dots off ({DOTS_ENV}=0)"
@@ -135,7 +146,19 @@ def int_dots(mod) -> str:
     if not all(_agrees(mod, 256, b, 1e-3, seed=2, rows=r) for b in (4, 8) for r in (1, 16)):
         mod.set_int_dots(0)
         return "; integer dots off (their check product differs)"
-    return "; integer dots for decode steps and prefill"
+    if not config.enabled(PREFILL8_ENV):
+        return f"; integer dots for decode steps and prefill ({PREFILL8_ENV}=0: prefill at 16 bits)"
+    if not all(
+        _agrees(mod, 256, b, 2e-2, seed=3, rows=r, inputs8=True) for b in (4, 8) for r in (1, 33)
+    ):
+        return "; integer dots for decode steps and prefill (at 16 bits: the 8-bit check differs)"
+    _state["inputs8"] = True
+    return "; integer dots for decode steps and prefill (prefill's inputs at 8 bits)"
+
+
+def prefill_inputs8() -> bool:
+    """Whether a prefill pass's 4/8-bit products take 8-bit inputs (`int_dots`)."""
+    return _state["inputs8"]
 
 
 def load():

@@ -46,7 +46,7 @@ from . import ext as _ext
 from .attention import ENV as ATTENTION_ENV
 from .attention import step_mask
 from .fast import FusedRMSNorm, StackedLinear, StackedView, TableRoPE
-from .quant import FastQuantizedLinear
+from .quant import FastQuantizedLinear, inputs8
 
 ENV = "MLX_NOTEBOOK_FUSED_LAYERS"
 
@@ -185,10 +185,11 @@ def _step(block, x: mx.array, mask, cache):
         return None
     if rows is None:
         return None
-    ext = p.ext
+    ext, pre8 = p.ext, inputs8()
     q, k, v = ext.layer_in(
-        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv)
-    )
+        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv),
+        pre8,
+    )  # fmt: skip
     if L > 1:  # rows back to one sequence: [1, heads, L, D], as mlx-lm's attention has it
         q, k, v = (t.reshape(1, L, t.shape[1], -1).transpose(0, 2, 1, 3) for t in (q, k, v))
     k, v = cache.update_and_fetch(k, v)
@@ -196,7 +197,9 @@ def _step(block, x: mx.array, mask, cache):
     a = sdpa(q, k, v, cache=cache, scale=p.scale, mask=mask)
     if L > 1:
         a = a.transpose(0, 2, 1, 3).reshape(L, -1, 1, a.shape[-1])
-    out = ext.layer_out(a, x, p.arrays(1), p.norm2["weight"], p.eps2, p.arrays(2), p.arrays(3))
+    out = ext.layer_out(
+        a, x, p.arrays(1), p.norm2["weight"], p.eps2, p.arrays(2), p.arrays(3), pre8
+    )
     return out.reshape(1, L, E) if L > 1 else out
 
 

@@ -24,18 +24,46 @@ another nanobind ABI) nothing is swapped and `%mlx status` says why.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import mlx.core as mx
 import mlx.nn as nn
 
 from . import ext as _ext
+
+_pass = threading.local()  # the graph being built is a prefill pass's (worker thread)
+
+
+@contextmanager
+def prefill_pass() -> Iterator[None]:
+    """Within it, the products the graph gets are a prefill pass's (8-bit inputs where on).
+
+    Decode steps and verify passes keep 16-bit inputs, so a verify pass gives each
+    draft what a decode step would (speculation stays exact); a prefill's rows round
+    one by one, so a row's sums do not depend on how the prompt was chunked.
+    """
+    before = inputs8()
+    _pass.on = _ext.prefill_inputs8()
+    try:
+        yield
+    finally:
+        _pass.on = before
+
+
+def inputs8() -> bool:
+    """Whether the products built now are a prefill pass's on 8-bit inputs."""
+    return getattr(_pass, "on", False)
 
 
 def matmul(x: mx.array, w: mx.array, scales: mx.array, biases, gs: int, bits: int):
     """``x @ dequantize(w).T`` on the extension's kernels (x float32, any leading shape).
 
     ``biases`` None: symmetric blocks, each bias the scale times ``-2 ** (bits - 1)``.
+    Inside `prefill_pass`, on 8-bit inputs where they are on.
     """
-    return _ext.load().quant_matmul(x, w, scales, biases, gs, bits)
+    return _ext.load().quant_matmul(x, w, scales, biases, gs, bits, inputs8())
 
 
 def symmetric_biases(scales: mx.array, bits: int) -> mx.array:

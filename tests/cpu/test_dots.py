@@ -1,6 +1,10 @@
 """Quantized products on inputs rounded to 16 bits a unit of 32 (kernels/qmm_dots.inc):
 a decode step's on integer dots, every product within that rounding of the exact one,
-and every path (verify passes, batched steps, prefill) the same function."""
+and every path (verify passes, batched steps, prefill) the same function; a prefill
+pass's products on inputs rounded to 8 bits (qmm_igemm.inc), row by row."""
+
+import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -12,6 +16,26 @@ from mlx_notebook.cpu import ext as _ext
 def dots_on() -> bool:
     """Whether the loaded extension rounds quantized products' inputs (its status says)."""
     return "integer dots for decode steps and prefill" in _ext.status()
+
+
+@contextmanager
+def prefill_at_16_bits():
+    """Prefill's inputs rounded to 16 bits, as every other pass rounds them: the function
+    that equals mlx-lm's up to rounding (greedy ids, log-probabilities), which 8-bit
+    prefill inputs move by more than a near-tie (bench_prefill_inputs.py)."""
+    mod, before = _ext.load(), os.environ.get(_ext.PREFILL8_ENV)
+    os.environ[_ext.PREFILL8_ENV] = "0"
+    try:
+        if mod is not None:
+            _ext.int_dots(mod)
+        yield
+    finally:
+        if before is None:
+            del os.environ[_ext.PREFILL8_ENV]
+        else:
+            os.environ[_ext.PREFILL8_ENV] = before
+        if mod is not None:
+            _ext.int_dots(mod)
 
 
 def logprob_tolerance() -> float:
@@ -169,27 +193,34 @@ def test_the_variable_turns_them_off_and_the_status_says_so(ext, monkeypatch):
     assert _ext.int_dots(ext) == "; integer dots off (MLX_NOTEBOOK_INT_DOTS=0)"
     assert _product(ext, x, wq, s, b, 32, 4)[1] == 0
     monkeypatch.delenv(_ext.DOTS_ENV)
-    assert _ext.int_dots(ext) == "; integer dots for decode steps and prefill"
+    on = "; integer dots for decode steps and prefill (prefill's inputs at 8 bits)"
+    assert _ext.int_dots(ext) == on and _ext.prefill_inputs8()
     assert _product(ext, x, wq, s, b, 32, 4)[1] == 1
+    monkeypatch.setenv(_ext.PREFILL8_ENV, "0")
+    assert _ext.int_dots(ext).endswith("(MLX_NOTEBOOK_PREFILL_INT8=0: prefill at 16 bits)")
+    assert not _ext.prefill_inputs8()
+    monkeypatch.delenv(_ext.PREFILL8_ENV)
+    assert _ext.int_dots(ext) == on
 
 
-def _rounded(x, K):
-    """x as the kernels round it: each unit of 32 to r = round(x / d), d = max / 32639,
-    in float32 as they compute it; returned as r d in float64."""
+def _rounded(x, K, top_int=32639):
+    """x as the kernels round it: each unit of 32 to r = round(x / d), d = max / top_int
+    (32639: 16 bits; 127: a prefill pass's 8), in float32 as they compute it; returned as
+    r d in float64."""
     xs = np.array(x, dtype=np.float32).reshape(x.shape[0], K // 32, 32)
     top = np.abs(xs).max(axis=2, keepdims=True)
-    inv = np.where(top > 0, np.float32(32639.0) / np.where(top > 0, top, 1), np.float32(0))
+    inv = np.where(top > 0, np.float32(top_int) / np.where(top > 0, top, 1), np.float32(0))
     r = np.rint(xs * inv.astype(np.float32)).astype(np.float64)
-    return (r * (top / np.float32(32639.0)).astype(np.float64)).reshape(x.shape[0], K)
+    return (r * (top / np.float32(top_int)).astype(np.float64)).reshape(x.shape[0], K)
 
 
-def _igemm(ext, x, wq, s, b, gs, bits):
+def _igemm(ext, x, wq, s, b, gs, bits, inputs8=False, counter=5):
     import mlx.core as mx
 
-    before = ext.calls(5)
-    got = ext.quant_matmul(x, wq, s, b, gs, bits)
+    before = ext.calls(counter)
+    got = ext.quant_matmul(x, wq, s, b, gs, bits, inputs8)
     mx.eval(got)
-    return np.array(got, dtype=np.float64), ext.calls(5) - before
+    return np.array(got, dtype=np.float64), ext.calls(counter) - before
 
 
 @pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
@@ -257,3 +288,71 @@ def test_prefill_products_keep_float_inputs_with_the_dots_off(ext):
         ext.set_int_dots(1)
     want = np.array(mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=32, bits=4))
     assert gemms == 0 and np.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _quantized(layout, gs, bits, N=53, K=640):
+    import mlx.core as mx
+
+    w = mx.random.normal((N, K), key=mx.random.key(gs + bits))
+    wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+    (wq, s, b), exact_b = _layout(wq, s, b, bits, layout)
+    deq = mx.dequantize(
+        wq, s.astype(mx.float32), exact_b.astype(mx.float32), group_size=gs, bits=bits
+    )
+    return (wq, s, b), np.array(deq, dtype=np.float64)
+
+
+@pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
+@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 8), (64, 8)])
+@pytest.mark.parametrize("M", [1, 5, 16, 17, 33, 70, 129])  # no tail: every row, any count
+def test_a_prefill_pass_products_take_8_bit_inputs(ext, M, quant, layout):
+    """A prefill pass's products (inputs8) round every row's units to 8 bits and take
+    vpdpbusd's exact int32 sums: W . round8(x) up to float order, however few the rows."""
+    import mlx.core as mx
+
+    gs, bits = quant
+    (wq, s, b), exact = _quantized(layout, gs, bits)
+    x = mx.random.normal((M, 640), key=mx.random.key(1)) * mx.exp(mx.random.normal((M, 640)))
+    ext.set_amx(0)
+    try:
+        got, eights = _igemm(ext, x, wq, s, b, gs, bits, inputs8=True, counter=6)
+    finally:
+        _ext.amx_tiles(ext)
+    assert eights == 1 and got.shape == (M, 53)
+    want = _rounded(x, 640, 127) @ exact.T
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() < 2e-6 * scale  # float order only
+    sixteen = _rounded(x, 640) @ exact.T
+    assert np.abs(got - sixteen).max() > 1e-4 * scale  # 8 bits, not 16
+
+
+def test_a_prefill_row_gets_the_same_sums_however_it_is_chunked(ext):
+    """Each row rounds on its own: a row's outputs are bit for bit the same alone, in a
+    chunk of 20 or of 70 (a prefill's chunks are sized by time)."""
+    import mlx.core as mx
+
+    (wq, s, b), _ = _quantized("symmetric", 32, 4)
+    x = mx.random.normal((70, 640), key=mx.random.key(3))
+    whole = _igemm(ext, x, wq, s, b, 32, 4, inputs8=True)[0]
+    assert np.array_equal(whole[50:70], _igemm(ext, x[50:], wq, s, b, 32, 4, inputs8=True)[0])
+    for i in (0, 17, 69):
+        assert np.array_equal(whole[i], _igemm(ext, x[i : i + 1], wq, s, b, 32, 4, True)[0][0])
+
+
+@pytest.mark.parametrize("dots", [True, False])
+def test_8_bit_inputs_fall_back_to_the_product_without_them(ext, dots):
+    """An input that is not finite, or the dots off: the product is computed as it would
+    be outside a prefill pass, bit for bit, and none takes 8-bit inputs."""
+    import mlx.core as mx
+
+    (wq, s, b), _ = _quantized("float16", 32, 4)
+    x = mx.random.normal((40, 640), key=mx.random.key(4))
+    if dots:
+        x = x.at[7, 3].add(float("nan"))
+    ext.set_int_dots(int(dots))
+    try:
+        got, eights = _igemm(ext, x, wq, s, b, 32, 4, inputs8=True, counter=6)
+        plain = _igemm(ext, x, wq, s, b, 32, 4)[0]
+    finally:
+        ext.set_int_dots(1)
+    assert eights == 0 and np.array_equal(got, plain, equal_nan=True)

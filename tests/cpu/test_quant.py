@@ -7,7 +7,7 @@ import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engin
 from mlx_notebook.cpu import fast as cpu_fast
 from mlx_notebook.cpu import quant as cpu_quant
 from mlx_notebook.testing import quantize_model_dir
-from tests.cpu.test_dots import dots_on
+from tests.cpu.test_dots import dots_on, prefill_at_16_bits
 from tests.cpu.test_fast import check_against_mlx_lm
 
 
@@ -200,8 +200,12 @@ def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     ext = _ext.load()
     before = ext.calls(ext.path(16))
     engine.max_batch = 16  # the default is 8
-    reqs = [Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30) for p in prompts]
-    res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
+    reqs = [
+        Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30, reuse_cache=False)
+        for p in prompts
+    ]
+    with prefill_at_16_bits():
+        res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
     assert max(r.stats.batch_rows for r in res) == 16
     assert ext.calls(ext.path(16)) > before
     check_against_mlx_lm(engine, path, prompts, 24, ours=res)
@@ -263,3 +267,34 @@ def test_a_quantized_model_is_described_by_its_bit_widths(engine, quantized):
     engine.submit(Request("Hi", model=path, chat=False, max_tokens=2)).result(timeout=60)
     (info,) = [m for m in engine.info().models if m.name == path]
     assert info.dtype == "8-bit, float32"
+
+
+def test_prefill_chunks_take_8_bit_inputs_and_decoding_keeps_16(engine, quantized):
+    """Each prefill chunk's products take 8-bit inputs; decode steps and verify passes
+    keep 16 bits, so speculation gives plain decoding's ids (suffix drafts: the plain
+    run's own text, accepted)."""
+    from mlx_notebook.cpu import ext as _ext
+    from mlx_notebook.engine import PrefillProgress, Request
+
+    ext = _ext.load()
+    if not _ext.prefill_inputs8():
+        pytest.skip("no 8-bit prefill inputs here (no AVX-512 VNNI, or turned off)")
+    text = "one two three four five six seven eight nine ten, " * 4
+
+    def run(**kw):
+        before = ext.calls(6)
+        job = engine.submit(
+            Request(text, model=quantized["sym4"], chat=False, reuse_cache=False, **kw)
+        )
+        res = job.result(timeout=120)
+        chunks = sum(isinstance(e, PrefillProgress) for e in job.events_so_far()) - 1
+        return res, ext.calls(6) - before, chunks
+
+    prefill, eights, chunks = run(max_tokens=1)
+    per_chunk = eights // chunks
+    assert chunks >= 1 and per_chunk >= 4 and eights == per_chunk * chunks  # 2 layers, a head
+    plain, eights, chunks = run(max_tokens=24)
+    assert eights == per_chunk * chunks  # 23 decode steps: none on 8-bit inputs
+    spec, eights, chunks = run(max_tokens=24, draft="suffix", num_draft_tokens=4)
+    assert spec.stats.draft_tokens_accepted > 0 and eights == per_chunk * chunks
+    assert spec.token_ids == plain.token_ids

@@ -8,9 +8,11 @@ to govern and a model has no tables.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from ...models.loader import on_cpu
 
-__all__ = ["IdleGovernor", "governor", "on_cpu", "release_freed", "rope_tables"]
+__all__ = ["IdleGovernor", "governor", "on_cpu", "prefill_pass", "release_freed", "rope_tables"]
 
 
 class IdleGovernor:
@@ -51,6 +53,19 @@ def rope_tables(model) -> list:
     from ...cpu.fast import rope_tables as tables
 
     return tables(model)
+
+
+def prefill_pass(model):
+    """A context in which ``model``'s passes are a prefill's.
+
+    On the CPU fast path, 4/8-bit products on 8-bit inputs
+    (`mlx_notebook.cpu.quant.prefill_pass`); elsewhere nothing.
+    """
+    if not getattr(model, "_mlxnb_fast", None):
+        return nullcontext()
+    from ...cpu.quant import prefill_pass as cpu_pass
+
+    return cpu_pass()
 
 
 def release_freed() -> None:

@@ -35,7 +35,7 @@ import mlx.core as mx
 from ..cache.sequence import CachedSequence
 from ..errors import Cancelled
 from . import layer_gates
-from .device import governor, release_freed
+from .device import governor, prefill_pass, release_freed
 
 CancelCheck = Callable[[], None]
 Progress = Callable[[int, int], None]
@@ -327,7 +327,7 @@ def prefill_steps(
             gate = layer_gates.opened(stop, sizer.every(len(chunk), start, layers), layers)
         t0 = clock()
         try:
-            with gate:
+            with gate, prefill_pass(seq.model):
                 seq.forward(chunk)
                 mx.eval([c.state for c in seq.cache])
         except layer_gates.Aborted:

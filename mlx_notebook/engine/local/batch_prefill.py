@@ -12,7 +12,7 @@ import mlx.core as mx
 
 from ..cache.caches import extract, finalize, merge, prepare_padding
 from ..cache.sequence import count_pass
-from ..decoding.device import governor
+from ..decoding.device import governor, prefill_pass
 from ..events import Notice, PrefillProgress
 from .row import Row
 
@@ -49,7 +49,8 @@ def prefill_together(main, group: list[Row], tables) -> None:
     # input's size (Gemma 3n's) turns that into NaN, which masked attention still
     # multiplies (0 * NaN).
     fed = [t + [t[-1]] * p for t, p in zip(tokens, pad)]
-    main.model(mx.array(fed), cache=caches)
+    with prefill_pass(main.model):
+        main.model(mx.array(fed), cache=caches)
     if max(pad):
         finalize(caches)
     mx.eval([c.state for c in caches])

@@ -33,6 +33,7 @@ long causal_calls = 0;
 
 struct QuantParams {
   int group_size, bits;
+  bool inputs8;  // a prefill pass's product: 8-bit inputs (qmm.c)
   bool operator==(const QuantParams&) const = default;
 };
 
@@ -53,13 +54,14 @@ class QuantMatmul : public CpuPrimitive<QuantParams> {
                   out = mx::array::unsafe_weak_copy(out), M, N, K, p = p_]() mutable {
       mlxnb_qmm(M, N, K, p.group_size, p.bits, x.data<float>(), w.data<uint32_t>(),
                 s.data<void>(), b ? b->data<void>() : nullptr, s.dtype() == mx::float16,
-                out.data<float>());
+                out.data<float>(), p.inputs8);
     });
   }
 };
 
 mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& scales,
-                       const std::optional<mx::array>& biases, int group_size, int bits) {
+                       const std::optional<mx::array>& biases, int group_size, int bits,
+                       bool inputs8) {
   if (x.dtype() != mx::float32 || !scale_dtype(scales, biases.value_or(scales)) ||
       w.dtype() != mx::uint32)
     throw std::invalid_argument(
@@ -79,7 +81,7 @@ mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& 
   std::vector<mx::array> ins = {xc, w, scales};
   if (biases) ins.push_back(*biases);
   return mx::array(shape, mx::float32,
-                   std::make_shared<QuantMatmul>(s, QuantParams{group_size, bits}), ins);
+                   std::make_shared<QuantMatmul>(s, QuantParams{group_size, bits, inputs8}), ins);
 }
 
 struct AttentionParams {
@@ -181,16 +183,18 @@ mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::arr
 
 NB_MODULE(_mlxnb_ext, m) {
   m.def("quant_matmul", &quant_matmul, nb::arg("x"), nb::arg("w"), nb::arg("scales"),
-        nb::arg("biases").none(), nb::arg("group_size"), nb::arg("bits"),
+        nb::arg("biases").none(), nb::arg("group_size"), nb::arg("bits"), nb::arg("inputs8") = false,
         "x @ dequantize(w, scales, biases).T for MLX's affine 4- or 8-bit layout, on the CPU "
-        "(biases None: each the scale times -2^(bits - 1)).");
+        "(biases None: each the scale times -2^(bits - 1)); inputs8: a prefill pass's product "
+        "(inputs rounded to 8 bits where the integer dots are on).");
   m.def("set_threads", &mlxnb_qmm_set_threads, nb::arg("n"),
         "Threads for the products (0: OpenMP's default).");
   m.def("set_small_parallel_min", &mlxnb_qmm_set_small_parallel_min, nb::arg("macs"),
         "The smallest product of up to 31 rows split over threads (multiply-adds).");
   m.def("calls", &mlxnb_qmm_calls, nb::arg("path"),
         "Products computed so far by one path: 0 registers, 1 row tiles, 2 sgemm, 3 AMX tiles; "
-        "4: of path 0's, those on integer dots; 5: of path 2's, those on integer dots.");
+        "4: of path 0's, those on integer dots; 5: of path 2's, those on integer dots; 6: of "
+        "those, the ones on 8-bit inputs (a prefill pass's).");
   m.def("set_igemm_from", &mlxnb_qmm_set_igemm_from, nb::arg("rows"),
         "From how many rows 4/8-bit products take integer sums on vpdpwssd (0: the default).");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),

@@ -18,7 +18,7 @@
 
 extern "C" {
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float* x, const uint32_t* w,
-              const void* s, const void* b, int half, float* out);
+              const void* s, const void* b, int half, float* out, int inputs8);
 void mlxnb_qmm_set_threads(int n);
 void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
@@ -33,6 +33,7 @@ typedef struct {
   const void* w;
   const void *scales, *biases;  // float32, or float16 where half
   int half;
+  int inputs8;  // a prefill pass's product: inputs rounded to 8 bits (qmm.c)
 } mlxnb_linear_t;
 int mlxnb_layer_in(int B, int E, const float* x, const float* norm_w, float eps,
                    const mlxnb_linear_t* qkv, int parts, int H, int Hkv, int D, int traditional,

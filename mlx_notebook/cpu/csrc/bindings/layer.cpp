@@ -18,13 +18,14 @@ struct Lin {
   int N = 0, K = 0, gs = 0, bits = 0;
   bool half = false;  // float16 scales and biases
   bool sym = false;   // no biases
+  bool inputs8 = false;  // a prefill pass's product (8-bit inputs)
   bool operator==(const Lin&) const = default;
   int arrays() const { return bits ? (sym ? 2 : 3) : 1; }
   mlxnb_linear_t at(const mx::array* a) const {
     return {N, K, gs, bits, bits ? static_cast<const void*>(a[0].data<uint32_t>())
                                  : static_cast<const void*>(a[0].data<float>()),
             bits ? a[1].data<void>() : nullptr, bits && !sym ? a[2].data<void>() : nullptr,
-            half};
+            half, inputs8};
   }
 };
 
@@ -123,8 +124,9 @@ InParams in_params(const mx::array& x, const mx::array& norm_w, float eps,
 std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, float eps,
                                 const std::vector<mx::array>& qkv, const mx::array& cos,
                                 const mx::array& sin, bool traditional, int n_heads,
-                                int n_kv_heads, int parts) {
+                                int n_kv_heads, int parts, bool inputs8) {
   auto p = in_params(x, norm_w, eps, qkv, cos, sin, traditional, n_heads, n_kv_heads, parts);
+  for (auto& l : p.qkv) l.inputs8 = inputs8;
   const int B = x.shape(0), D = p.D;
   auto s = mx::default_stream(mx::Device::cpu);
   std::vector<mx::array> ins = {x, dense_param(norm_w, s), cos, sin};
@@ -178,10 +180,11 @@ OutParams out_params(int Ea, const mx::array& x, const std::vector<mx::array>& o
 
 mx::array layer_out(const mx::array& a, const mx::array& x, const std::vector<mx::array>& o,
                     const mx::array& norm_w, float eps, const std::vector<mx::array>& gate_up,
-                    const std::vector<mx::array>& down) {
+                    const std::vector<mx::array>& down, bool inputs8) {
   if (a.dtype() != mx::float32 || a.ndim() != 4 || a.shape(0) != x.shape(0) || a.shape(2) != 1)
     throw std::invalid_argument("layer_out: a [B, H, 1, D] float32");
   auto p = out_params(a.shape(1) * a.shape(3), x, o, norm_w, eps, gate_up, down);
+  for (auto* l : {&p.o, &p.gu, &p.down}) l->inputs8 = inputs8;
   auto s = mx::default_stream(mx::Device::cpu);
   std::vector<mx::array> ins = {a, x, dense_param(norm_w, s)};
   for (const auto* l : {&o, &gate_up, &down})
@@ -336,12 +339,15 @@ mx::array kv_write(const mx::array& buffer, const mx::array& rows, int n) {
 void bind_layers(nb::module_& m) {
   m.def("layer_in", &layer_in, nb::arg("x"), nb::arg("norm_weight"), nb::arg("eps"),
         nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("traditional"),
-        nb::arg("n_heads"), nb::arg("n_kv_heads"), nb::arg("parts") = 1,
+        nb::arg("n_heads"), nb::arg("n_kv_heads"), nb::arg("parts") = 1, nb::arg("inputs8") = false,
         "A decode step's RMSNorm, q/k/v product(s) and RoPE: [q, k, v], each [B, heads, 1, D]. "
-        "qkv: one stacked product's arrays, or (parts=3) q's, k's and v's, as many each.");
+        "qkv: one stacked product's arrays, or (parts=3) q's, k's and v's, as many each; "
+        "inputs8: a prefill pass (4/8-bit products on 8-bit inputs).");
   m.def("layer_out", &layer_out, nb::arg("a"), nb::arg("x"), nb::arg("o"),
         nb::arg("norm_weight"), nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
-        "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm).");
+        nb::arg("inputs8") = false,
+        "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm); "
+        "inputs8: a prefill pass (4/8-bit products on 8-bit inputs).");
   m.def("attend_out", &attend_out, nb::arg("q"), nb::arg("keys"), nb::arg("values"),
         nb::arg("S"), nb::arg("scale"), nb::arg("x"), nb::arg("o"), nb::arg("norm_weight"),
         nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"), nb::arg("mask").none() = nb::none(),

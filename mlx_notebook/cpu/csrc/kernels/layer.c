@@ -27,7 +27,7 @@
 #include "vec8.h"
 
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
-              const void *s, const void *b, int half, float *out);
+              const void *s, const void *b, int half, float *out, int inputs8);
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
@@ -37,6 +37,7 @@ typedef struct {
   const void *w;
   const void *scales, *biases; /* float32, or float16 where half */
   int half;
+  int inputs8; /* a prefill pass's product: inputs rounded to 8 bits (qmm.c) */
 } mlxnb_linear_t;
 
 static long layer_calls;
@@ -45,7 +46,7 @@ long mlxnb_layer_calls(void) { return layer_calls; }
 static void linear(const mlxnb_linear_t *l, int M, const float *x, float *out) {
   if (l->bits)
     mlxnb_qmm(M, l->N, l->K, l->gs, l->bits, x, (const uint32_t *)l->w, l->scales, l->biases,
-              l->half, out);
+              l->half, out, l->inputs8);
   else /* row-major, x as is, W transposed */
     cblas_sgemm(101, 111, 112, M, l->N, l->K, 1.0f, x, l->K, (const float *)l->w, l->K, 0.0f,
                 out, l->N);

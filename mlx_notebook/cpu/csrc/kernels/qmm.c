@@ -103,9 +103,10 @@ void mlxnb_qmm_set_small_parallel_min(long macs) { small_parallel_min = macs; }
 static int thread_count; /* 0: OpenMP's default */
 /* The library's helper thread, by address (helper.h): all NULL until set_helper. */
 struct mlxnb_helper_api mlxnb_helper;
-static long calls[6]; /* products per path: registers, 8-row passes, sgemm, AMX; of
+static long calls[7]; /* products per path: registers, 8-row passes, sgemm, AMX; of
                        * path 0's, those on integer dots (qmm_dots.inc); of path 2's,
-                       * those on integer dots (qmm_igemm.inc) */
+                       * those on integer dots (qmm_igemm.inc); of those, the ones on
+                       * 8-bit inputs (prefill's) */
 
 void mlxnb_qmm_set_threads(int n) { thread_count = n; }
 
@@ -119,7 +120,7 @@ int mlxnb_ext_threads(void) {
 #endif
 }
 
-long mlxnb_qmm_calls(int path) { return path >= 0 && path < 6 ? calls[path] : -1; }
+long mlxnb_qmm_calls(int path) { return path >= 0 && path < 7 ? calls[path] : -1; }
 
 static int threads_for(long macs) { return macs < PARALLEL_MIN ? 1 : mlxnb_ext_threads(); }
 
@@ -404,21 +405,34 @@ static void vector_product(int path, int M, int N, int K, int gs, int bits, cons
 }
 
 /* x [M, K] @ dequantize(w).T -> out [M, N], with float16 scales and biases where half,
- * and biases of -2^(bits - 1) times the scale where b is NULL. Returns 0, or -1 for an
+ * and biases of -2^(bits - 1) times the scale where b is NULL. With inputs8 (a prefill
+ * pass's products) and the integer dots on, every row's inputs are rounded to 8 bits
+ * and take the integer sums on vpdpbusd, however few the rows (qmm_igemm.inc); other
+ * products, and these without VNNI, round them to 16 bits. Returns 0, or -1 for an
  * unsupported shape. */
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
-              const void *s, const void *b, int half, float *out) {
+              const void *s, const void *b, int half, float *out, int inputs8) {
   if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
   int path = mlxnb_qmm_path(M), counted = 0;
+#ifdef QMM_IGEMM
+  /* every row, however many: a row's sums must not depend on the rows beside it (a
+   * prefill's chunks are sized by time) */
+  if (inputs8 && dots_fit(K, gs) && igemm(M, N, K, gs, bits, 1, x, wb, sb, out) == 0) {
+    calls[2]++, calls[5]++, calls[6]++;
+    return 0;
+  }
+#else
+  (void)inputs8;
+#endif
 #ifdef QMM_IGEMM
   if (path == 2 && M >= igemm_from && dots_fit(K, gs)) {
     /* a last 1-3 rows past a multiple of 16 take their own path right after (within
      * this product's count). An input that is not finite, in the tail too, leaves every
      * row on float inputs, as round_rows does. */
     const int tail = tail_rows(M, 16, IG_TAIL), head = M - tail;
-    if (ig_finite(tail, K, x + (long)head * K) && igemm(head, N, K, gs, bits, x, wb, sb, out) == 0) {
+    if (ig_finite(tail, K, x + (long)head * K) && igemm(head, N, K, gs, bits, 0, x, wb, sb, out) == 0) {
       calls[2]++, calls[5]++;
       if (!tail) return 0;
       x += (long)head * K, out += (long)head * N, M = tail, counted = 1;
