@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/bench_prefill_inputs.py [--model PATH] [--windows 16] [--length 512]
-        [--continue 32]
+        [--continue 32] [--float PATH]
 
 A prefill pass's 4/8-bit products round each unit of 32 inputs to 8 bits on CPUs with
 AVX-512 VNNI (``MLX_NOTEBOOK_PREFILL_INT8``, as llama.cpp's Q4_0 products do); decode
@@ -19,7 +19,9 @@ Reports, for each of ours: KL(reference || ours) of the next-token distribution 
 the window (median, 90th percentile, max), how often its top token is the reference's,
 and how many greedy continuations of ``--continue`` tokens equal the reference's (and
 where the others first part). Default model: the bundled model's own 4-bit weights
-(``default:q4``, its Q4_1 file as converted).
+(``default:q4``, its Q4_1 file as converted). With ``--float`` (the same model's
+float weights: a directory or a GGUF file), also KL(float || reference): what the
+4-bit weights themselves move the distribution, for scale.
 """
 
 from __future__ import annotations
@@ -41,8 +43,7 @@ def _reference(path: str):
     from mlx_lm import load
     from mlx_lm.utils import dequantize_model
 
-    model = load(path)[0]
-    model = dequantize_model(model)
+    model = dequantize_model(load(path)[0])
     model.set_dtype(mx.float32)
     mx.eval(model.parameters())
     return model
@@ -80,6 +81,7 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=16)
     ap.add_argument("--length", type=int, default=512)
     ap.add_argument("--continue", dest="cont", type=int, default=32)
+    ap.add_argument("--float", help="the same model's float weights (directory or .gguf)")
     args = ap.parse_args()
 
     from contextlib import nullcontext
@@ -92,6 +94,11 @@ def main() -> None:
         from mlx_notebook.models.gguf import convert_gguf
 
         path = str(convert_gguf(default_gguf(), "q"))
+    floats = args.float
+    if floats and floats.endswith(".gguf"):
+        from mlx_notebook.models.gguf import convert_gguf
+
+        floats = str(convert_gguf(floats, "f32"))
     eng = Engine.default()
     eng.submit(Request("hi", model=path, max_tokens=1)).result()
 
@@ -105,6 +112,7 @@ def main() -> None:
         lm = eng.registry.peek(path)
         ours, tables = lm.model, rope_tables(lm.model)
         ref = _reference(path)
+        flt = _reference(floats) if floats else None
         ids = lm.tokenizer.encode(TEXT.read_text())
         rows = []
         for w in range(args.windows):
@@ -113,6 +121,8 @@ def main() -> None:
             got8, ids8 = _run(ours, window, args.cont, prefill_pass, tables)
             got16, ids16 = _run(ours, window, args.cont, nullcontext, tables)
             top = int(mx.argmax(want).item())
+            if flt is not None:
+                rows.append({"weights": _kl(_run(flt, window, 1, nullcontext, [])[0], want)})
             rows.append(
                 {
                     "kl8": _kl(want, got8),
@@ -133,6 +143,8 @@ def main() -> None:
     print(f"model {path}\nextension: {status}")
     if not on:
         print("8-bit prefill inputs are not on here (no AVX-512 VNNI, or turned off)")
+    weights = sorted(r["weights"] for r in rows if "weights" in r)
+    rows = [r for r in rows if "weights" not in r]
     n = len(rows)
     print(f"{n} windows of {args.length} tokens, continuations of {args.cont}")
     for bits in ("8", "16"):
@@ -143,6 +155,11 @@ def main() -> None:
             f"p90 {kl[int(0.9 * (n - 1))]:.2e}, max {kl[-1]:.2e}; top-1 = reference "
             f"{sum(r['top' + bits] for r in rows)}/{n}; continuations equal "
             f"{n - len(parts)}/{n} (the others part at tokens {sorted(parts)})"
+        )
+    if weights:
+        print(
+            f"the 4-bit weights themselves, KL(float || reference): median "
+            f"{statistics.median(weights):.2e}, max {weights[-1]:.2e}"
         )
 
 
