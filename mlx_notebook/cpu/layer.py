@@ -173,10 +173,11 @@ def _step(block, x: mx.array, mask, cache):
     if x.ndim != 3 or x.dtype != mx.float32 or cache is None or not _plain_cache(type(cache)):
         return None
     B, L, E = x.shape
-    p = block._mlxnb_plan
+    p, pre8 = block._mlxnb_plan, inputs8()
     if L == 1:
         rows = p.table.step_rows(cache.offset, B, p.traditional)
-        if rows is not None and _fits_step(p, cache, B, mask):
+        # a prefill chunk of one token too takes layer_in/layer_out, on 8-bit inputs
+        if rows is not None and not pre8 and _fits_step(p, cache, B, mask):
             return _decode_step(p, x, rows, cache, mask)
     elif B == 1 and isinstance(cache.offset, int):
         rows = p.table.span(cache.offset, L, p.traditional)
@@ -185,7 +186,7 @@ def _step(block, x: mx.array, mask, cache):
         return None
     if rows is None:
         return None
-    ext, pre8 = p.ext, inputs8()
+    ext = p.ext
     q, k, v = ext.layer_in(
         x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv),
         pre8,

@@ -281,10 +281,10 @@ def test_prefill_chunks_take_8_bit_inputs_and_decoding_keeps_16(engine, quantize
         pytest.skip("no 8-bit prefill inputs here (no AVX-512 VNNI, or turned off)")
     text = "one two three four five six seven eight nine ten, " * 4
 
-    def run(**kw):
+    def run(prompt=text, reuse=False, **kw):
         before = ext.calls(6)
         job = engine.submit(
-            Request(text, model=quantized["sym4"], chat=False, reuse_cache=False, **kw)
+            Request(prompt, model=quantized["sym4"], chat=False, reuse_cache=reuse, **kw)
         )
         res = job.result(timeout=120)
         chunks = sum(isinstance(e, PrefillProgress) for e in job.events_so_far()) - 1
@@ -298,3 +298,22 @@ def test_prefill_chunks_take_8_bit_inputs_and_decoding_keeps_16(engine, quantize
     spec, eights, chunks = run(max_tokens=24, draft="suffix", num_draft_tokens=4)
     assert spec.stats.draft_tokens_accepted > 0 and eights == per_chunk * chunks
     assert spec.token_ids == plain.token_ids
+    # another text than 16-bit prefill's: the result cache's key has it (the precision)
+    assert plain.stats.model["precision"] == "4-bit, float32, prefill on 8-bit inputs"
+    # a chunk of one token (a decode step's shape) is a prefill's too: alone, and after
+    # a cached prefix (the cache's buffer has room: a decode step's fused path would fit)
+    short, eights, chunks = run("Hi", max_tokens=4)
+    assert short.stats.prompt_tokens == 2 and (eights, chunks) == (per_chunk, 1)
+    run(text, reuse=True, max_tokens=1)
+    longer, eights, chunks = run(text + "xy", reuse=True, max_tokens=1)
+    assert longer.stats.prompt_tokens - longer.stats.cached_tokens == 2
+    assert (eights, chunks) == (per_chunk, 1)
+    # two prompts prefilled together in one padded pass: on 8-bit inputs, each row as alone
+    before = ext.calls(6)
+    reqs = [
+        Request(p, model=quantized["sym4"], chat=False, reuse_cache=False, max_tokens=n)
+        for p, n in ((text, 24), ("Hi", 4))
+    ]
+    together = [j.result(timeout=120) for j in engine.submit_many(reqs)]
+    assert ext.calls(6) - before == per_chunk
+    assert [r.token_ids for r in together] == [plain.token_ids, short.token_ids]

@@ -12,7 +12,10 @@ from contextlib import nullcontext
 
 from ...models.loader import on_cpu
 
-__all__ = ["IdleGovernor", "governor", "on_cpu", "prefill_pass", "release_freed", "rope_tables"]
+__all__ = [
+    "IdleGovernor", "governor", "on_cpu", "prefill_8_bit", "prefill_pass", "release_freed",
+    "rope_tables",
+]  # fmt: skip
 
 
 class IdleGovernor:
@@ -66,6 +69,15 @@ def prefill_pass(model):
     from ...cpu.quant import prefill_pass as cpu_pass
 
     return cpu_pass()
+
+
+def prefill_8_bit(model) -> bool:
+    """Whether ``model``'s prefill passes round its 4/8-bit products' inputs to 8 bits."""
+    if not getattr(model, "_mlxnb_fast", None):
+        return False
+    from ...cpu.ext import prefill_inputs8
+
+    return prefill_inputs8()
 
 
 def release_freed() -> None:

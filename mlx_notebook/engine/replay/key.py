@@ -6,7 +6,8 @@ files, `model_identity`), the precision actually loaded, the prompt's token ids 
 the template, the sampling values in force and the seed, the token budget, stop
 strings, the schema, the thinking switch, the recorded probabilities and this format's
 version. Not in it: speculation, batching and the CPU fast path, which do not change
-the text (tests prove it for every path).
+the text (tests prove it for every path); but the fast path's 8-bit prefill inputs do
+(`mlx_notebook.cpu.quant.prefill_pass`), so a quantized model's precision says them.
 """
 
 from __future__ import annotations
@@ -186,10 +187,15 @@ def about_model(main, identify: bool = False) -> dict:
     """
     found = main.__dict__.get("_mlxnb_about")
     if found is None:
+        from ..decoding.device import prefill_8_bit
+
+        precision = getattr(main, "dtype", None)
+        if precision and "-bit" in precision and prefill_8_bit(getattr(main, "model", None)):
+            precision += ", prefill on 8-bit inputs"  # another text: another key
         found = {
             "name": main.name,
             "hash": None,
-            "precision": getattr(main, "dtype", None),
+            "precision": precision,
             "device": _device(),
             "versions": _versions(),
         }

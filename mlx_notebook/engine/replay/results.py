@@ -105,12 +105,13 @@ class Replays:
         mode = self._mode(request)
         if mode is None or mode != "all" and not deterministic(setup.sampling, request.seed):
             return None
-        identity = about_model(main, identify=True)["hash"]
-        if identity is None:  # a model built in code: nothing on disk to key on
+        about = about_model(main, identify=True)
+        if about["hash"] is None:  # a model built in code: nothing on disk to key on
             return None
         key = result_key(
-            identity, main.dtype, setup.prompt, request, setup.sampling, setup.max_tokens
-        )
+            about["hash"], about["precision"], setup.prompt, request, setup.sampling,
+            setup.max_tokens,
+        )  # fmt: skip
         return self._found(job, key, main.name)
 
     def lookup_server(self, job: Job, base_url: str, body: dict) -> Finished | None:

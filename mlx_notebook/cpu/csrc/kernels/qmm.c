@@ -21,7 +21,8 @@
  *   - with AVX-512 VNNI and the integer dots on, from IGEMM_M (16) rows instead of the
  *     two above: the weights widened to 16-bit integers and multiplied with the 16-bit
  *     inputs by vpdpwssd (qmm_igemm.inc), a last 1-3 rows past a multiple of 16 on
- *     their own path;
+ *     their own path; a prefill pass's products (inputs8), every row of them, on
+ *     8-bit inputs and vpdpbusd instead;
  *   - with AMX (and the kernel's leave), AMX_FROM to SGEMM_M - 1 rows go to AMX tiles
  *     instead (qmm_amx.inc): inputs split exactly into three bf16 parts.
  * With AVX-512 VNNI (and MLX_NOTEBOOK_INT_DOTS on), every path first rounds each unit of
