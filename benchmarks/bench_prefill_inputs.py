@@ -4,16 +4,15 @@ Usage:
     python benchmarks/bench_prefill_inputs.py [--model PATH] [--windows 16] [--length 512]
         [--continue 32] [--float PATH]
 
-A prefill pass's 4/8-bit products round each unit of 32 inputs to 8 bits on CPUs with
-AVX-512 VNNI (``MLX_NOTEBOOK_PREFILL_INT8``, as llama.cpp's Q4_0 products do); decode
-steps keep 16 bits. For windows of a long text (``--length`` tokens each, consecutive),
-the same quantized weights three ways:
+With ``MLX_NOTEBOOK_PREFILL_INT8=1`` (set here), a prefill pass's 4/8-bit products
+round each unit of 32 inputs to 8 bits on CPUs with AVX-512 VNNI (as llama.cpp's Q4_0
+products do); decode steps keep 16 bits. For windows of a long text (``--length``
+tokens each, consecutive), the same quantized weights three ways:
 
 - the reference: mlx-lm's model with every quantized layer dequantized to float32 (the
   function MLX's quantized kernels compute, in float), on MLX's own operations;
-- ours with the prompt prefilled on 8-bit inputs (the default), then decode steps;
-- ours with it prefilled on 16-bit inputs (as every pass rounds them with the variable
-  at 0).
+- ours with the prompt prefilled on 8-bit inputs, then decode steps;
+- ours with it prefilled on 16-bit inputs (as every pass rounds them by default).
 
 Reports, for each of ours: KL(reference || ours) of the next-token distribution after
 the window (median, 90th percentile, max), how often its top token is the reference's,
@@ -32,6 +31,7 @@ import statistics
 from pathlib import Path
 
 os.environ.setdefault("MLX_NOTEBOOK_RESULT_CACHE", "off")
+os.environ["MLX_NOTEBOOK_PREFILL_INT8"] = "1"  # what it measures (off by default)
 
 import mlx_notebook  # noqa: E402, F401 - OpenBLAS first, as in the engine
 

@@ -107,9 +107,10 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "MLX_NOTEBOOK_PREFILL_INT8",
-        "1",
-        "``0``: prefill's 4- and 8-bit products round their inputs to 16 bits, as decode "
-        "steps do, instead of to 8 bits (with the integer dots on).",
+        "0",
+        "``1``: prefill's 4- and 8-bit products round their inputs to 8 bits, as "
+        "llama.cpp's do, instead of to 16 (with the integer dots on): faster prefill, "
+        "but a prompt's text then depends on how it was chunked.",
         fast_path=True,
     ),
     Variable(

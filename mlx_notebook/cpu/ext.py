@@ -27,7 +27,7 @@ from .build import sources as _sources
 NAME = "_mlxnb_ext"
 AMX_ENV = "MLX_NOTEBOOK_AMX"  # 0: no AMX tiles, where the CPU has them
 DOTS_ENV = "MLX_NOTEBOOK_INT_DOTS"  # 0: quantized products keep float32 inputs
-PREFILL8_ENV = "MLX_NOTEBOOK_PREFILL_INT8"  # 0: prefill's inputs at 16 bits, as decode's
+PREFILL8_ENV = "MLX_NOTEBOOK_PREFILL_INT8"  # 1: prefill's inputs at 8 bits
 NANOBIND = "3.1.0"  # the nanobind whose internals (v22) mlx's own bindings use
 _state: dict = {"module": None, "reason": "not attempted", "inputs8": False}
 
@@ -136,9 +136,9 @@ def int_dots(mod) -> str:
     With them on, every 4/8-bit product rounds its inputs to 16 bits a unit of 32
     (1/65278 of the unit's largest), a decode step's take integer dots and products of
     16 rows or more integer sums, so one product of each is checked against
-    ``mx.quantized_matmul`` within that rounding. A prefill pass's products round
-    them to 8 bits (1/254 of the unit's largest, as llama.cpp's do) unless
-    ``MLX_NOTEBOOK_PREFILL_INT8`` is 0: checked within 2 % of the largest output.
+    ``mx.quantized_matmul`` within that rounding. With ``MLX_NOTEBOOK_PREFILL_INT8=1``
+    a prefill pass's products round them to 8 bits (1/254 of the unit's largest, as
+    llama.cpp's do): checked within 2 % of the largest output.
 
     Returns:
         The status line's words for them: in use, off by the variable or by a failed
@@ -154,7 +154,7 @@ def int_dots(mod) -> str:
         mod.set_int_dots(0)
         return "; integer dots off (their check product differs)"
     if not config.enabled(PREFILL8_ENV):
-        return f"; integer dots for decode steps and prefill ({PREFILL8_ENV}=0: prefill at 16 bits)"
+        return "; integer dots for decode steps and prefill"
     if not all(
         _agrees(mod, 256, b, 2e-2, seed=3, rows=r, inputs8=True) for b in (4, 8) for r in (1, 33)
     ):

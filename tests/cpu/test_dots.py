@@ -19,12 +19,13 @@ def dots_on() -> bool:
 
 
 @contextmanager
-def prefill_at_16_bits():
-    """Prefill's inputs rounded to 16 bits, as every other pass rounds them: the function
-    that equals mlx-lm's up to rounding (greedy ids, log-probabilities), which 8-bit
-    prefill inputs move by more than a near-tie (bench_prefill_inputs.py)."""
+def prefill_at_16_bits(value: str = "0"):
+    """Prefill's inputs rounded to 16 bits, as every other pass rounds them (the default):
+    the function that equals mlx-lm's up to rounding (greedy ids, log-probabilities),
+    which 8-bit prefill inputs move by more than a near-tie (bench_prefill_inputs.py).
+    ``value`` "1": at 8 bits instead (`prefill_at_8_bits`)."""
     mod, before = _ext.load(), os.environ.get(_ext.PREFILL8_ENV)
-    os.environ[_ext.PREFILL8_ENV] = "0"
+    os.environ[_ext.PREFILL8_ENV] = value
     try:
         if mod is not None:
             _ext.int_dots(mod)
@@ -36,6 +37,11 @@ def prefill_at_16_bits():
             os.environ[_ext.PREFILL8_ENV] = before
         if mod is not None:
             _ext.int_dots(mod)
+
+
+def prefill_at_8_bits():
+    """``MLX_NOTEBOOK_PREFILL_INT8=1`` within: a prefill's products on 8-bit inputs."""
+    return prefill_at_16_bits("1")
 
 
 def logprob_tolerance() -> float:
@@ -193,14 +199,14 @@ def test_the_variable_turns_them_off_and_the_status_says_so(ext, monkeypatch):
     assert _ext.int_dots(ext) == "; integer dots off (MLX_NOTEBOOK_INT_DOTS=0)"
     assert _product(ext, x, wq, s, b, 32, 4)[1] == 0
     monkeypatch.delenv(_ext.DOTS_ENV)
-    on = "; integer dots for decode steps and prefill (prefill's inputs at 8 bits)"
-    assert _ext.int_dots(ext) == on and _ext.prefill_inputs8()
-    assert _product(ext, x, wq, s, b, 32, 4)[1] == 1
-    monkeypatch.setenv(_ext.PREFILL8_ENV, "0")
-    assert _ext.int_dots(ext).endswith("(MLX_NOTEBOOK_PREFILL_INT8=0: prefill at 16 bits)")
-    assert not _ext.prefill_inputs8()
+    monkeypatch.delenv(_ext.PREFILL8_ENV, raising=False)
+    assert _ext.int_dots(ext) == "; integer dots for decode steps and prefill"
+    assert _product(ext, x, wq, s, b, 32, 4)[1] == 1 and not _ext.prefill_inputs8()
+    monkeypatch.setenv(_ext.PREFILL8_ENV, "1")
+    eight = "; integer dots for decode steps and prefill (prefill's inputs at 8 bits)"
+    assert _ext.int_dots(ext) == eight and _ext.prefill_inputs8()
     monkeypatch.delenv(_ext.PREFILL8_ENV)
-    assert _ext.int_dots(ext) == on
+    _ext.int_dots(ext)
 
 
 def _rounded(x, K, top_int=32639):

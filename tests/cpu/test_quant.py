@@ -7,7 +7,7 @@ import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engin
 from mlx_notebook.cpu import fast as cpu_fast
 from mlx_notebook.cpu import quant as cpu_quant
 from mlx_notebook.testing import quantize_model_dir
-from tests.cpu.test_dots import dots_on, prefill_at_16_bits
+from tests.cpu.test_dots import dots_on, prefill_at_8_bits, prefill_at_16_bits
 from tests.cpu.test_fast import check_against_mlx_lm
 
 
@@ -270,15 +270,21 @@ def test_a_quantized_model_is_described_by_its_bit_widths(engine, quantized):
 
 
 def test_prefill_chunks_take_8_bit_inputs_and_decoding_keeps_16(engine, quantized):
-    """Each prefill chunk's products take 8-bit inputs; decode steps and verify passes
-    keep 16 bits, so speculation gives plain decoding's ids (suffix drafts: the plain
-    run's own text, accepted)."""
+    """With MLX_NOTEBOOK_PREFILL_INT8=1, each prefill chunk's products take 8-bit inputs;
+    decode steps and verify passes keep 16 bits, so speculation gives plain decoding's ids
+    (suffix drafts: the plain run's own text, accepted)."""
     from mlx_notebook.cpu import ext as _ext
-    from mlx_notebook.engine import PrefillProgress, Request
 
     ext = _ext.load()
-    if not _ext.prefill_inputs8():
-        pytest.skip("no 8-bit prefill inputs here (no AVX-512 VNNI, or turned off)")
+    with prefill_at_8_bits():
+        if not _ext.prefill_inputs8():
+            pytest.skip("no 8-bit prefill inputs here (no AVX-512 VNNI)")
+        _eight_bit_prefill(engine, quantized, ext)
+
+
+def _eight_bit_prefill(engine, quantized, ext):
+    from mlx_notebook.engine import PrefillProgress, Request
+
     text = "one two three four five six seven eight nine ten, " * 4
 
     def run(prompt=text, reuse=False, **kw):
@@ -308,12 +314,21 @@ def test_prefill_chunks_take_8_bit_inputs_and_decoding_keeps_16(engine, quantize
     longer, eights, chunks = run(text + "xy", reuse=True, max_tokens=1)
     assert longer.stats.prompt_tokens - longer.stats.cached_tokens == 2
     assert (eights, chunks) == (per_chunk, 1)
-    # two prompts prefilled together in one padded pass: on 8-bit inputs, each row as alone
+    # two prompts at once prefill one at a time (a padded pass runs other layers, whose
+    # float sums round to other 8-bit inputs), each as alone, silently; then decode together
     before = ext.calls(6)
     reqs = [
         Request(p, model=quantized["sym4"], chat=False, reuse_cache=False, max_tokens=n)
         for p, n in ((text, 24), ("Hi", 4))
     ]
-    together = [j.result(timeout=120) for j in engine.submit_many(reqs)]
-    assert ext.calls(6) - before == per_chunk
+    jobs = engine.submit_many(reqs)
+    together = [j.result(timeout=120) for j in jobs]
+    assert ext.calls(6) - before == 2 * per_chunk, [
+        (r.stats.prompt_tokens, r.stats.cached_tokens, r.stats.prefill_chunk, r.stats.batch_rows)
+        for r in together
+    ]
     assert [r.token_ids for r in together] == [plain.token_ids, short.token_ids]
+    assert max(r.stats.batch_rows for r in together) == 2
+    assert not any("one at a time" in str(e) for j in jobs for e in j.events_so_far())
+    line = f"batching of {quantized['sym4']}: rows decode together; prompts prefill one at a time"
+    assert line in "\n".join(engine.info().notes)

@@ -185,17 +185,14 @@ def about_model(main, identify: bool = False) -> dict:
         identify: Hash its files too (`model_identity`; seconds for a large model the
             first time, then remembered): only where the result cache needs it.
     """
+    from ..decoding.device import prefill_8_bit
+
     found = main.__dict__.get("_mlxnb_about")
     if found is None:
-        from ..decoding.device import prefill_8_bit
-
-        precision = getattr(main, "dtype", None)
-        if precision and "-bit" in precision and prefill_8_bit(getattr(main, "model", None)):
-            precision += ", prefill on 8-bit inputs"  # another text: another key
         found = {
             "name": main.name,
             "hash": None,
-            "precision": precision,
+            "precision": getattr(main, "dtype", None),
             "device": _device(),
             "versions": _versions(),
         }
@@ -206,7 +203,11 @@ def about_model(main, identify: bool = False) -> dict:
         except OSError:
             found["hash"] = None
         found["hashed"] = True
-    return {k: v for k, v in found.items() if k != "hashed"}
+    about = {k: v for k, v in found.items() if k != "hashed"}
+    precision = about["precision"]
+    if precision and "-bit" in precision and prefill_8_bit(getattr(main, "model", None)):
+        about["precision"] = f"{precision}, prefill on 8-bit inputs"  # another text
+    return about
 
 
 def _device() -> str:
