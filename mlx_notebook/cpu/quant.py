@@ -42,7 +42,8 @@ def prefill_pass() -> Iterator[None]:
 
     Decode steps and verify passes keep 16-bit inputs, so a verify pass gives each
     draft what a decode step would (speculation stays exact); a prefill's rows round
-    one by one, so a row's sums do not depend on how the prompt was chunked.
+    one by one, so a product's row does not depend on the rows beside it (the other
+    operations' float sums still follow the chunking: why it is off by default).
     """
     before = inputs8()
     _pass.on = _ext.prefill_inputs8()

@@ -19,13 +19,11 @@ def dots_on() -> bool:
 
 
 @contextmanager
-def prefill_at_16_bits(value: str = "0"):
-    """Prefill's inputs rounded to 16 bits, as every other pass rounds them (the default):
-    the function that equals mlx-lm's up to rounding (greedy ids, log-probabilities),
-    which 8-bit prefill inputs move by more than a near-tie (bench_prefill_inputs.py).
-    ``value`` "1": at 8 bits instead (`prefill_at_8_bits`)."""
+def prefill_at_8_bits():
+    """``MLX_NOTEBOOK_PREFILL_INT8=1`` within (a prefill's products on 8-bit inputs), as
+    the variable says again after."""
     mod, before = _ext.load(), os.environ.get(_ext.PREFILL8_ENV)
-    os.environ[_ext.PREFILL8_ENV] = value
+    os.environ[_ext.PREFILL8_ENV] = "1"
     try:
         if mod is not None:
             _ext.int_dots(mod)
@@ -37,11 +35,6 @@ def prefill_at_16_bits(value: str = "0"):
             os.environ[_ext.PREFILL8_ENV] = before
         if mod is not None:
             _ext.int_dots(mod)
-
-
-def prefill_at_8_bits():
-    """``MLX_NOTEBOOK_PREFILL_INT8=1`` within: a prefill's products on 8-bit inputs."""
-    return prefill_at_16_bits("1")
 
 
 def logprob_tolerance() -> float:

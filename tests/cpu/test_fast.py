@@ -12,7 +12,7 @@ import pytest
 
 import mlx_notebook  # noqa: F401 - loads OpenBLAS and the sgemv shim first
 from mlx_notebook.cpu import fast as cpu_fast
-from tests.cpu.test_dots import dots_on, prefill_at_16_bits
+from tests.cpu.test_dots import dots_on
 
 
 def max_diff(a, b):
@@ -131,18 +131,14 @@ REFERENCE = textwrap.dedent("""
 
 
 def check_against_mlx_lm(engine, path, prompts, n, ours=None):
-    """Each prompt's greedy ids (run one at a time, or `ours` as given, with prefill at 16
-    bits) equal mlx-lm's own, or differ first at a near-tie."""
+    """Each prompt's greedy ids (run one at a time, or `ours` as given) equal mlx-lm's own,
+    or differ first at a near-tie."""
     from mlx_notebook.engine import Request
 
-    if ours is None:
-        with prefill_at_16_bits():
-            ours = [
-                engine.submit(
-                    Request(p, model=path, chat=False, max_tokens=n, reuse_cache=False)
-                ).result(timeout=300)
-                for p in prompts
-            ]
+    ours = ours or [
+        engine.submit(Request(p, model=path, chat=False, max_tokens=n)).result(timeout=300)
+        for p in prompts
+    ]
     assert all(engine.info().models[-1].fast_path for _ in ours)  # it was on
     # Stock mlx-lm has no governor: with both OpenBLAS threads on a busy machine its
     # threads spin and it crawls. One thread gives the same products (split by rows).

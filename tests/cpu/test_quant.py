@@ -7,7 +7,7 @@ import mlx_notebook  # noqa: F401 - OpenBLAS and the shim first, as in the engin
 from mlx_notebook.cpu import fast as cpu_fast
 from mlx_notebook.cpu import quant as cpu_quant
 from mlx_notebook.testing import quantize_model_dir
-from tests.cpu.test_dots import dots_on, prefill_at_8_bits, prefill_at_16_bits
+from tests.cpu.test_dots import dots_on, prefill_at_8_bits
 from tests.cpu.test_fast import check_against_mlx_lm
 
 
@@ -200,12 +200,8 @@ def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     ext = _ext.load()
     before = ext.calls(ext.path(16))
     engine.max_batch = 16  # the default is 8
-    reqs = [
-        Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30, reuse_cache=False)
-        for p in prompts
-    ]
-    with prefill_at_16_bits():
-        res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
+    reqs = [Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30) for p in prompts]
+    res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
     assert max(r.stats.batch_rows for r in res) == 16
     assert ext.calls(ext.path(16)) > before
     check_against_mlx_lm(engine, path, prompts, 24, ours=res)
@@ -330,5 +326,3 @@ def _eight_bit_prefill(engine, quantized, ext):
     assert [r.token_ids for r in together] == [plain.token_ids, short.token_ids]
     assert max(r.stats.batch_rows for r in together) == 2
     assert not any("one at a time" in str(e) for j in jobs for e in j.events_so_far())
-    line = f"batching of {quantized['sym4']}: rows decode together; prompts prefill one at a time"
-    assert line in "\n".join(engine.info().notes)

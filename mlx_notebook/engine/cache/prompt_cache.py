@@ -227,8 +227,6 @@ class ModelState:
     suffix: SuffixIndex = field(default_factory=lambda: SuffixIndex(SUFFIX_TOKENS))
     _unbatchable: tuple | None = field(default=None, repr=False)
     _padding: tuple | None = field(default=None, repr=False)
-    # why its prompts prefill one at a time though padding is exact (`batch_prefill`)
-    prefill_alone: str | None = field(default=None, repr=False)
     _multi: tuple | None = field(default=None, repr=False)
     _window: int | None = field(default=None, repr=False)
     _checking: bool = field(default=False, repr=False)
@@ -368,8 +366,6 @@ class ModelState:
             return None
         if self._padding[1] is not None:
             return f"runs alone: {self._padding[1]}"
-        if self._padding[0] is None and self.prefill_alone:
-            return f"rows decode together; prompts prefill one at a time: {self.prefill_alone}"
         if self._padding[0] is None:
             return "rows decode together; short prompts prefill together (padding checked)"
         return f"rows decode together; prompts prefill one at a time: {self._padding[0]}"

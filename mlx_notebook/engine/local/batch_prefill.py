@@ -16,20 +16,17 @@ from ..decoding.device import governor, prefill_8_bit
 from ..events import Notice, PrefillProgress
 from .row import Row
 
-# A padded pass runs mlx-lm's layers, a row alone the fast path's fused ones: their float
-# sums, in another order, round to other 8-bit inputs where a value sits at a rounding
-# step's edge (one step is 1/254 of a unit's largest), and a row's text would depend on
-# its neighbours. Rows say nothing of it: it is the CPU's default, not a model's defect.
-EIGHT_BIT = "its prefill rounds inputs to 8 bits (MLX_NOTEBOOK_PREFILL_INT8), row by row"
-
 
 def may_prefill_together(group: list[Row], main, tables) -> bool:
     """Whether ``group`` may share one padded pass on ``main`` (checked once per model).
 
-    When not, each row hears why, once (not for 8-bit prefill inputs: `EIGHT_BIT`).
+    When not, each row hears why, once. With 8-bit prefill inputs (asked for, not a
+    defect of the model: nothing said) rows prefill one at a time: a padded pass runs
+    mlx-lm's layers, a row alone the fused ones, whose float sums in another order round
+    to other 8-bit inputs at a rounding step's edge, and a row's text would follow its
+    neighbours.
     """
     if prefill_8_bit(main.model):
-        group[0].state.prefill_alone = EIGHT_BIT  # for `%mlx status`
         return False
     why = group[0].state.padding_problem(main, tables)
     if why is None:

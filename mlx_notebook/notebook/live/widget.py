@@ -61,9 +61,6 @@ class LiveWidget(anywidget.AnyWidget):
     ).tag(sync=True)
     pressed = List(Unicode(), help="The row's buttons already pressed (disabled).").tag(sync=True)
 
-    # Synced traits a click may carry the page's values of (`_on_msg`): none here.
-    click_state: tuple[str, ...] = ()
-
     def __init__(self, blocks: list[str], **kw) -> None:
         # Traits change on the kernel's thread (code, clicks) and a view's refresh
         # thread: one at a time, or a held sync's set of changes is iterated while
@@ -144,10 +141,12 @@ class LiveWidget(anywidget.AnyWidget):
             return
         try:
             # The settings as the page had them at the click: their own updates may
-            # still be held back in the page (one unanswered update at a time).
+            # still be held back in the page (one unanswered update at a time). Only
+            # traits tagged ``click=True`` (a view's settings) take the page's values.
             state = content.get("state")
             if isinstance(state, dict):
-                self.set_state({k: v for k, v in state.items() if k in self.click_state})
+                keys = set(self.trait_names(click=True))
+                self.set_state({k: v for k, v in state.items() if k in keys})
             handler()
         except Exception:  # a failing click must not take the kernel's message loop down
             log.exception("mlx_notebook: the %s button failed", button)

@@ -55,43 +55,41 @@ class Panel(PanelControls, LiveWidget):
         + (_HERE / "panel.js").read_text()
     )
     _css = LiveWidget._css + (_HERE / "panel.css").read_text()
-    # The settings a click carries (panel.js's controls), applied before it acts.
-    click_state = (
-        "prompt", "system", "model", "chat", "draft_source", "num_draft_tokens", "draft_model",
-        "lookup_ngram", "model_sampling", "temperature", "top_p", "max_tokens", "seed",
-        "inspect", "stop_strings", "sweep_from", "sweep_to", "repeats", "metric",
-    )  # fmt: skip
 
-    prompt = Unicode("", help="The prompt (user message in chat mode).").tag(sync=True)
-    system = Unicode("", help="Optional system prompt.").tag(sync=True)
-    model = Unicode("default", help="Main model spec.").tag(sync=True)
+    prompt = Unicode("", help="The prompt (user message in chat mode).").tag(sync=True, click=True)
+    system = Unicode("", help="Optional system prompt.").tag(sync=True, click=True)
+    model = Unicode("default", help="Main model spec.").tag(sync=True, click=True)
     draft_source = Enum(
         ["none", "lookup", "suffix", "model"], "none", help="Where drafts come from."
-    ).tag(sync=True)
-    draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.").tag(sync=True)
-    lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).").tag(sync=True)
-    num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).").tag(sync=True)
+    ).tag(sync=True, click=True)
+    draft_model = Unicode("", help="Draft model spec when draft_source == 'model'.").tag(
+        sync=True, click=True
+    )
+    lookup_ngram = Int(3, help="n-gram size for prompt lookup (1-8).").tag(sync=True, click=True)
+    num_draft_tokens = Int(3, help="Draft tokens per speculative step (1-16).").tag(
+        sync=True, click=True
+    )
     model_sampling = Bool(
         True, help="Sample as the model's own defaults say (setting temperature or top_p ends it)."
-    ).tag(sync=True)
-    temperature = Float(0.0, help="Sampling temperature; 0 is greedy.").tag(sync=True)
-    top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].").tag(sync=True)
-    max_tokens = Int(DEFAULT_MAX_TOKENS, help="Most tokens to generate.").tag(sync=True)
+    ).tag(sync=True, click=True)
+    temperature = Float(0.0, help="Sampling temperature; 0 is greedy.").tag(sync=True, click=True)
+    top_p = Float(1.0, help="Nucleus sampling threshold in (0, 1].").tag(sync=True, click=True)
+    max_tokens = Int(DEFAULT_MAX_TOKENS, help="Most tokens to generate.").tag(sync=True, click=True)
     seed = Int(0, min=0, help="Random seed, >= 0 (the same seed gives the same text).").tag(
-        sync=True
+        sync=True, click=True
     )
     stop_strings = Unicode("", help="Stop strings, one per line (\\n and \\t understood).").tag(
-        sync=True
+        sync=True, click=True
     )
-    chat = Bool(True, help="Apply the chat template.").tag(sync=True)
+    chat = Bool(True, help="Apply the chat template.").tag(sync=True, click=True)
     inspect = Bool(
         False, help="Record each token's probability and show the text tinted by it."
-    ).tag(sync=True)
-    sweep_from = Int(1, help="First k of a sweep.").tag(sync=True)
-    sweep_to = Int(8, help="Last k of a sweep.").tag(sync=True)
+    ).tag(sync=True, click=True)
+    sweep_from = Int(1, help="First k of a sweep.").tag(sync=True, click=True)
+    sweep_to = Int(8, help="Last k of a sweep.").tag(sync=True, click=True)
     repeats = Int(
         3, min=1, help="Runs per k in Sweep (Compare runs until its answer is clear)."
-    ).tag(sync=True)
+    ).tag(sync=True, click=True)
     max_pairs = Int(20, min=2, help="Most pairs a Compare runs before it says 'undecided'.").tag(
         sync=True
     )
@@ -100,7 +98,7 @@ class Panel(PanelControls, LiveWidget):
     )
     metric = Enum(
         ["e2e", "decode"], "e2e", help="What the verdict uses: end to end (prefill in) or decode."
-    ).tag(sync=True)
+    ).tag(sync=True, click=True)
     running = Bool(False, help="Whether an action is running.").tag(sync=True)
     server_url = Unicode(
         "", help="An OpenAI-compatible server for model specs that are not URLs; empty: local."

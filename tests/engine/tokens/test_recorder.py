@@ -5,7 +5,7 @@ import math
 import pytest
 
 from mlx_notebook.engine import Request
-from tests.cpu.test_dots import logprob_tolerance, prefill_at_16_bits
+from tests.cpu.test_dots import logprob_tolerance
 from tests.engine.local.test_scoring import close, reference
 
 PROMPT = "Once upon a time"
@@ -115,16 +115,14 @@ def test_default_model_records_equal_mlx_lm_on_every_path(default_engine):
     prompt = "Describe a rainy afternoon in a small town."
     ids = encode_prompt(Request(prompt), tok)
     toks, want = reference(model, ids, 64)
-    # no cached prompt: other tests' prefills of it took 8-bit inputs
-    greedy = dict(max_tokens=64, temperature=0, repetition_penalty=1, logprobs=3, reuse_cache=False)
+    greedy = dict(max_tokens=64, temperature=0, repetition_penalty=1, logprobs=3)
     paths = [
         (dict(batch=False), None), (dict(), None), (dict(draft_kind="lookup"), "prompt-lookup"),
         (dict(draft_kind="suffix"), "suffix"),  # the runs before it taught it this text
         (dict(draft="default"), "draft-model"),  # the model as its own draft: all accepted
     ]  # fmt: skip
     for kw, source in paths:
-        with prefill_at_16_bits():  # mlx-lm's function up to rounding
-            r = default_engine.submit(Request(prompt, **greedy, **kw)).result()
+        r = default_engine.submit(Request(prompt, **greedy, **kw)).result()
         assert r.token_ids == toks, kw
         assert max(abs(x.logprob - w) for x, w in zip(r.tokens, want)) < logprob_tolerance(), kw
         sources = {x.source for x in r.tokens}

@@ -68,4 +68,4 @@ def test_a_view_takes_no_settings_from_a_click():
     pressed = []
     w.on_click("stop", lambda: pressed.append(w.ended))
     w._on_msg(w, {"event": "click", "button": "stop", "state": {"ended": True}}, [])
-    assert pressed == [False] and not w.ended  # no click_state: nothing carried is applied
+    assert pressed == [False] and not w.ended  # no trait tagged click=True: none applied
