@@ -146,7 +146,9 @@ def test_one_thread_gives_the_same_products(ext, rows):
 
 def test_one_row_products_share_the_helper_thread(ext):
     # A decode step's products from 2^18 multiply-adds (below the LM head's OpenMP
-    # threads) are split with helper.c's thread; the same sums, whoever computes them.
+    # threads) are split with helper.c's thread, in four long runs of weight rows (each
+    # thread reads on through memory; 64-row units read slower); the same sums,
+    # whoever computes them.
     import mlx.core as mx
 
     from mlx_notebook.cpu import blas as _blas
@@ -160,12 +162,13 @@ def test_one_row_products_share_the_helper_thread(ext):
     kept, governed.value = governed.value, 0  # may have left one thread
     try:
         x, wq, s, b, ref = _case(1, 1024, 576, 32, 4)  # 590K multiply-adds
-        before = lib.mlxnb_helper_calls()
+        before, units = lib.mlxnb_helper_calls(), lib.mlxnb_helper_posted()
         shared = ext.quant_matmul(x, wq, s, b, 32, 4)
         mx.eval(shared)
     finally:
         governed.value = kept
     assert lib.mlxnb_helper_calls() == before + 1
+    assert lib.mlxnb_helper_posted() == units + 4  # 256 blocks of four rows: 4 runs of 64
     xs, ws, ss, bs, _ = _case(1, 64, 256, 32, 4)
     small = ext.quant_matmul(xs, ws, ss, bs, 32, 4)
     mx.eval(small)  # 16K multiply-adds: waking the helper would cost more

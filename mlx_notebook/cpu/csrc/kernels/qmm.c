@@ -275,11 +275,13 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_DOTS
     if (blocks && (q = dots_inputs(K, gs, bits, sb.b ? 0.0f : sb.bmul, x, &d, &c))) calls[4]++;
 #endif
-    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out, q, d, c};
+    const int units = blocks < ONE_ROW_UNITS ? blocks : ONE_ROW_UNITS;
+    const int per = units ? (blocks + units - 1) / units : 0;
+    const one_row_job job = {N, K, gs, bits, G, per, rb, x, w, sb, xsum, out, q, d, c};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
     if (on_helper(nt, macs))
-      mlxnb_helper.run(one_row_unit, (void *)&job, (blocks + HELPER_BLOCKS - 1) / HELPER_BLOCKS);
+      mlxnb_helper.run(one_row_unit, (void *)&job, (blocks + per - 1) / per);
     else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
       for (int i = 0; i < blocks; i++) one_row_block(&job, i);

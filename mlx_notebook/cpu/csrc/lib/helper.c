@@ -46,7 +46,7 @@ static struct {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;   /* guards generation, started */
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t calling = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
-static long generation, helped; /* calls posted so far; units the helper ran */
+static long generation, helped, posted; /* calls posted so far; units the helper ran; units posted */
 static int started; /* the helper thread exists in this process */
 static pthread_t helper_thread;
 static int kept_off = -1; /* the CPU the helper is kept off: the caller's, when last seen */
@@ -183,6 +183,7 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
   job.arg = arg;
   job.n = n;
   job.next = 0;
+  __atomic_fetch_add(&posted, n, __ATOMIC_RELAXED);
   __atomic_store_n(&job.state, gen * 4 + OPEN, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&mu);
   if (helper) pthread_cond_signal(&wake);
@@ -244,6 +245,7 @@ long mlxnb_helper_holds(void) { return __atomic_load_n(&holds, __ATOMIC_RELAXED)
 int mlxnb_helper_held(void) { return __atomic_load_n(&held, __ATOMIC_RELAXED); }
 long mlxnb_helper_tid(void) { return __atomic_load_n(&helper_tid, __ATOMIC_RELAXED); }
 
-/* Calls posted to the helper and units it ran, so far (tests). */
+/* Calls posted to the helper, units it ran and units posted, so far (tests). */
 long mlxnb_helper_calls(void) { return __atomic_load_n(&generation, __ATOMIC_RELAXED); }
 long mlxnb_helper_units(void) { return __atomic_load_n(&helped, __ATOMIC_RELAXED); }
+long mlxnb_helper_posted(void) { return __atomic_load_n(&posted, __ATOMIC_RELAXED); }
