@@ -198,6 +198,17 @@ def test_one_row_products_share_the_helper_thread(ext):
         ext.set_small_parallel_min(1 << 23)
         governed.value = kept
     assert mx.abs(shared - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
+    ext.set_one_row_blocks(16)  # the units of before (benchmarks/bench_units.py)
+    governed.value = 0
+    try:
+        units = lib.mlxnb_helper_posted()
+        small_units = ext.quant_matmul(x, wq, s, b, 32, 4)
+        mx.eval(small_units)
+        assert lib.mlxnb_helper_posted() == units + 16
+    finally:
+        ext.set_one_row_blocks(0)
+        governed.value = kept
+    assert mx.array_equal(small_units, shared).item()
 
 
 @pytest.mark.parametrize("rows", [2, 5, 16, 17])

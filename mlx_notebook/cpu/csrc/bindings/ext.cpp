@@ -197,6 +197,9 @@ NB_MODULE(_mlxnb_ext, m) {
         "those, the ones on 8-bit inputs (a prefill pass's).");
   m.def("set_igemm_from", &mlxnb_qmm_set_igemm_from, nb::arg("rows"),
         "From how many rows 4/8-bit products take integer sums on vpdpwssd (0: the default).");
+  m.def("set_one_row_blocks", &mlxnb_qmm_set_one_row_blocks, nb::arg("blocks"),
+        "Blocks of four weight rows in each unit of a one-row product split with the "
+        "helper thread (0: the product in 4 runs, the default).");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
   m.def("set_int_dots", &mlxnb_qmm_set_int_dots, nb::arg("on"),

@@ -28,6 +28,7 @@ int mlxnb_qmm_stretch(int rows, int K, int step);
 int mlxnb_qmm_set_amx(int on);
 int mlxnb_qmm_set_int_dots(int on);
 void mlxnb_qmm_set_igemm_from(int rows);
+void mlxnb_qmm_set_one_row_blocks(int blocks);
 typedef struct {
   int N, K, gs, bits;
   const void* w;

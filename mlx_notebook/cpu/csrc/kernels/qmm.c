@@ -276,7 +276,7 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
     if (blocks && (q = dots_inputs(K, gs, bits, sb.b ? 0.0f : sb.bmul, x, &d, &c))) calls[4]++;
 #endif
     const int units = blocks < ONE_ROW_UNITS ? blocks : ONE_ROW_UNITS;
-    const int per = units ? (blocks + units - 1) / units : 0;
+    const int per = one_row_blocks ? one_row_blocks : units ? (blocks + units - 1) / units : 0;
     const one_row_job job = {N, K, gs, bits, G, per, rb, x, w, sb, xsum, out, q, d, c};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
@@ -339,6 +339,17 @@ int mlxnb_qmm_set_int_dots(int on) {
   return int_dots;
 #else
   return 0 * on;
+#endif
+}
+
+/* Blocks of four weight rows in a one-row product's units for the helper, or 0 for
+ * ONE_ROW_UNITS runs (the default): benchmarks/bench_units.py sets 16, the units of
+ * before. */
+void mlxnb_qmm_set_one_row_blocks(int blocks) {
+#ifdef QMM_AVX512
+  one_row_blocks = blocks > 0 ? blocks : 0;
+#else
+  (void)blocks;
 #endif
 }
 
