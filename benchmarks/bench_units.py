@@ -35,8 +35,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     args = ap.parse_args()
 
+    from mlx_notebook.cpu import blas
     from mlx_notebook.cpu import ext as cpu_ext
 
+    if not blas.AVX512 <= blas._cpu_flags():  # the four-row blocks are AVX-512's
+        raise SystemExit("this CPU has no AVX-512: one-row products take no units here")
     eng = Engine()
     greedy = dict(model=args.model, temperature=0.0)
     eng.submit(Request("hi", max_tokens=4, **greedy)).result()  # load and warm up
@@ -54,8 +57,10 @@ def main() -> None:
             for w in order:
                 tps[w].append(decode(w, r))
     finally:
-        eng.run_on_worker(lambda: ext.set_one_row_blocks(0), timeout=60)
-        eng.close()
+        try:
+            eng.run_on_worker(lambda: ext.set_one_row_blocks(0), timeout=60)
+        finally:
+            eng.close()
     print(f"{args.model}: decode of {args.tokens} greedy tokens, {args.rounds} rounds")
     for w, xs in tps.items():
         print(f"  {w:14s} {spread(xs)} tok/s")

@@ -198,9 +198,9 @@ def test_one_row_products_share_the_helper_thread(ext):
         ext.set_small_parallel_min(1 << 23)
         governed.value = kept
     assert mx.abs(shared - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
-    ext.set_one_row_blocks(16)  # the units of before (benchmarks/bench_units.py)
     governed.value = 0
     try:
+        ext.set_one_row_blocks(16)  # the units of before (benchmarks/bench_units.py)
         units = lib.mlxnb_helper_posted()
         small_units = ext.quant_matmul(x, wq, s, b, 32, 4)
         mx.eval(small_units)
@@ -209,6 +209,37 @@ def test_one_row_products_share_the_helper_thread(ext):
         ext.set_one_row_blocks(0)
         governed.value = kept
     assert mx.array_equal(small_units, shared).item()
+
+
+@pytest.mark.parametrize(("n", "blocks"), [(2, 0), (6, 0), (6, 1), (6, 1000), (22, 3)])
+def test_one_row_products_in_runs_of_any_size(ext, n, blocks):
+    # Runs of weight rows for the helper when the blocks of four are fewer than the runs
+    # (none: N < 4, a product long in K), one block a run, and the benchmark's setting
+    # above and below the product's blocks: every row computed once, the same sums.
+    import ctypes
+
+    import mlx.core as mx
+
+    from mlx_notebook.cpu import blas as _blas
+
+    if not _blas.AVX512 <= _blas._cpu_flags():
+        pytest.skip("the four-row blocks that the helper shares are AVX-512's")
+    lib = _blas.native_library()
+    governed = ctypes.c_int.in_dll(lib, "mlxnb_thread_count")
+    kept, governed.value = governed.value, 0
+    x, wq, s, b, ref = _case(1, n, 131072, 32, 4)  # from 2^18 multiply-adds: the helper's
+    try:
+        ext.set_one_row_blocks(blocks)
+        units = lib.mlxnb_helper_posted()
+        got = ext.quant_matmul(x, wq, s, b, 32, 4)
+        mx.eval(got)
+        posted = lib.mlxnb_helper_posted() - units
+    finally:
+        ext.set_one_row_blocks(0)
+        governed.value = kept
+    fours = n // 4
+    assert posted == (min(fours, 4) if not blocks else -(-fours // min(blocks, fours)))
+    assert mx.abs(got - ref).max().item() < 1e-3 * mx.abs(ref).max().item()
 
 
 @pytest.mark.parametrize("rows", [2, 5, 16, 17])

@@ -275,8 +275,12 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_DOTS
     if (blocks && (q = dots_inputs(K, gs, bits, sb.b ? 0.0f : sb.bmul, x, &d, &c))) calls[4]++;
 #endif
+    /* Blocks a unit: up to ONE_ROW_UNITS runs, or the benchmark's setting; at least one
+     * (N < 4 has no block) and at most all. */
+    const int set = __atomic_load_n(&one_row_blocks, __ATOMIC_RELAXED);
     const int units = blocks < ONE_ROW_UNITS ? blocks : ONE_ROW_UNITS;
-    const int per = one_row_blocks ? one_row_blocks : units ? (blocks + units - 1) / units : 0;
+    const int even = units ? (blocks + units - 1) / units : 1;
+    const int per = set ? (set < blocks ? set : blocks > 0 ? blocks : 1) : even;
     const one_row_job job = {N, K, gs, bits, G, per, rb, x, w, sb, xsum, out, q, d, c};
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
@@ -347,7 +351,7 @@ int mlxnb_qmm_set_int_dots(int on) {
  * before. */
 void mlxnb_qmm_set_one_row_blocks(int blocks) {
 #ifdef QMM_AVX512
-  one_row_blocks = blocks > 0 ? blocks : 0;
+  __atomic_store_n(&one_row_blocks, blocks > 0 ? blocks : 0, __ATOMIC_RELAXED);
 #else
   (void)blocks;
 #endif
