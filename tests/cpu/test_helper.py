@@ -45,12 +45,14 @@ def test_every_unit_runs_once_and_the_call_waits_for_them():
     assert 0 <= helped <= 64 and len(threads) == (2 if helped else 1)  # a late helper: none
 
 
-@pytest.mark.parametrize("tasks", [1, 15, 16, 100])
-def test_tasks_go_out_as_runs_of_consecutive_tasks(tasks):
-    # mlxnb_helper_runs: about 16 units, each a run of consecutive tasks that one thread
-    # runs in order (a thread streams long runs of weight rows, as under OpenMP's halves).
+@pytest.mark.parametrize("runs", [16, 4])  # several rows' products; a decode step's
+@pytest.mark.parametrize("tasks", [1, 15, 16, 22, 100])
+def test_tasks_go_out_as_runs_of_consecutive_tasks(tasks, runs):
+    # mlxnb_helper_runs: at most `runs` units, each a run of consecutive tasks that one
+    # thread runs in order (a thread streams long runs of weight rows, as under OpenMP's
+    # halves).
     lib = _blas.native_library()
-    per = max(1, tasks // 16)
+    per = -(-tasks // min(runs, tasks))
     seen, lock = [], threading.Lock()
 
     def task(_, t):
@@ -58,9 +60,10 @@ def test_tasks_go_out_as_runs_of_consecutive_tasks(tasks):
         with lock:
             seen.append((t, threading.get_ident()))
 
-    calls = lib.mlxnb_helper_calls()
-    lib.mlxnb_helper_runs(UNIT(task), None, tasks)
+    calls, posted = lib.mlxnb_helper_calls(), lib.mlxnb_helper_posted()
+    lib.mlxnb_helper_runs(UNIT(task), None, tasks, runs)
     assert lib.mlxnb_helper_calls() == calls + 1
+    assert lib.mlxnb_helper_posted() == posted + -(-tasks // per) <= posted + runs
     assert sorted(t for t, _ in seen) == list(range(tasks))  # each task once
     for start in range(0, tasks, per):  # each run: one thread, in order
         run = [(t, who) for t, who in seen if start <= t < start + per]

@@ -225,7 +225,7 @@ NB_MODULE(_mlxnb_ext, m) {
       "set_helper",
       [](uintptr_t run, uintptr_t runs, uintptr_t hold, uintptr_t thread_count) {
         mlxnb_helper.run = reinterpret_cast<void (*)(mlxnb_unit_fn, void*, int)>(run);
-        mlxnb_helper.runs = reinterpret_cast<void (*)(mlxnb_unit_fn, void*, int)>(runs);
+        mlxnb_helper.runs = reinterpret_cast<void (*)(mlxnb_unit_fn, void*, int, int)>(runs);
         mlxnb_helper.hold = reinterpret_cast<int (*)(int)>(hold);
         mlxnb_helper.thread_count = reinterpret_cast<const int*>(thread_count);
       },

@@ -275,17 +275,14 @@ static void small_rows(int M, int N, int K, int gs, int bits, const float *x, co
 #ifdef QMM_DOTS
     if (blocks && (q = dots_inputs(K, gs, bits, sb.b ? 0.0f : sb.bmul, x, &d, &c))) calls[4]++;
 #endif
-    /* Blocks a unit: up to ONE_ROW_UNITS runs, or the benchmark's setting; at least one
-     * (N < 4 has no block) and at most all. */
+    const one_row_job job = {N, K, gs, bits, G, rb, x, w, sb, xsum, out, q, d, c};
+    /* ONE_ROW_UNITS runs, or as many as the benchmark's blocks a unit make */
     const int set = __atomic_load_n(&one_row_blocks, __ATOMIC_RELAXED);
-    const int units = blocks < ONE_ROW_UNITS ? blocks : ONE_ROW_UNITS;
-    const int even = units ? (blocks + units - 1) / units : 1;
-    const int per = set ? (set < blocks ? set : blocks > 0 ? blocks : 1) : even;
-    const one_row_job job = {N, K, gs, bits, G, per, rb, x, w, sb, xsum, out, q, d, c};
+    const int runs = set ? (blocks + set - 1) / set : ONE_ROW_UNITS;
     /* Up to two threads (an LM head on 2 cores too), the helper's: OpenMP's second thread
      * spins after the head, on the core where the next step's graph is being built. */
     if (on_helper(nt, macs))
-      mlxnb_helper.run(one_row_unit, (void *)&job, (blocks + per - 1) / per);
+      mlxnb_helper.runs(one_row_task, (void *)&job, blocks, runs);
     else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
       for (int i = 0; i < blocks; i++) one_row_block(&job, i);

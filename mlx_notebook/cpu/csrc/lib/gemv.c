@@ -242,7 +242,7 @@ static int row_tiles(int m, int n, int k, const float *a, int lda, const float *
 #endif
   tile_job job = {m, n, k, packed, b, ldb, c, ldc};
   if (helper) /* runs of consecutive groups, as OpenMP's static halves */
-    mlxnb_helper_runs(tile_task, &job, tasks);
+    mlxnb_helper_runs(tile_task, &job, tasks, MLXNB_RUNS);
   else {
 #pragma omp parallel for schedule(static) if (threaded)
     for (int t = 0; t < tasks; t++) tile_task(&job, t);

@@ -196,11 +196,8 @@ void mlxnb_helper_run(unit_fn fn, void *arg, int n) {
   pthread_mutex_unlock(&calling);
 }
 
-/* mlxnb_helper_runs(fn, arg, tasks) runs fn(arg, t) for t < tasks as about RUNS units of
- * consecutive tasks: each thread then streams long runs of what consecutive tasks read
- * (groups of weight rows), as under OpenMP's static halves; one task a unit, alternating
- * between the threads, made an LM head's 16-row product about a sixth slower. */
-enum { RUNS = 16 };
+/* mlxnb_helper_runs(fn, arg, tasks, runs) runs fn(arg, t) for t < tasks as at most `runs`
+ * units of consecutive tasks (helper.h), as under OpenMP's static halves. */
 typedef struct {
   unit_fn fn;
   void *arg;
@@ -213,8 +210,10 @@ static void run_of_tasks(void *arg, int u) {
   for (int t = u * r->per; t < end; t++) r->fn(r->arg, t);
 }
 
-void mlxnb_helper_runs(unit_fn fn, void *arg, int tasks) {
-  runs_job r = {fn, arg, tasks, tasks / RUNS > 1 ? tasks / RUNS : 1};
+void mlxnb_helper_runs(unit_fn fn, void *arg, int tasks, int runs) {
+  if (tasks <= 0) return;
+  runs = runs < 1 ? 1 : runs < tasks ? runs : tasks;
+  runs_job r = {fn, arg, tasks, (tasks + runs - 1) / runs};
   mlxnb_helper_run(run_of_tasks, &r, (tasks + r.per - 1) / r.per);
 }
 
