@@ -150,7 +150,7 @@ def int_dots(mod) -> str:
         return f"; integer dots off ({DOTS_ENV}=0)"
     if not mod.set_int_dots(1):
         return ""
-    if not all(_agrees(mod, 256, b, 1e-3, seed=2, rows=r) for b in (4, 8) for r in (1, 16)):
+    if not all(_agrees(mod, 256, b, 1e-3, seed=2, rows=r) for b in (4, 5, 6, 8) for r in (1, 16)):
         mod.set_int_dots(0)
         return "; integer dots off (their check product differs)"
     if not config.enabled(PREFILL8_ENV):

@@ -3,7 +3,7 @@
 MLX's CPU backend runs ``quantized_matmul`` as a scalar loop on one thread, so
 a 4-bit model decodes slower there than its float32 original. On CPU, each
 ``nn.QuantizedLinear`` and ``nn.QuantizedEmbedding`` (a tied LM head) in MLX's
-affine 4- or 8-bit layout becomes a subclass whose product is the extension's
+affine 4-, 5-, 6- or 8-bit layout becomes a subclass whose product is the extension's
 primitive (`_ext`, kernels in ``qmm.c``), computed from the packed weights.
 Weights, their layout and the computed function stay as they are: activations
 stay float32, so results equal MLX's own kernel up to the order of additions.
@@ -17,7 +17,7 @@ kernels make them: a Q4_0 file's 4.5 bits a weight, as in the file. Every other
 floating parameter, and the scales of layers left on MLX's kernels, are float32
 (`settle`): MLX's own products follow the scales' dtype into float16, slow on x86.
 
-Anything else (other bit widths, the ``mxfp4`` modes, group sizes that are not
+Anything else (2, 3 or 7 bits, the ``mxfp4`` modes, group sizes that are not
 a multiple of 32) keeps MLX's kernel. Without the extension (no compiler,
 another nanobind ABI) nothing is swapped and `%mlx status` says why.
 """
@@ -77,7 +77,7 @@ def supported(layer) -> bool:
     biases = getattr(layer, "biases", None)
     return (
         getattr(layer, "mode", "affine") == "affine"
-        and getattr(layer, "bits", None) in (4, 8)
+        and getattr(layer, "bits", None) in (4, 5, 6, 8)
         and getattr(layer, "group_size", 1) % 32 == 0
         and layer.weight.dtype == mx.uint32
         and mx.issubdtype(layer.scales.dtype, mx.floating)

@@ -83,7 +83,7 @@ def _layout(wq, s, b, bits, layout):
 
 
 @pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("gs", [32, 64, 128])
 @pytest.mark.parametrize("K", [64, 576, 2048])
 def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs, K, layout):
@@ -115,7 +115,7 @@ def test_one_row_products_stay_within_the_rounding_of_their_inputs(ext, bits, gs
     assert np.abs(got - floats).max() > slack  # rounded inputs, not float ones
 
 
-@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (32, 8), (64, 8)])
+@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (32, 5), (64, 6), (32, 8), (64, 8)])
 @pytest.mark.parametrize("M", [2, 5, 15, 16, 17, 70])  # row tiles or AMX's; integer sums
 def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant):
     """Verify passes, batched steps and prefill round their inputs as decode steps do:
@@ -223,7 +223,7 @@ def _igemm(ext, x, wq, s, b, gs, bits, inputs8=False, counter=5):
 
 
 @pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
-@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 8), (64, 8)])
+@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 5), (128, 6), (32, 8), (64, 8)])
 @pytest.mark.parametrize("M", [16, 20, 64, 67, 70, 80, 129])  # whole and partial blocks
 def test_prefill_products_take_integer_sums_of_the_rounded_inputs(ext, M, quant, layout):
     """From 16 rows the products take vpdpwssd's exact int32 sums (qmm_igemm.inc):
@@ -302,7 +302,7 @@ def _quantized(layout, gs, bits, N=53, K=640):
 
 
 @pytest.mark.parametrize("layout", ["float32", "float16", "symmetric"])
-@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 8), (64, 8)])
+@pytest.mark.parametrize("quant", [(32, 4), (64, 4), (128, 4), (32, 5), (128, 6), (32, 8), (64, 8)])
 @pytest.mark.parametrize("M", [1, 5, 16, 17, 33, 70, 129])  # no tail: every row, any count
 def test_a_prefill_pass_products_take_8_bit_inputs(ext, M, quant, layout):
     """A prefill pass's products (inputs8) round every row's units to 8 bits and take

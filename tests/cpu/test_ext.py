@@ -24,7 +24,7 @@ def _case(rows, n, k, gs, bits, seed=0):
     return x, wq, s, b, ref
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("gs", [32, 64, 128])
 @pytest.mark.parametrize("rows", ROWS)
 def test_equals_mlx_quantized_matmul_on_every_path(ext, rows, gs, bits):
@@ -40,7 +40,7 @@ def test_equals_mlx_quantized_matmul_on_every_path(ext, rows, gs, bits):
 
 
 @pytest.mark.parametrize("k", [256, 1536])  # 1,536: the row tiles' stretches of K
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("gs", [32, 64])
 @pytest.mark.parametrize("rows", (*ROWS, 64, 100))
 def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits, k):
@@ -63,7 +63,7 @@ def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits, k
 
 @pytest.mark.parametrize("k, gs", [(256, 32), (1536, 64)])
 @pytest.mark.parametrize("half", [False, True])
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("rows", (1, 3, 9, 17, 70))
 def test_no_biases_means_symmetric_blocks(ext, rows, bits, half, k, gs):
     """Biases left out are made as GGUF's Q4_0 and Q8_0 blocks have them, the scale times

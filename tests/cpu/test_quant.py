@@ -16,7 +16,7 @@ def quantized(tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("quantized")
     out = {
         (gs, bits): str(quantize_model_dir(tiny_dir, root / f"q{gs}-{bits}", gs, bits))
-        for gs, bits in [(32, 4), (64, 4), (64, 8), (32, 3)]
+        for gs, bits in [(32, 4), (64, 4), (32, 5), (64, 6), (64, 8), (32, 3)]
     }
     # As mlx-community's 4-bit directories: group 64, bfloat16 scales and biases.
     out["community"] = str(quantize_model_dir(tiny_dir, root / "bf16", 64, 4, "bfloat16"))
@@ -78,7 +78,9 @@ def test_an_unavailable_extension_is_said_in_the_fast_path(quantized, monkeypatc
     assert done[0] == "quantized products on MLX's kernels: no C/C++ compiler"
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 4), (64, 8), "community", "half", "sym4", "sym8"])
+@pytest.mark.parametrize(
+    "kind", [(32, 4), (64, 4), (32, 5), (64, 6), (64, 8), "community", "half", "sym4", "sym8"]
+)
 def test_greedy_text_matches_mlx_lm_quantized(engine, quantized, kind):
     path = quantized[kind]
     if kind == "community":
@@ -187,7 +189,7 @@ def test_layers_of_mixed_scale_dtypes_still_stack(quantized):
     assert stack.scales.dtype == stack.biases.dtype == mx.float32
 
 
-@pytest.mark.parametrize("kind", [(32, 4), (64, 8), "half", "sym4"])
+@pytest.mark.parametrize("kind", [(32, 4), (32, 5), (64, 6), (64, 8), "half", "sym4"])
 def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     """A batched step of 16 rows (its products on the row tiles, or AMX's): every row's
     greedy ids are mlx-lm's own, one row at a time on MLX's kernels."""

@@ -70,7 +70,7 @@ mx::array quant_matmul(const mx::array& x, const mx::array& w, const mx::array& 
       x.ndim() < 1)
     throw std::invalid_argument("quant_matmul: 2-D w, scales and biases");
   const int K = x.shape(-1), N = w.shape(0);
-  if ((bits != 4 && bits != 8) || group_size < 32 || group_size % 32 || K < 1 || K % group_size ||
+  if (bits < 4 || bits > 8 || bits == 7 || group_size < 32 || group_size % 32 || K < 1 || K % group_size ||
       w.shape(1) * 32 / bits != K || scales.shape(0) != N || scales.shape(1) * group_size != K)
     throw std::invalid_argument("quant_matmul: shapes do not match the group size and bits");
   auto shape = x.shape();

@@ -54,7 +54,7 @@ Lin describe(const mx::array* l, size_t n, int K, const char* what) {
   d.gs = K / l[1].shape(1);
   if (l[0].shape(1) * 32 % K) throw bad();
   d.bits = l[0].shape(1) * 32 / K;
-  if ((d.bits != 4 && d.bits != 8) || d.gs % 32 || d.K * d.bits != l[0].shape(1) * 32) throw bad();
+  if (d.bits < 4 || d.bits > 8 || d.bits == 7 || d.gs % 32 || d.K * d.bits != l[0].shape(1) * 32) throw bad();
   return d;
 }
 

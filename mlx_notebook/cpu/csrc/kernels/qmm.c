@@ -137,6 +137,7 @@ static int on_helper(int nt, long macs) {
 }
 
 #include "qmm_scales.inc"
+#include "qmm_bits.inc"
 
 /* Widen 32 consecutive elements (one unit) of a packed row to float, in order. */
 static inline void widen_scalar(const uint8_t *p, int bits, float *f) {
@@ -145,8 +146,11 @@ static inline void widen_scalar(const uint8_t *p, int bits, float *f) {
       f[2 * i] = (float)(p[i] & 15);
       f[2 * i + 1] = (float)(p[i] >> 4);
     }
-  else
-    for (int i = 0; i < 32; i++) f[i] = (float)p[i];
+  else {
+    uint8_t buf[32];
+    const uint8_t *q = unit8(p, bits, buf); /* 5 and 6 bits unpacked */
+    for (int i = 0; i < 32; i++) f[i] = (float)q[i];
+  }
 }
 
 #ifdef QMM_AVX2
@@ -156,7 +160,9 @@ typedef struct {
 
 static inline unit_t widen(const uint8_t *p, int bits) {
   unit_t u;
-  if (bits == 8) { /* zero-extended straight from memory, 8 bytes at a time */
+  if (bits != 4) { /* zero-extended straight from memory (5, 6 bits: unpacked), 8 bytes at a time */
+    uint8_t buf[32];
+    p = unit8(p, bits, buf);
     for (int j = 0; j < 4; j++)
       u.v[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * j))));
     return u;
@@ -427,10 +433,13 @@ static void vector_product(int path, int M, int N, int K, int gs, int bits, cons
  * unsupported shape. */
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
               const void *s, const void *b, int half, float *out, int inputs8) {
-  if ((bits != 4 && bits != 8) || gs % 32 || K % gs || M < 1) return -1;
+  if (bits < 4 || bits > 8 || bits == 7 || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
   int path = mlxnb_qmm_path(M), counted = 0;
+#ifdef QMM_AMX
+  if (path == 3 && bits != 4 && bits != 8) path = vector_path(M); /* AMX widens 4 and 8 */
+#endif
 #ifdef QMM_IGEMM
   /* every row, however many: a row's sums must not depend on the rows beside it (a
    * prefill's chunks are sized by time) */
