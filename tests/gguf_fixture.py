@@ -29,15 +29,18 @@ def unpermute(w, n_head):
 
 
 def q6_k(rows: int, cols: int, rng) -> np.ndarray:
-    """Random Q6_K blocks (``cols`` a multiple of 256) with modest scales: raw bytes."""
+    """Random Q6_K blocks (``cols`` a multiple of 256) with modest scales: raw bytes.
+
+    The sub-block scales as llama.cpp's quantizer leaves them: magnitudes in the upper
+    half of int8 (the block's largest at about 127), signs either way.
+    """
     import gguf
 
     _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q6_K]
     raw = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
-    raw[..., 192:208] = (
-        rng.integers(-6, 7, size=(rows, cols // 256, 16)).astype(np.int8).view(np.uint8)
-    )  # the 16 sub-block scales (int8)
-    raw[..., 208:210] = np.frombuffer(np.float16(0.004).tobytes(), dtype=np.uint8)  # d
+    sc = rng.integers(64, 128, size=(rows, cols // 256, 16)) * rng.choice([-1, 1], size=16)
+    raw[..., 192:208] = sc.astype(np.int8).view(np.uint8)  # the 16 sub-block scales (int8)
+    raw[..., 208:210] = np.frombuffer(np.float16(0.0001).tobytes(), dtype=np.uint8)  # d
     return raw.reshape(rows, -1)
 
 
@@ -48,7 +51,7 @@ K_SCALES = {
     "Q3_K": [(108, 0.004)],
     "Q4_K": [(0, 0.0005), (2, 0.001)],
     "Q5_K": [(0, 0.00025), (2, 0.001)],
-    "Q6_K": [(208, 0.004)],
+    "Q6_K": [(208, 0.0001)],
 }
 
 

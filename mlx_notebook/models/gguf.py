@@ -35,7 +35,7 @@ from .gguf_rope import llama3_scaling
 from .gguf_tokenizer import write_tokenizer
 
 CACHE_ENV = "MLX_NOTEBOOK_CACHE"
-VERSION = "3"  # bump when the output format changes (3: Q4_K at 4 bits, Q5 at 8)
+VERSION = "4"  # bump when the output format changes (3: Q4_K at 4 bits; 4: Q5 at 5, Q6_K at 6)
 TMP_TAG = "pid"
 _TMP_OWNER = re.compile(rf"^\..+-[0-9a-f]{{16}}\.{TMP_TAG}(\d+)\.")
 _TMP_LEGACY = re.compile(r"^\..+-[0-9a-f]{16}\.")
@@ -61,8 +61,8 @@ def convert_gguf(gguf: str | Path, variant: str = "q") -> Path:
     Args:
         gguf: Path to a ``.gguf`` file of an architecture in `ARCHS`.
         variant: ``"q"`` keeps each tensor quantized in MLX's layout (Q4_0, Q4_1
-            and Q4_K at 4 bits, Q5 and Q8_0 at 8; Q2_K, Q3_K, Q6_K re-quantized to 8
-            bits: `gguf_blocks`);
+            and Q4_K at 4 bits, Q5 at 5, Q8_0 at 8; Q6_K re-quantized to 6 bits, Q2_K
+            and Q3_K to 8: `gguf_blocks`);
             ``"f32"`` dequantizes everything to float32 (fastest on x86 CPUs with
             OpenBLAS).
 

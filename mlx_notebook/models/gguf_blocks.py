@@ -9,12 +9,14 @@ stores every scale in float16):
 
 - Q4_0, Q4_1 and Q4_K at 4 bits (Q4_K: each 32-value sub-block's 6-bit scale and
   minimum times the super-block's ``d`` and ``dmin``);
-- Q8_0, and Q5_0, Q5_1 and Q5_K at 8 bits (a 5-bit group is an 8-bit group with the
-  same scale and bias; MLX's CPU kernels and the fast path compute 4 and 8 bits).
+- Q5_0, Q5_1 and Q5_K at 5 bits (MLX packs 5 bits as a bit stream, 20 bytes a group);
+- Q8_0 at 8 bits.
 
 Q2_K, Q3_K and Q6_K scale 16-value halves of a group separately, which no affine
-group of 32 holds exactly: they are dequantized (gguf-py, llama.cpp's own reader)
-and stored at 8 bits, each value within 1/510 of its group's range.
+group of 32 holds exactly: they are dequantized (gguf-py, llama.cpp's own reader) and
+re-quantized, Q6_K at 6 bits (within 1/126 of its group's range: a file's Q6_K
+matrix within about a fifth of its own quantization step, ``docs/guide/models.md``),
+Q2_K and Q3_K at 8 (within 1/510). The fast path's kernels compute 4, 5, 6 and 8 bits.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ GROUP = 32
 # GGML type ids read here, and how each one is stored.
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16 = 0, 1, 2, 3, 6, 7, 8, 30
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 10, 11, 12, 13, 14
-EXACT_4 = {Q4_0, Q4_1, Q4_K}
-EXACT_8 = {Q8_0, Q5_0, Q5_1, Q5_K}
+# The bits each block type is stored at; the re-quantized types' values move (above).
+BITS = {Q4_0: 4, Q4_1: 4, Q4_K: 4, Q5_0: 5, Q5_1: 5, Q5_K: 5, Q8_0: 8, Q6_K: 6, Q2_K: 8, Q3_K: 8}
 REQUANTIZED = {Q2_K, Q3_K, Q6_K}
-TYPES = {F32, F16, BF16} | EXACT_4 | EXACT_8 | REQUANTIZED
+TYPES = {F32, F16, BF16} | set(BITS)
 # The types MLX's reader refuses or turns into float16 (BF16 too, measured: out of
 # float16's range, a bfloat16 weight would not survive): a file with any comes here.
 NEEDS_BLOCKS = {Q5_0, Q5_1, BF16} | {Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
@@ -83,7 +85,7 @@ def _matrix(raw: np.ndarray, kind: int, cols: int) -> tuple:
     widens to float32): a K-quant's ``d * scale`` is rounded there, 2**-11.
     """
     rows, step = raw.shape[0], max(1, SLAB // cols)
-    bits = 4 if kind in EXACT_4 else 8
+    bits = BITS[kind]
     w = np.empty((rows, cols * bits // 32), np.uint32)
     scales = np.empty((rows, cols // GROUP), np.float16)
     biases = np.empty_like(scales)
@@ -96,11 +98,13 @@ def _matrix(raw: np.ndarray, kind: int, cols: int) -> tuple:
 def _blocks(raw: np.ndarray, kind: int, cols: int) -> tuple:
     """``(q, scales, biases, bits)`` of one matrix's rows of raw blocks (``uint8``)."""
     rows = raw.shape[0]
+    if kind == Q6_K:
+        return (*_q6_k(raw, cols), 6)
     if kind in REQUANTIZED:
         from gguf import GGMLQuantizationType, dequantize
 
         w = dequantize(raw, GGMLQuantizationType(kind)).reshape(rows, cols)
-        return (*_quantize8(w.astype(np.float32, copy=False)), 8)
+        return (*_requantize(w.astype(np.float32, copy=False), BITS[kind]), BITS[kind])
     if kind in (Q4_K, Q5_K):
         b = raw.reshape(rows, cols // 256, -1)
         d, dmin = _f16(b[..., 0:2]), _f16(b[..., 2:4])
@@ -118,7 +122,7 @@ def _blocks(raw: np.ndarray, kind: int, cols: int) -> tuple:
             q.reshape(rows, cols),
             scales.reshape(rows, -1),
             biases.reshape(rows, -1),
-            (4 if kind == Q4_K else 8),
+            BITS[kind],
         )
     b = raw.reshape(rows, cols // GROUP, -1)
     d = _f16(b[..., 0:2])
@@ -137,7 +141,29 @@ def _blocks(raw: np.ndarray, kind: int, cols: int) -> tuple:
         q = q | (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
     if bias is None:
         bias = -(16 if kind == Q5_0 else 8) * d
-    return q.reshape(rows, cols), d, bias, 4 if kind in EXACT_4 else 8
+    return q.reshape(rows, cols), d, bias, BITS[kind]
+
+
+def _q6_k(raw: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q6_K at 6 bits, symmetric: each group of 32 on the larger of its halves' scales.
+
+    A Q6_K value is ``d * sc * (q - 32)``, each 16 values with their own 8-bit ``sc``.
+    The group's scale is the half's with the larger magnitude, so that half keeps its
+    ``q`` exactly (but for the scale's float16 rounding) and the other half's values
+    round to that grid (error at most half its step; stated in docs/guide/models.md).
+    Symmetric groups keep no biases on the fast path: 6.5 bits a weight, the file's 6.56.
+    """
+    from gguf import GGMLQuantizationType, dequantize
+
+    rows = raw.shape[0]
+    w = dequantize(raw, GGMLQuantizationType.Q6_K).reshape(rows, -1, GROUP)
+    b = raw.reshape(rows, cols // 256, -1)
+    sub = (_f16(b[..., 208:210])[..., None] * b[..., 192:208].view(np.int8)).reshape(rows, -1, 2)
+    big = np.where(np.abs(sub[..., 0]) >= np.abs(sub[..., 1]), sub[..., 0], sub[..., 1])
+    scale = big.astype(np.float16).astype(np.float32)
+    scale = np.where(scale == 0, 1.0, scale)  # both halves zero: every value 0
+    q = np.clip(np.rint(w / scale[..., None]), -32, 31) + 32
+    return q.astype(np.uint8).reshape(rows, cols), scale, -32 * scale
 
 
 def _f16(two: np.ndarray) -> np.ndarray:
@@ -153,8 +179,8 @@ def _scale_min(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc.astype(np.float32), m.astype(np.float32)
 
 
-def _quantize8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Affine 8-bit over groups of 32, on the float16 scales and biases it is stored with.
+def _requantize(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Affine ``bits``-bit over groups of 32, on the float16 scales and biases it is stored with.
 
     The scale is rounded up and the minimum down to float16 before the values are
     rounded to it, so every value stays within half a step of the stored grid.
@@ -163,17 +189,22 @@ def _quantize8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lo, hi = g.min(-1), g.max(-1)
     lo16 = lo.astype(np.float16)
     lo16 = np.where(lo16.astype(np.float32) > lo, np.nextafter(lo16, np.float16(-np.inf)), lo16)
-    scale = np.where(hi > lo, (hi - lo16.astype(np.float32)) / 255, 1.0)
+    top = 2**bits - 1
+    scale = np.where(hi > lo, (hi - lo16.astype(np.float32)) / top, 1.0)
     s16 = scale.astype(np.float16)
     s16 = np.where(s16.astype(np.float32) < scale, np.nextafter(s16, np.float16(np.inf)), s16)
     lo32, s32 = lo16.astype(np.float32), s16.astype(np.float32)
-    q = np.clip(np.rint((g - lo32[..., None]) / s32[..., None]), 0, 255).astype(np.uint8)
+    q = np.clip(np.rint((g - lo32[..., None]) / s32[..., None]), 0, top).astype(np.uint8)
     return q.reshape(w.shape), s32, lo32
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:
-    """Values (``uint8``, below ``2**bits``) packed into ``uint32`` as MLX lays them out."""
-    per = 32 // bits
-    v = q.reshape(q.shape[0], -1, per).astype(np.uint32)
-    shifts = (bits * np.arange(per, dtype=np.uint32))[None, None, :]
-    return np.bitwise_or.reduce(v << shifts, axis=-1)
+    """Values (``uint8``, below ``2**bits``) packed into ``uint32`` as MLX lays them out.
+
+    MLX lays a row out as one little-endian bit stream, element k at bit ``k * bits``:
+    each 8 values fill ``bits`` bytes (for 4 and 8 bits too).
+    """
+    v = q.reshape(q.shape[0], -1, 8).astype(np.uint64)
+    word = np.bitwise_or.reduce(v << (bits * np.arange(8, dtype=np.uint64)), axis=-1)
+    row = word[..., None].view(np.uint8)[..., :bits]  # little-endian: the low bytes first
+    return np.ascontiguousarray(row).reshape(q.shape[0], -1).view(np.uint32)

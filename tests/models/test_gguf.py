@@ -92,7 +92,7 @@ def test_a_float32_gguf_loads_and_an_unloadable_cached_conversion_is_redone(
     assert not older.exists()  # an older version's conversion of this file is gone
 
 
-def test_a_k_quant_embedding_is_stored_8_bit_not_float(engine, cache, tmp_path):
+def test_a_k_quant_embedding_is_stored_6_bit_not_float(engine, cache, tmp_path):
     # llama.cpp's quantizer writes the token embedding in Q6_K; MLX's reader gives it
     # back as float16, which a CPU load widened to float32: 4 bytes a weight.
     path, hf, cfg = build_tiny_gguf(tmp_path / "q6k.gguf", q6k_embedding=True)
@@ -105,22 +105,22 @@ def test_a_k_quant_embedding_is_stored_8_bit_not_float(engine, cache, tmp_path):
         out = conv.convert_gguf(path, "q")
         model, _ = load(str(out))
         e = model.model.embed_tokens
-        deq = mx.dequantize(e.weight, e.scales, e.biases, group_size=32, bits=8)
+        s, b = e.scales.astype(mx.float32), e.biases.astype(mx.float32)
+        deq = mx.dequantize(e.weight, s, b, group_size=32, bits=6)
         raw = mx.load(str(path))["token_embd.weight"]
-        return (out, type(e).__name__, np.array(deq), str(raw.dtype),
+        return (out, type(e).__name__, np.array(deq), np.array(e.scales), str(raw.dtype),
                 logits_of(model, ids), logits_of(reference_model(hf, cfg), ids))  # fmt: skip
 
-    out, kind, deq, raw_dtype, ours, ref = engine.call(run).result()
+    out, kind, deq, scales, raw_dtype, ours, ref = engine.call(run).result()
     assert raw_dtype == "mlx.core.float16"  # what MLX's reader makes of Q6_K
     q = json.loads((out / "config.json").read_text())["quantization"]
-    assert q["model.embed_tokens"] == {"group_size": 32, "bits": 8} and kind == "QuantizedEmbedding"
-    # Each weight within an 8-bit step of its group of 32 (MLX's affine rounding keeps
-    # the group's edge exact, which may widen its step a little).
+    assert q["model.embed_tokens"] == {"group_size": 32, "bits": 6} and kind == "QuantizedEmbedding"
+    # Each of the file's values within a step of its group's 6-bit grid (half a step but
+    # at the grid's top: tests/models/test_gguf_blocks.py), and the scale's float16
+    # rounding (2**-11) over up to 32 steps.
     want = hf["model.embed_tokens.weight"]
-    groups = want.reshape(want.shape[0], -1, 32)
-    step = (groups.max(-1) - groups.min(-1)) / 255
-    err = np.abs(deq - want).reshape(groups.shape).max(-1)
-    assert (err <= step * 1.05 + 1e-4).all(), float((err / step).max())
+    err = np.abs(deq - want).reshape(want.shape[0], -1, 32).max(-1)
+    assert (err <= np.abs(scales) * (1 + 32 * 2**-11) + 1e-6).all()
     # The logits move with those errors, on this random model by a few % of their range.
     np.testing.assert_allclose(ours, ref, atol=0.1 * np.abs(ref).max())
 
