@@ -133,7 +133,7 @@ def _agrees(
 def int_dots(mod) -> str:
     """Turn the integer dot products on or off as ``MLX_NOTEBOOK_INT_DOTS`` says.
 
-    With them on, every 4/8-bit product rounds its inputs to 16 bits a unit of 32
+    With them on, every quantized product rounds its inputs to 16 bits a unit of 32
     (1/65278 of the unit's largest), a decode step's take integer dots and products of
     16 rows or more integer sums, so one product of each is checked against
     ``mx.quantized_matmul`` within that rounding. With ``MLX_NOTEBOOK_PREFILL_INT8=1``
@@ -164,7 +164,7 @@ def int_dots(mod) -> str:
 
 
 def prefill_inputs8() -> bool:
-    """Whether a prefill pass's 4/8-bit products take 8-bit inputs (`int_dots`)."""
+    """Whether a prefill pass's quantized products take 8-bit inputs (`int_dots`)."""
     return _state["inputs8"]
 
 

@@ -238,7 +238,7 @@ def test_layers_refuse_what_they_do_not_compute(ext):
         ext.layer_in(x, nw, 1e-5, [mx.zeros((128, 64))], cs[:3], cs[:3], True, 4, 2)
     with pytest.raises(ValueError, match="B, 1, E"):  # a prefill chunk: the layer's own call
         ext.layer_in(mx.zeros((1, 2, 64)), nw, 1e-5, [mx.zeros((128, 64))], cs, cs, True, 4, 2)
-    with pytest.raises(ValueError, match="4/8-bit"):  # 3-bit weights
+    with pytest.raises(ValueError, match="4, 5, 6 or 8-bit"):  # 3-bit weights
         wq, s, b = mx.quantize(mx.zeros((128, 64)), group_size=32, bits=3)
         ext.layer_in(x, nw, 1e-5, [wq, s, b], cs, cs, True, 4, 2)
     q, k = mx.zeros((64, 64)), mx.zeros((32, 64))
@@ -297,22 +297,32 @@ def test_fused_model_decodes_what_its_unfused_twin_does(ext, tiny_dir, tmp_path,
         assert err < 1e-4, err
 
 
-def test_layers_whose_q_k_and_v_differ_in_precision_are_fused_too(ext, tiny_dir):
-    # A Q4_K_M file: q and k 4-bit, v 8-bit (Q6_K) in some layers. They cannot stack,
+@pytest.mark.parametrize("v", [(64, 8), (32, 6), "symmetric"])
+def test_layers_whose_q_k_and_v_differ_in_precision_are_fused_too(ext, tiny_dir, v):
+    # A Q4_K_M file: q and k 4-bit, v 6-bit (Q6_K) in some layers. They cannot stack,
     # and those layers took the unfused path (MLX's graph; in a prefill, float copies
-    # of the products); the primitive now takes them as three products.
+    # of the products); the primitive now takes them as three products. Q6_K's groups
+    # are symmetric: the fast path keeps no biases, and the layer makes v's for it.
     import mlx.core as mx
     import mlx.nn as nn
+
+    gs, bits = (32, 6) if v == "symmetric" else v
 
     def mixed(path):
         model = _model(path, fast=False)
         nn.quantize(model, class_predicate=lambda p, m: isinstance(m, nn.Linear)
-                    and ({"group_size": 64, "bits": 8} if p.endswith("v_proj")
+                    and ({"group_size": gs, "bits": bits} if p.endswith("v_proj")
                          else {"group_size": 32, "bits": 4}))  # fmt: skip
+        if v == "symmetric":
+            for layer in model.model.layers:
+                vp = layer.self_attn.v_proj
+                vp.biases = vp.scales * -(2 ** (bits - 1))
         return model
 
     fused, plain = mixed(tiny_dir), mixed(tiny_dir)
     cpu_fast.apply(fused, "cpu")
+    if v == "symmetric":
+        assert "biases" not in fused.model.layers[0].self_attn.v_proj  # made in the kernels
     assert cpu_layer.install(fused) == 2
     layer = fused.model.layers[0]
     assert type(layer).__name__.startswith("DecodeFused")

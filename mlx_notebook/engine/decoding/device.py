@@ -61,7 +61,7 @@ def rope_tables(model) -> list:
 def prefill_pass(model):
     """A context in which ``model``'s passes are a prefill's.
 
-    On the CPU fast path, 4/8-bit products on 8-bit inputs
+    On the CPU fast path, quantized products on 8-bit inputs
     (`mlx_notebook.cpu.quant.prefill_pass`); elsewhere nothing.
     """
     if not getattr(model, "_mlxnb_fast", None):
@@ -72,7 +72,7 @@ def prefill_pass(model):
 
 
 def prefill_8_bit(model) -> bool:
-    """Whether ``model``'s prefill passes round its 4/8-bit products' inputs to 8 bits."""
+    """Whether ``model``'s prefill passes round its quantized products' inputs to 8 bits."""
     if not getattr(model, "_mlxnb_fast", None):
         return False
     from ...cpu.ext import prefill_inputs8

@@ -196,14 +196,14 @@ NB_MODULE(_mlxnb_ext, m) {
         "4: of path 0's, those on integer dots; 5: of path 2's, those on integer dots; 6: of "
         "those, the ones on 8-bit inputs (a prefill pass's).");
   m.def("set_igemm_from", &mlxnb_qmm_set_igemm_from, nb::arg("rows"),
-        "From how many rows 4/8-bit products take integer sums on vpdpwssd (0: the default).");
+        "From how many rows quantized products take integer sums on vpdpwssd (0: the default).");
   m.def("set_one_row_blocks", &mlxnb_qmm_set_one_row_blocks, nb::arg("blocks"),
         "Blocks of four weight rows in each unit of a one-row product split with the "
         "helper thread (0: the product in 4 runs, the default).");
   m.def("set_amx", &mlxnb_qmm_set_amx, nb::arg("on"),
         "AMX tiles for products of several rows on (where granted) or off; returns whether in use.");
   m.def("set_int_dots", &mlxnb_qmm_set_int_dots, nb::arg("on"),
-        "Inputs of 4/8-bit products rounded to 16 bits a unit of 32, one-row products on "
+        "Inputs of quantized products rounded to 16 bits a unit of 32, one-row products on "
         "integer dots (where the CPU has VNNI), or float inputs (off); returns whether on.");
   m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
   m.def("stretch", &mlxnb_qmm_stretch, nb::arg("rows"), nb::arg("k"), nb::arg("step"),

@@ -12,7 +12,7 @@ namespace mlxnb {
 namespace {
 
 // One bias-free linear layer's arrays: [w] (float32 [N, K]), [w, scales, biases]
-// (MLX's affine 4/8-bit layout) or [w, scales] (symmetric blocks: each bias the scale
+// (MLX's affine 4-, 5-, 6- or 8-bit layout) or [w, scales] (symmetric blocks: each bias the scale
 // times -2^(bits - 1)); bits and the group size follow from the shapes.
 struct Lin {
   int N = 0, K = 0, gs = 0, bits = 0;
@@ -33,7 +33,7 @@ struct Lin {
 // parts on every step, without copies).
 Lin describe(const mx::array* l, size_t n, int K, const char* what) {
   auto bad = [&] { return std::invalid_argument(std::string("fused layer: ") + what +
-                                                " is not [w] float32 [N, K] or [w, scales(, biases)] 4/8-bit"); };
+                                                " is not [w] float32 [N, K] or [w, scales(, biases)] 4, 5, 6 or 8-bit"); };
   Lin d;
   d.K = K;
   if (n == 1) {
@@ -342,12 +342,12 @@ void bind_layers(nb::module_& m) {
         nb::arg("n_heads"), nb::arg("n_kv_heads"), nb::arg("parts") = 1, nb::arg("inputs8") = false,
         "A decode step's RMSNorm, q/k/v product(s) and RoPE: [q, k, v], each [B, heads, 1, D]. "
         "qkv: one stacked product's arrays, or (parts=3) q's, k's and v's, as many each; "
-        "inputs8: a prefill pass (4/8-bit products on 8-bit inputs).");
+        "inputs8: a prefill pass (quantized products on 8-bit inputs).");
   m.def("layer_out", &layer_out, nb::arg("a"), nb::arg("x"), nb::arg("o"),
         nb::arg("norm_weight"), nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
         nb::arg("inputs8") = false,
         "A decode step's x + o(a), then + down(silu(g) * u) of [g | u] = gate_up(RMSNorm); "
-        "inputs8: a prefill pass (4/8-bit products on 8-bit inputs).");
+        "inputs8: a prefill pass (quantized products on 8-bit inputs).");
   m.def("attend_out", &attend_out, nb::arg("q"), nb::arg("keys"), nb::arg("values"),
         nb::arg("S"), nb::arg("scale"), nb::arg("x"), nb::arg("o"), nb::arg("norm_weight"),
         nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"), nb::arg("mask").none() = nb::none(),

@@ -17,7 +17,7 @@
  * of operations; sums (the norm's mean square, the products) are added in another
  * order, so results equal MLX's up to rounding.
  *
- * Products: MLX's affine 4/8-bit layout through qmm.c (mlxnb_qmm), float32 through
+ * Products: MLX's affine 4-, 5-, 6- and 8-bit layouts through qmm.c (mlxnb_qmm), float32 through
  * cblas_sgemm (the fast path's shim routes one row to sgemv).
  */
 #include <math.h>

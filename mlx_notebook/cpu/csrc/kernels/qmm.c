@@ -1,6 +1,6 @@
 /* mlx_notebook's CPU fast path for quantized models: x @ W.T with W in MLX's affine
- * 4-bit or 8-bit layout, computed from the packed weights without unpacking them
- * to memory.
+ * 4-, 5-, 6- or 8-bit layout, computed from the packed weights without unpacking them
+ * to memory (5 and 6 bits a unit at a time, as 8: qmm_bits.inc).
  *
  * MLX's CPU backend runs quantized_matmul as a scalar loop on one thread (about half
  * of float32's decode speed here), although 4-bit weights are about a sixth of
@@ -338,7 +338,7 @@ int mlxnb_qmm_set_amx(int on) { return 0 * on; } /* no AMX kernels built */
 #include "qmm_igemm.inc"
 #endif
 
-/* Inputs of 4/8-bit products rounded to 16 bits and one-row products on integer dots
+/* Inputs of quantized products rounded to 16 bits and one-row products on integer dots
  * (where the CPU has VNNI), or float inputs (off); returns whether on. */
 int mlxnb_qmm_set_int_dots(int on) {
 #ifdef QMM_DOTS
