@@ -4,7 +4,7 @@ Usage:
     python benchmarks/bench_prefill_inputs.py [--model PATH] [--windows 16] [--length 512]
         [--continue 32] [--float PATH]
 
-With ``MLX_NOTEBOOK_PREFILL_INT8=1`` (set here), a prefill pass's 4/8-bit products
+With ``MLX_NOTEBOOK_PREFILL_INT8=1`` (set here), a prefill pass's quantized products
 round each unit of 32 inputs to 8 bits on CPUs with AVX-512 VNNI (as llama.cpp's Q4_0
 products do); decode steps keep 16 bits. For windows of a long text (``--length``
 tokens each, consecutive), the same quantized weights three ways:

@@ -38,7 +38,8 @@ def q6_k(rows: int, cols: int, rng) -> np.ndarray:
 
     _, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q6_K]
     raw = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
-    sc = rng.integers(64, 128, size=(rows, cols // 256, 16)) * rng.choice([-1, 1], size=16)
+    shape = (rows, cols // 256, 16)
+    sc = rng.integers(64, 128, size=shape) * rng.choice([-1, 1], size=shape)
     raw[..., 192:208] = sc.astype(np.int8).view(np.uint8)  # the 16 sub-block scales (int8)
     raw[..., 208:210] = np.frombuffer(np.float16(0.0001).tobytes(), dtype=np.uint8)  # d
     return raw.reshape(rows, -1)

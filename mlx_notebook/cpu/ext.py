@@ -156,7 +156,9 @@ def int_dots(mod) -> str:
     if not config.enabled(PREFILL8_ENV):
         return "; integer dots for decode steps and prefill"
     if not all(
-        _agrees(mod, 256, b, 2e-2, seed=3, rows=r, inputs8=True) for b in (4, 8) for r in (1, 33)
+        _agrees(mod, 256, b, 2e-2, seed=3, rows=r, inputs8=True)
+        for b in (4, 5, 6, 8)
+        for r in (1, 33)
     ):
         return "; integer dots for decode steps and prefill (at 16 bits: the 8-bit check differs)"
     _state["inputs8"] = True

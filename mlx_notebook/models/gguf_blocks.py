@@ -14,9 +14,11 @@ stores every scale in float16):
 
 Q2_K, Q3_K and Q6_K scale 16-value halves of a group separately, which no affine
 group of 32 holds exactly: they are dequantized (gguf-py, llama.cpp's own reader) and
-re-quantized, Q6_K at 6 bits (within 1/126 of its group's range: a file's Q6_K
-matrix within about a fifth of its own quantization step, ``docs/guide/models.md``),
-Q2_K and Q3_K at 8 (within 1/510). The fast path's kernels compute 4, 5, 6 and 8 bits.
+re-quantized: Q6_K at 6 bits, each group on the larger of its halves' scales (that
+half exact, the other within half a step, one at the grid's top: 1.32x Q6_K's own
+error against the float weights, measured in ``docs/guide/models.md``), Q2_K and Q3_K
+at 8 (within 1/510 of a group's range). The fast path's kernels compute 4, 5, 6 and 8
+bits.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def _q6_k(raw: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     A Q6_K value is ``d * sc * (q - 32)``, each 16 values with their own 8-bit ``sc``.
     The group's scale is the half's with the larger magnitude, so that half keeps its
     ``q`` exactly (but for the scale's float16 rounding) and the other half's values
-    round to that grid (error at most half its step; stated in docs/guide/models.md).
+    round to that grid: within half its step, or one step where a value past the grid's
+    top (31 steps; that half's scale of the other sign and nearly as large) is clipped.
     Symmetric groups keep no biases on the fast path: 6.5 bits a weight, the file's 6.56.
     """
     from gguf import GGMLQuantizationType, dequantize

@@ -131,7 +131,7 @@ def test_every_row_of_several_gets_what_its_one_row_product_gives(ext, M, quant)
     got, dots = _product(ext, x, wq, s, b, gs, bits)
     # the integer sums from 16 rows (AMX tiles, where granted, keep 12-63); a last 1-3
     # rows past 16 take their own path after (17: one row, on the one-row dots)
-    assert ext.calls(5) - gemms == (M >= 16 and ext.path(M) == 2)
+    assert ext.calls(5) - gemms == (M >= 16 and ext.path(M, bits) == 2)
     assert dots == (M == 17)  # AMX's tiles, where granted, leave it the same last row
     rows = np.concatenate([_product(ext, x[i : i + 1], wq, s, b, gs, bits)[0] for i in range(M)])
     exact = np.array(mx.dequantize(wq, s, b, group_size=gs, bits=bits), dtype=np.float64)

@@ -31,7 +31,7 @@ def test_equals_mlx_quantized_matmul_on_every_path(ext, rows, gs, bits):
     import mlx.core as mx
 
     x, wq, s, b, ref = _case(rows, 74, 256, gs, bits, seed=rows)  # 74: blocks of 4, then 2 rows
-    path = ext.path(rows)
+    path = ext.path(rows, bits)  # AMX's tiles (where granted) take 4 and 8 bits
     before = ext.calls(path)
     got = ext.quant_matmul(x, wq, s, b, gs, bits)
     assert got.shape == ref.shape and got.dtype == mx.float32
@@ -54,7 +54,7 @@ def test_float16_scales_give_the_float32_products_exactly(ext, rows, gs, bits, k
     assert (mx.abs(s16[:, 0]) < 6.1e-5).all().item()  # below float16's smallest normal
     want = ext.quant_matmul(x, wq, s16.astype(mx.float32), b16.astype(mx.float32), gs, bits)
     mx.eval(want)  # lazy: counted when evaluated
-    path = ext.path(rows)
+    path = ext.path(rows, bits)
     before = ext.calls(path)
     got = ext.quant_matmul(x, wq, s16, b16, gs, bits)
     assert got.dtype == mx.float32 and mx.array_equal(got, want).item()

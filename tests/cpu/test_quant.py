@@ -200,12 +200,13 @@ def test_sixteen_rows_batched_match_mlx_lm(engine, quantized, kind):
     starts = "Once Rivers The def Hello A In It We Then So But If When Where How".split()
     prompts = [f"{w} the quick brown fox" for w in starts]
     ext = _ext.load()
-    before = ext.calls(ext.path(16))
+    path16 = ext.path(16, kind[1] if isinstance(kind, tuple) else 4)
+    before = ext.calls(path16)
     engine.max_batch = 16  # the default is 8
     reqs = [Request(p, model=path, chat=False, max_tokens=24, prefill_target_s=30) for p in prompts]
     res = [j.result(timeout=300) for j in engine.submit_many(reqs)]
     assert max(r.stats.batch_rows for r in res) == 16
-    assert ext.calls(ext.path(16)) > before
+    assert ext.calls(path16) > before
     check_against_mlx_lm(engine, path, prompts, 24, ours=res)
 
 

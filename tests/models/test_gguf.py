@@ -121,8 +121,9 @@ def test_a_k_quant_embedding_is_stored_6_bit_not_float(engine, cache, tmp_path):
     want = hf["model.embed_tokens.weight"]
     err = np.abs(deq - want).reshape(want.shape[0], -1, 32).max(-1)
     assert (err <= np.abs(scales) * (1 + 32 * 2**-11) + 1e-6).all()
-    # The logits move with those errors, on this random model by a few % of their range.
-    np.testing.assert_allclose(ours, ref, atol=0.1 * np.abs(ref).max())
+    # The logits move with those errors (1.2 % of a weight, rms), on this random model
+    # by 6 % (rms; 10 % at the most): a wrong layout would leave them unrelated (~1.4).
+    assert np.sqrt(np.mean((ours - ref) ** 2) / np.mean(ref**2)) < 0.1
 
 
 def test_wrong_rope_order_would_differ(engine, cache, tiny_gguf):

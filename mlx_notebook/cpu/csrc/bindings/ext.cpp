@@ -184,7 +184,7 @@ mx::array causal_attention(const mx::array& q, const mx::array& k, const mx::arr
 NB_MODULE(_mlxnb_ext, m) {
   m.def("quant_matmul", &quant_matmul, nb::arg("x"), nb::arg("w"), nb::arg("scales"),
         nb::arg("biases").none(), nb::arg("group_size"), nb::arg("bits"), nb::arg("inputs8") = false,
-        "x @ dequantize(w, scales, biases).T for MLX's affine 4- or 8-bit layout, on the CPU "
+        "x @ dequantize(w, scales, biases).T for MLX's affine 4-, 5-, 6- or 8-bit layout, on the CPU "
         "(biases None: each the scale times -2^(bits - 1)); inputs8: a prefill pass's product "
         "(inputs rounded to 8 bits where the integer dots are on).");
   m.def("set_threads", &mlxnb_qmm_set_threads, nb::arg("n"),
@@ -205,7 +205,8 @@ NB_MODULE(_mlxnb_ext, m) {
   m.def("set_int_dots", &mlxnb_qmm_set_int_dots, nb::arg("on"),
         "Inputs of quantized products rounded to 16 bits a unit of 32, one-row products on "
         "integer dots (where the CPU has VNNI), or float inputs (off); returns whether on.");
-  m.def("path", &mlxnb_qmm_path, nb::arg("rows"), "The path a product of this many rows takes.");
+  m.def("path", &mlxnb_qmm_path, nb::arg("rows"), nb::arg("bits") = 4,
+        "The path a product of this many rows of bits-bit weights takes.");
   m.def("stretch", &mlxnb_qmm_stretch, nb::arg("rows"), nb::arg("k"), nb::arg("step"),
         "The stretch of K the row tiles take with this many input rows (0 without AVX-512).");
   m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),

@@ -23,7 +23,7 @@ void mlxnb_qmm_set_threads(int n);
 void mlxnb_qmm_set_small_parallel_min(long macs);
 long mlxnb_qmm_calls(int path);
 int mlxnb_ext_threads(void);
-int mlxnb_qmm_path(int M);
+int mlxnb_qmm_path(int M, int bits);
 int mlxnb_qmm_stretch(int rows, int K, int step);
 int mlxnb_qmm_set_amx(int on);
 int mlxnb_qmm_set_int_dots(int on);
@@ -68,7 +68,7 @@ inline bool scale_dtype(const mx::array& s, const mx::array& b) {
 // on_helper), and more cores take OpenMP's team, as do AMX tiles (path 3: each of
 // OpenMP's threads configures its own tiles).
 inline bool rows_on_helper(int B) {
-  return B == 1 || (mlxnb_ext_threads() <= 2 && mlxnb_qmm_path(B) != 3);
+  return B == 1 || (mlxnb_ext_threads() <= 2 && mlxnb_qmm_path(B, 4) != 3);
 }
 
 // Keeps helper.c's thread awake for a decode step's fused layer, whose products and

@@ -107,7 +107,7 @@ static void rope(int D, int traditional, const float *x, const float *c, const f
 
 /* x [B, E] -> q [B, H, D], k [B, Hkv, D] (rotated) and v [B, Hkv, D], through `parts`
  * products: 1, q/k/v stacked in qkv[0]; 3, q, k and v in qkv[0..2] (a K-quant file's
- * 8-bit v beside 4-bit q and k: they cannot stack). cos and sin hold rope_rows (1 or B)
+ * 6-bit v beside 4- or 5-bit q and k: they cannot stack). cos and sin hold rope_rows (1 or B)
  * rows of rope_width floats (D traditional, D / 2 halves). */
 int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
                    const mlxnb_linear_t *qkv, int parts, int H, int Hkv, int D, int traditional,

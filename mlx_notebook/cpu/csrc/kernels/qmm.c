@@ -86,6 +86,12 @@ enum { TILES_FROM = SMALL_M + 1 };
  * keep the burst, PREFETCH_ROWS ahead. */
 #define AHEAD_ROWS 8
 #define PREFETCH_AHEAD(p, rb) _mm_prefetch((const char *)(p) + AHEAD_ROWS * (rb), _MM_HINT_T1)
+/* The same for a unit of ub bytes at byte `at` of row w that ends in a line no unit
+ * before it reached (once a line: 16, 20, 24 or 32 bytes a unit). */
+#define PREFETCH_UNIT(w, at, ub, rb)                                 \
+  do {                                                               \
+    if (((at) + (ub) - 1) % 64 < (ub)) PREFETCH_AHEAD((w) + (at) + (ub) - 1, rb); \
+  } while (0)
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 32
 #endif
@@ -162,7 +168,14 @@ static inline unit_t widen(const uint8_t *p, int bits) {
   unit_t u;
   if (bits != 4) { /* zero-extended straight from memory (5, 6 bits: unpacked), 8 bytes at a time */
     uint8_t buf[32];
+#ifdef QMM_AVX512
+    if (bits != 8) { /* VBMI's unpacking where the CPU has it */
+      _mm256_storeu_si256((__m256i *)buf, load_unit8(p, bits));
+      p = buf;
+    }
+#else
     p = unit8(p, bits, buf);
+#endif
     for (int j = 0; j < 4; j++)
       u.v[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * j))));
     return u;
@@ -386,12 +399,14 @@ void mlxnb_qmm_set_igemm_from(int rows) {
 #endif
 }
 
-/* Which path a product of M rows takes: vector_path's, 3 AMX tiles, or 2 from
- * igemm_from rows with the integer dots on (where K and the groups fit them; other
- * products take vector_path's). */
-int mlxnb_qmm_path(int M) {
+/* Which path a product of M rows of `bits`-bit weights takes: vector_path's, 3 AMX
+ * tiles (4 and 8 bits: amx_widen), or 2 from igemm_from rows with the integer dots on
+ * (where K and the groups fit them; other products take vector_path's). */
+int mlxnb_qmm_path(int M, int bits) {
 #ifdef QMM_AMX
-  if (M >= AMX_FROM && M < SGEMM_M && amx_usable()) return 3;
+  if (M >= AMX_FROM && M < SGEMM_M && (bits == 4 || bits == 8) && amx_usable()) return 3;
+#else
+  (void)bits;
 #endif
 #ifdef QMM_IGEMM
   if (int_dots && M >= igemm_from) return 2;
@@ -436,10 +451,7 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   if (bits < 4 || bits > 8 || bits == 7 || gs % 32 || K % gs || M < 1) return -1;
   const uint8_t *wb = (const uint8_t *)w;
   const qsb_t sb = {s, b, half, -(float)(1 << (bits - 1))};
-  int path = mlxnb_qmm_path(M), counted = 0;
-#ifdef QMM_AMX
-  if (path == 3 && bits != 4 && bits != 8) path = vector_path(M); /* AMX widens 4 and 8 */
-#endif
+  int path = mlxnb_qmm_path(M, bits), counted = 0;
 #ifdef QMM_IGEMM
   /* every row, however many: a row's sums must not depend on the rows beside it (a
    * prefill's chunks are sized by time) */
