@@ -98,43 +98,6 @@ def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows, gain):
     assert mx.allclose(got, want, atol=2e-5 * scale, rtol=1e-4).item()
 
 
-@pytest.mark.parametrize("dots", [True, False])
-@pytest.mark.parametrize(
-    ("quant", "F", "rows", "blocks"),
-    [((32, 4), 192, 128, 3), ((64, 6), 192, 128, 3), (None, 192, 128, 1), ((32, 4), 8192, -1, 2)],
-)
-def test_a_chunks_quantized_mlp_goes_in_blocks_of_rows(ext, quant, F, rows, blocks, dots):
-    # A prefill chunk's gate/up, SwiGLU and down go a block of rows at a time, so their
-    # buffers are a block's, not the chunk's: 300 rows in blocks of 128 take 3 of each
-    # product, and by default (-1) a 1B-wide MLP (F 8,192) blocks of 160 rows (16 MB of
-    # buffers), 2. With the integer sums every row's sums are the chunk's at once, bit
-    # for bit (blocks a multiple of 16 rows); float inputs take other paths by row count
-    # (300 rows sgemm, the last 44 the row tiles). float32 weights take the chunk at once.
-    import mlx.core as mx
-
-    E, H, D, eps, B = 128, 4, 32, 1e-5, 300
-    a, x, o, nw, gu, down = _attend_inputs(E, H, D, F, quant, rows=B)
-    products = lambda: sum(ext.calls(p) for p in range(4))  # noqa: E731
-    got = {}
-    try:
-        if dots and not ext.set_int_dots(1):
-            pytest.skip("no integer dots on this CPU")
-        for setting in (0, rows):
-            ext.set_mlp_rows(setting)
-            before = products()
-            got[setting] = ext.layer_out(a, x, o, nw, eps, gu, down)
-            mx.eval(got[setting])
-            each = 1 if setting == 0 else blocks
-            assert products() - before == (0 if quant is None else 1 + 2 * each)
-    finally:
-        ext.set_mlp_rows(-1)
-        ext.set_int_dots(0)  # the module's float inputs
-    if quant is None or dots:
-        assert mx.array_equal(got[0], got[rows]).item()
-    else:
-        assert mx.allclose(got[0], got[rows], atol=1e-5, rtol=1e-4).item()
-
-
 def _attend_inputs(E, H, D, F, quant, rows=1):
     """attend_out's query and layer arrays: q, x, o, the norm's weight, gate/up, down."""
     import mlx.core as mx

@@ -44,7 +44,6 @@ int mlxnb_layer_out(int B, int E, const float* a, const float* x, const mlxnb_li
                     const float* norm_w, float eps, const mlxnb_linear_t* gate_up,
                     const mlxnb_linear_t* down, float* out);
 long mlxnb_layer_calls(void);
-void mlxnb_layer_set_mlp_rows(int rows);
 void mlxnb_argmax_rows(int rows, long n, long stride, const float* x, uint32_t* out);
 long mlxnb_argmax_calls(void);
 int mlxnb_logsumexp_rows(int rows, long n, const float* x, float* out);

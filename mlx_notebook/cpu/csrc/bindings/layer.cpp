@@ -358,9 +358,6 @@ void bind_layers(nb::module_& m) {
         "buffer: the buffer, in place where MLX lets it go.");
   m.def("write_calls", [] { return write_calls; }, "kv_write steps computed so far.");
   m.def("layer_calls", &mlxnb_layer_calls, "Fused layer halves computed so far.");
-  m.def("set_mlp_rows", &mlxnb_layer_set_mlp_rows, nb::arg("rows"),
-        "Rows of a chunk whose quantized MLP goes at a time: 0 the chunk at once, -1 "
-        "(the default) blocks of 16 MB of buffers; for tests and benchmarks.");
   m.def("attend_calls", [] { return attend_calls; }, "attend_out steps computed so far.");
 }
 

@@ -152,28 +152,6 @@ int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
   return 0;
 }
 
-/* A prefill chunk's quantized MLP (gate/up, SwiGLU, down) goes in blocks of rows whose
- * buffers, 3 F floats a row, fit MLP_BYTES: they had been the chunk's whole, 59 MB for a
- * 1B model's 511 rows (F 8,192), most of what a prefill held beyond the weights and the
- * KV cache; a 135M model's chunk (F 1,536) still goes at once. The weights are read once
- * a block instead of once a chunk (28 MB a layer of a 1B Q4_0). Blocks are a multiple
- * of 16 rows, so every row takes the path it took with the chunk at once (the integer
- * sums' blocks of 16, the last rows past them on their own) and gives the same sums.
- * float32 weights take the chunk at once: sgemm packs them at each call. */
-enum { MLP_BYTES = 16 << 20 };
-static int mlp_rows = -1; /* mlxnb_layer_set_mlp_rows: -1 by MLP_BYTES, 0 the chunk at once */
-void mlxnb_layer_set_mlp_rows(int rows) {
-  __atomic_store_n(&mlp_rows, rows < 0 ? -1 : rows, __ATOMIC_RELAXED);
-}
-
-/* Rows of a B-row chunk's MLP of width F that go at a time. */
-static int mlp_block(int B, int F) {
-  const int set = __atomic_load_n(&mlp_rows, __ATOMIC_RELAXED);
-  int r = set < 0 ? (int)(MLP_BYTES / (12L * F)) / 16 * 16 : set;
-  if (set < 0 && r < 16) r = 16; /* a very wide MLP: 16 rows at the least */
-  return r == 0 || r > B ? B : r;
-}
-
 /* a [B, Ea] (the attention's heads, concatenated), x [B, E] (the layer's input) ->
  * out [B, E] = h + down(silu(g) * u), with h = x + o(a) and [g | u] = gate_up(norm(h)). */
 int mlxnb_layer_out(int B, int E, const float *a, const float *x, const mlxnb_linear_t *o,
@@ -181,19 +159,15 @@ int mlxnb_layer_out(int B, int E, const float *a, const float *x, const mlxnb_li
                     const mlxnb_linear_t *down, float *out) {
   const int F = down->K;
   if (o->N != E || gate_up->K != E || gate_up->N != 2 * F || down->N != E) return -1;
-  const int R = gate_up->bits && down->bits ? mlp_block(B, F) : B; /* rows a block */
-  float *h = malloc(sizeof(float) * (2L * B * E + 3L * R * F));
+  float *h = malloc(sizeof(float) * (2L * B * E + 2L * B * F + (long)B * F));
   if (h == NULL) return -2;
-  float *hn = h + (long)B * E, *gu = hn + (long)B * E, *act = gu + 2L * R * F;
+  float *hn = h + (long)B * E, *gu = hn + (long)B * E, *act = gu + 2L * B * F;
   linear(o, B, a, h);
   for (long i = 0; i < (long)B * E; i++) h[i] = x[i] + h[i];
   rms_norm(B, E, h, norm_w, eps, hn);
-  for (int b0 = 0; b0 < B; b0 += R) {
-    const int n = B - b0 < R ? B - b0 : R;
-    linear(gate_up, n, hn + (long)b0 * E, gu);
-    for (int b = 0; b < n; b++) swiglu(F, gu + 2L * b * F, gu + 2L * b * F + F, act + (long)b * F);
-    linear(down, n, act, out + (long)b0 * E);
-  }
+  linear(gate_up, B, hn, gu);
+  for (int b = 0; b < B; b++) swiglu(F, gu + 2L * b * F, gu + 2L * b * F + F, act + (long)b * F);
+  linear(down, B, act, out);
   for (long i = 0; i < (long)B * E; i++) out[i] = h[i] + out[i];
   free(h);
   layer_calls++;
