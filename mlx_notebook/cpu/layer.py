@@ -46,7 +46,7 @@ from . import ext as _ext
 from .attention import ENV as ATTENTION_ENV
 from .attention import step_mask
 from .fast import FusedRMSNorm, StackedLinear, StackedView, TableRoPE
-from .quant import FastQuantizedLinear, inputs8, symmetric_biases
+from .quant import FastQuantizedLinear, inputs8
 
 ENV = "MLX_NOTEBOOK_FUSED_LAYERS"
 
@@ -76,14 +76,15 @@ def _stack_of(*views) -> StackedLinear | None:
 def _qkv(attn) -> tuple | None:
     """q/k/v as the primitive takes them, or None.
 
-    ``(stack,)``, or ``(q, k, v)`` where they are apart with as many arrays each.
+    ``(stack,)``, or ``(q, k, v)`` where they are apart (each with its own arrays: a
+    Q4_K_M file's symmetric 6-bit v has no biases beside q and k's).
     """
     stack = _stack_of(attn.q_proj, attn.k_proj, attn.v_proj)
     if stack is not None:
         return (stack,)
     parts = (attn.q_proj, attn.k_proj, attn.v_proj)
     arrays = [_arrays(m) for m in parts]
-    if any(a is None for a in arrays) or len({len(a) for a in arrays}) != 1:
+    if any(a is None for a in arrays):
         return None
     return parts
 
@@ -92,17 +93,11 @@ def _norm(m) -> bool:
     return isinstance(m, FusedRMSNorm) and not m.one_plus
 
 
-def _llama_block(block) -> bool:
-    """Whether ``block`` is mlx-lm's llama layer exactly (not a subclass)."""
-    llama = sys.modules.get("mlx_lm.models.llama")
-    return llama is not None and type(block) is llama.TransformerBlock
-
-
 def eligible(block) -> bool:
     """Whether ``block`` is mlx-lm's llama layer exactly, with parts the kernels compute."""
-    if not _llama_block(block):
+    llama = sys.modules.get("mlx_lm.models.llama")
+    if llama is None or type(block) is not llama.TransformerBlock:
         return False
-    llama = sys.modules["mlx_lm.models.llama"]
     attn, mlp = block.self_attn, block.mlp
     if type(attn) is not llama.Attention or type(mlp) is not llama.MLP:
         return False
@@ -119,29 +114,6 @@ def eligible(block) -> bool:
         and rope.dims == attn.head_dim
         and _q_rows(qkv) == attn.n_heads * attn.head_dim
     )
-
-
-def _even_qkv(block) -> None:
-    """Give q/k/v apart the same arrays: a symmetric one's biases made where others have some.
-
-    The primitive takes three products with as many arrays each. A Q4_K_M file's v
-    (Q6_K, symmetric 6-bit groups: no biases kept) beside q and k with biases (Q4_K)
-    would leave the layer unfused, its prefill chunks making MLX temporaries (a 1B
-    Q4_K_M's peak growth 1.50x the weights and KV cache, against 1.25x fused). The
-    biases made are exact (-32 times the scale) and small (one a group of 32 in v alone).
-    """
-    if not _llama_block(block):
-        return
-    attn = block.self_attn
-    parts = [getattr(attn, k, None) for k in ("q_proj", "k_proj", "v_proj")]
-    if not all(type(p) is FastQuantizedLinear for p in parts):
-        return
-    if len({"biases" in p for p in parts}) == 1:
-        return
-    for p in parts:
-        if "biases" not in p:
-            p["biases"] = symmetric_biases(p["scales"], p.bits).astype(p["scales"].dtype)
-            mx.eval(p["biases"])
 
 
 def _q_rows(qkv: tuple) -> int:
@@ -163,6 +135,7 @@ class _Plan:
         self.keys = tuple(
             tuple(tuple(k for k in _QUANT if k in m) for m in ms) for ms in self.linears
         )
+        self.counts = [len(k) for k in self.keys[0]]  # q/k/v's arrays, part by part
         self.scale, self.table, self.traditional = (
             attn.scale,
             attn.rope._table,
@@ -218,7 +191,7 @@ def _step(block, x: mx.array, mask, cache):
     ext = p.ext
     q, k, v = ext.layer_in(
         x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv),
-        pre8,
+        pre8, p.counts,
     )  # fmt: skip
     if L > 1:  # rows back to one sequence: [1, heads, L, D], as mlx-lm's attention has it
         q, k, v = (t.reshape(1, L, t.shape[1], -1).transpose(0, 2, 1, 3) for t in (q, k, v))
@@ -265,7 +238,15 @@ def _decode_step(p, x, rows, cache, mask):
     """
     ext = p.ext
     q, k, v = ext.layer_in(
-        x, p.norm1["weight"], p.eps1, p.arrays(0), *rows, p.traditional, *p.heads, len(p.qkv)
+        x,
+        p.norm1["weight"],
+        p.eps1,
+        p.arrays(0),
+        *rows,
+        p.traditional,
+        *p.heads,
+        len(p.qkv),
+        counts=p.counts,
     )
     batched = type(cache) is p.batch_cache
     n = cache._idx if batched else cache.offset
@@ -305,12 +286,8 @@ def install(model) -> int:
     """
     if not config.enabled(ENV) or not hasattr(model, "named_modules"):
         return 0
-    if _ext.load() is None:
-        return 0
-    for _, m in model.named_modules():
-        _even_qkv(m)
     blocks = [m for _, m in model.named_modules() if eligible(m)]
-    if not blocks:
+    if not blocks or _ext.load() is None:
         return 0
     for b in blocks:
         object.__setattr__(b, "_mlxnb_plan", _Plan(b))  # plain data, not parameters

@@ -35,18 +35,26 @@ def _rms(x, w, eps):
 QUANTS = [None, (32, 4), (64, 8)]
 
 
-@pytest.mark.parametrize("quant", [*QUANTS, "apart"])
+@pytest.mark.parametrize("quant", [*QUANTS, "apart", "apart-symmetric"])
 @pytest.mark.parametrize("traditional", [True, False])
 @pytest.mark.parametrize("rows", [1, 3])
 def test_layer_in_equals_norm_product_and_rope(ext, quant, traditional, rows):
     import mlx.core as mx
 
     E, H, Hkv, D, eps, base = 128, 4, 2, 32, 1e-5, 10000.0
-    parts = 1
+    parts, counts = 1, []
     if quant == "apart":  # a K-quant file's layers: q and k 4-bit, v 8-bit, three products
         kinds = [(H, (32, 4)), (Hkv, (32, 4)), (Hkv, (64, 8))]
         made = [_weights(n * D, E, qt, seed=1 + i) for i, (n, qt) in enumerate(kinds)]
         arrays, w, parts = [a for m in made for a in m[0]], mx.concatenate([m[1] for m in made]), 3
+    elif quant == "apart-symmetric":  # Q4_K q and k, Q6_K's symmetric 6-bit v: no biases
+        made = [_weights(n * D, E, (32, 4), seed=1 + i) for i, n in enumerate((H, Hkv))]
+        wq, s, _ = mx.quantize(
+            mx.random.normal((Hkv * D, E), key=mx.random.key(3)) * E**-0.5, group_size=32, bits=6
+        )
+        made.append(([wq, s], mx.dequantize(wq, s, s * -32, group_size=32, bits=6)))
+        arrays, w = [a for m in made for a in m[0]], mx.concatenate([m[1] for m in made])
+        parts, counts = 3, [3, 3, 2]
     else:
         arrays, w = _weights((H + 2 * Hkv) * D, E, quant, seed=1)
     x = mx.random.normal((rows, 1, E), key=mx.random.key(2))
@@ -56,7 +64,9 @@ def test_layer_in_equals_norm_product_and_rope(ext, quant, traditional, rows):
     cos, sin = (table.cos2, table.sin2) if traditional else (table.cos, table.sin)
     idx = mx.array(positions)
     before = ext.layer_calls()
-    q, k, v = ext.layer_in(x, nw, eps, arrays, cos[idx], sin[idx], traditional, H, Hkv, parts)
+    q, k, v = ext.layer_in(
+        x, nw, eps, arrays, cos[idx], sin[idx], traditional, H, Hkv, parts, counts=counts
+    )
     assert ext.layer_calls() == before  # lazy: computed when evaluated, once for all three
     mx.eval(q, k, v)
     assert ext.layer_calls() == before + 1
@@ -244,6 +254,8 @@ def test_layers_refuse_what_they_do_not_compute(ext):
     q, k = mx.zeros((64, 64)), mx.zeros((32, 64))
     with pytest.raises(ValueError, match="as many arrays"):  # three parts of 4 arrays
         ext.layer_in(x, nw, 1e-5, [q, k, k, q], cs, cs, True, 4, 2, 3)
+    with pytest.raises(ValueError, match="counts"):  # counts that do not add up to them
+        ext.layer_in(x, nw, 1e-5, [q, k, k, q], cs, cs, True, 4, 2, 3, counts=[1, 1, 1])
     with pytest.raises(ValueError, match="H, Hkv and Hkv"):  # k as wide as q
         ext.layer_in(x, nw, 1e-5, [k, q, k], cs, cs, True, 4, 2, 3)
 
@@ -302,7 +314,7 @@ def test_layers_whose_q_k_and_v_differ_in_precision_are_fused_too(ext, tiny_dir,
     # A Q4_K_M file: q and k 4-bit, v 6-bit (Q6_K) in some layers. They cannot stack,
     # and those layers took the unfused path (MLX's graph; in a prefill, float copies
     # of the products); the primitive now takes them as three products. Q6_K's groups
-    # are symmetric: the fast path keeps no biases, and the layer makes v's for it.
+    # are symmetric: the fast path keeps no biases, and v goes with two arrays.
     import mlx.core as mx
     import mlx.nn as nn
 
@@ -321,9 +333,10 @@ def test_layers_whose_q_k_and_v_differ_in_precision_are_fused_too(ext, tiny_dir,
 
     fused, plain = mixed(tiny_dir), mixed(tiny_dir)
     cpu_fast.apply(fused, "cpu")
-    if v == "symmetric":
-        assert "biases" not in fused.model.layers[0].self_attn.v_proj  # made in the kernels
     assert cpu_layer.install(fused) == 2
+    if v == "symmetric":  # made in the kernels
+        assert "biases" not in fused.model.layers[0].self_attn.v_proj
+        assert fused.model.layers[0]._mlxnb_plan.counts == [3, 3, 2]
     layer = fused.model.layers[0]
     assert type(layer).__name__.startswith("DecodeFused")
     assert layer._mlxnb_plan.qkv == (layer.self_attn.q_proj, layer.self_attn.k_proj,

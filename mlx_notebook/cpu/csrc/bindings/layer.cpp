@@ -94,18 +94,26 @@ class LayerIn : public CpuPrimitive<InParams> {
 // layer_in's parameters for x [B, 1, E], checked.
 InParams in_params(const mx::array& x, const mx::array& norm_w, float eps,
                    const std::vector<mx::array>& qkv, const mx::array& cos, const mx::array& sin,
-                   bool traditional, int n_heads, int n_kv_heads, int parts) {
+                   bool traditional, int n_heads, int n_kv_heads, int parts,
+                   const std::vector<int>& counts) {
   if (x.ndim() != 3 || x.shape(1) != 1 || x.dtype() != mx::float32 ||
       norm_w.dtype() != mx::float32 || norm_w.ndim() != 1 || norm_w.shape(0) != x.shape(2))
     throw std::invalid_argument("layer_in: x [B, 1, E] float32 and a norm weight [E]");
-  if ((parts != 1 && parts != 3) || qkv.size() % parts)
-    throw std::invalid_argument("layer_in: q/k/v are 1 stacked product or 3 with as many arrays each");
+  // each part's arrays: counts (a symmetric part has 2 beside others' 3), or as many each
+  size_t sum = 0;
+  for (int c : counts) sum += c > 0 ? c : qkv.size() + 1;
+  if ((parts != 1 && parts != 3) ||
+      (counts.empty() ? qkv.size() % parts != 0 : counts.size() != size_t(parts) || sum != qkv.size()))
+    throw std::invalid_argument(
+        "layer_in: q/k/v are 1 stacked product or 3, with as many arrays each or `counts`");
   const int B = x.shape(0), E = x.shape(2);
-  const size_t each = qkv.size() / parts;
   InParams p{};
   const char* names[3] = {"q", "k", "v"};
-  for (int i = 0; i < parts; i++)
-    p.qkv[i] = describe(qkv.data() + i * each, each, E, parts == 1 ? "q/k/v" : names[i]);
+  for (size_t i = 0, at = 0; i < size_t(parts); i++) {
+    const size_t n = counts.empty() ? qkv.size() / parts : size_t(counts[i]);
+    p.qkv[i] = describe(qkv.data() + at, n, E, parts == 1 ? "q/k/v" : names[i]);
+    at += n;
+  }
   const int heads = n_heads + 2 * n_kv_heads;
   const int N = parts == 1 ? p.qkv[0].N : p.qkv[0].N + p.qkv[1].N + p.qkv[2].N;
   if (n_heads < 1 || n_kv_heads < 1 || N % heads || (N / heads) % 2)
@@ -124,8 +132,9 @@ InParams in_params(const mx::array& x, const mx::array& norm_w, float eps,
 std::vector<mx::array> layer_in(const mx::array& x, const mx::array& norm_w, float eps,
                                 const std::vector<mx::array>& qkv, const mx::array& cos,
                                 const mx::array& sin, bool traditional, int n_heads,
-                                int n_kv_heads, int parts, bool inputs8) {
-  auto p = in_params(x, norm_w, eps, qkv, cos, sin, traditional, n_heads, n_kv_heads, parts);
+                                int n_kv_heads, int parts, bool inputs8,
+                                const std::vector<int>& counts) {
+  auto p = in_params(x, norm_w, eps, qkv, cos, sin, traditional, n_heads, n_kv_heads, parts, counts);
   for (auto& l : p.qkv) l.inputs8 = inputs8;
   const int B = x.shape(0), D = p.D;
   auto s = mx::default_stream(mx::Device::cpu);
@@ -340,8 +349,10 @@ void bind_layers(nb::module_& m) {
   m.def("layer_in", &layer_in, nb::arg("x"), nb::arg("norm_weight"), nb::arg("eps"),
         nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("traditional"),
         nb::arg("n_heads"), nb::arg("n_kv_heads"), nb::arg("parts") = 1, nb::arg("inputs8") = false,
+        nb::arg("counts") = std::vector<int>(),
         "A decode step's RMSNorm, q/k/v product(s) and RoPE: [q, k, v], each [B, heads, 1, D]. "
-        "qkv: one stacked product's arrays, or (parts=3) q's, k's and v's, as many each; "
+        "qkv: one stacked product's arrays, or (parts=3) q's, k's and v's, as many each or "
+        "`counts` of each (a symmetric part has no biases); "
         "inputs8: a prefill pass (quantized products on 8-bit inputs).");
   m.def("layer_out", &layer_out, nb::arg("a"), nb::arg("x"), nb::arg("o"),
         nb::arg("norm_weight"), nb::arg("eps"), nb::arg("gate_up"), nb::arg("down"),
