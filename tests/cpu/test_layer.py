@@ -108,6 +108,41 @@ def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows, gain):
     assert mx.allclose(got, want, atol=2e-5 * scale, rtol=1e-4).item()
 
 
+@pytest.mark.parametrize("dots", [False, True])
+def test_layer_out_keeps_its_scratch_between_calls_until_released(ext, dots):
+    # A prefill chunk's scratch (tens of MB at 1B) came from malloc at each call: fresh
+    # mmaps, every page faulted in again. It is kept now, and handed back on release.
+    import mlx.core as mx
+
+    E, H, D, F, rows = 128, 4, 32, 192, 40  # 40 rows: the integer sums' path and a tail
+    o, _ = _weights(E, H * D, (32, 4), seed=4)
+    gu, _ = _weights(2 * F, E, (32, 4), seed=5)
+    down, _ = _weights(E, F, (32, 4), seed=6)
+    a = mx.random.normal((rows, H, 1, D), key=mx.random.key(7))
+    x = mx.random.normal((rows, 1, E), key=mx.random.key(8))
+    nw = mx.ones((E,))
+    mx.eval(o, gu, down, a, x, nw)
+    if dots and not ext.set_int_dots(1):
+        pytest.skip("no AVX-512 VNNI: the products keep float inputs")
+    try:
+        first = ext.layer_out(a, x, o, nw, 1e-5, gu, down)
+        mx.eval(first)
+        held, grows = ext.scratch_held()
+        assert held >= 4 * rows * (E + 2 * F)  # the residual and the MLP's rows at least
+        again = ext.layer_out(a, x, o, nw, 1e-5, gu, down)
+        mx.eval(again)
+        assert ext.scratch_held() == (held, grows)  # the same buffers: none allocated
+        assert mx.array_equal(first, again).item()
+        assert ext.scratch_release() == held
+        assert ext.scratch_held() == (0, grows)
+        third = ext.layer_out(a, x, o, nw, 1e-5, gu, down)
+        mx.eval(third)
+        assert ext.scratch_held()[1] > grows  # allocated afresh after the release
+        assert mx.array_equal(first, third).item()
+    finally:
+        ext.set_int_dots(0)
+
+
 def _attend_inputs(E, H, D, F, quant, rows=1):
     """attend_out's query and layer arrays: q, x, o, the norm's weight, gate/up, down."""
     import mlx.core as mx

@@ -212,3 +212,16 @@ def test_a_parameter_bigger_than_a_group_is_moved_in_place_not_copied(ext, monke
         assert sum(counting.packs) == total and emb.nbytes in counting.packs
     assert max(p for p in counting.packs if p != emb.nbytes) <= 4 * 2**20
     assert mx.array_equal(model(x), want).item()
+
+
+def test_trim_hands_back_the_kernels_kept_scratch(ext):
+    # release_freed (after a prefill, at idle) calls trim: the layers' scratch goes too
+    import mlx.core as mx
+
+    E, F, rows = 64, 128, 24
+    lin = lambda n, k: list(mx.quantize(mx.ones((n, k)) * 0.01, group_size=32, bits=4))  # noqa: E731
+    a, x = mx.ones((rows, 2, 1, E // 2)), mx.ones((rows, 1, E))
+    mx.eval(ext.layer_out(a, x, lin(E, E), mx.ones((E,)), 1e-5, lin(2 * F, E), lin(E, F)))
+    assert ext.scratch_held()[0] >= 4 * rows * (E + 2 * F)
+    cpu_pages.trim()
+    assert ext.scratch_held()[0] == 0

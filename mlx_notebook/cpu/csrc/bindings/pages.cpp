@@ -7,11 +7,13 @@
 // allocates with malloc, whose large blocks are mmap'd and, under the usual
 // `transparent_hugepage=madvise`, never huge. Here the buffer's pages are advised
 // before they are first written, so the first writes fault in huge pages.
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
 
 #include "ext.h"
+#include "scratch.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -102,6 +104,16 @@ void bind_pages(nb::module_& m) {
         "The arrays copied into one buffer advised for transparent huge pages (CPU).");
   m.def("huge_advised", [] { return advised_bytes; }, "Bytes advised for huge pages so far.");
   m.def("huge_allocated", [] { return allocated_bytes; }, "Bytes huge_pack allocated so far.");
+  m.def("scratch_release", &mlxnb_scratch_release,
+        "Frees the kernels' kept scratch buffers that no call holds; returns the bytes freed.");
+  m.def(
+      "scratch_held",
+      [] {
+        long grows = 0;
+        const size_t held = mlxnb_scratch_held(&grows);
+        return std::make_pair(held, grows);
+      },
+      "(bytes the kernels' scratch buffers hold now, times one was allocated so far).");
 }
 
 }  // namespace mlxnb

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "scratch.h"
 #include "vec8.h"
 
 int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint32_t *w,
@@ -118,7 +119,7 @@ int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
   if ((parts != 1 && parts != 3) || (D & 1)) return -1;
   for (int i = 0; i < parts; i++)
     if (qkv[i].K != E || qkv[i].N != (parts == 1 ? N : widths[i])) return -1;
-  float *xn = malloc(sizeof(float) * ((long)B * E + (long)B * N));
+  float *xn = mlxnb_scratch_take(MLXNB_SCRATCH_LAYER, sizeof(float) * ((long)B * E + (long)B * N));
   if (xn == NULL) return -2;
   float *y = xn + (long)B * E;
   rms_norm(B, E, x, norm_w, eps, xn);
@@ -147,29 +148,35 @@ int mlxnb_layer_in(int B, int E, const float *x, const float *norm_w, float eps,
       rope(D, traditional, kr + h * D, c, s, k + ((long)b * Hkv + h) * D);
     for (int j = 0; j < Hkv * D; j++) v[(long)b * Hkv * D + j] = vr[j];
   }
-  free(xn);
+  mlxnb_scratch_give(MLXNB_SCRATCH_LAYER, xn);
   layer_calls++;
   return 0;
 }
 
 /* a [B, Ea] (the attention's heads, concatenated), x [B, E] (the layer's input) ->
- * out [B, E] = h + down(silu(g) * u), with h = x + o(a) and [g | u] = gate_up(norm(h)). */
+ * out [B, E] = h + down(silu(g) * u), with h = x + o(a) and [g | u] = gate_up(norm(h)).
+ * Scratch is h and the MLP's rows, 4 E + 8 F bytes a row (38 MB for a 1B model's
+ * 511-row chunk; was 59): the norm's rows are written to out, which down overwrites
+ * once gate/up has read them, and silu(g) * u over g's rows, packed (row b's at b F). */
 int mlxnb_layer_out(int B, int E, const float *a, const float *x, const mlxnb_linear_t *o,
                     const float *norm_w, float eps, const mlxnb_linear_t *gate_up,
                     const mlxnb_linear_t *down, float *out) {
   const int F = down->K;
   if (o->N != E || gate_up->K != E || gate_up->N != 2 * F || down->N != E) return -1;
-  float *h = malloc(sizeof(float) * (2L * B * E + 2L * B * F + (long)B * F));
+  if (out == a || out == x) return -1; /* out holds the norm's rows while a and x are read */
+  float *h = mlxnb_scratch_take(MLXNB_SCRATCH_LAYER, sizeof(float) * ((long)B * E + 2L * B * F));
   if (h == NULL) return -2;
-  float *hn = h + (long)B * E, *gu = hn + (long)B * E, *act = gu + 2L * B * F;
+  float *gu = h + (long)B * E;
   linear(o, B, a, h);
   for (long i = 0; i < (long)B * E; i++) h[i] = x[i] + h[i];
-  rms_norm(B, E, h, norm_w, eps, hn);
-  linear(gate_up, B, hn, gu);
-  for (int b = 0; b < B; b++) swiglu(F, gu + 2L * b * F, gu + 2L * b * F + F, act + (long)b * F);
-  linear(down, B, act, out);
+  rms_norm(B, E, h, norm_w, eps, out);
+  linear(gate_up, B, out, gu);
+  /* row b's result over [b F, b F + F): row 0's own g (element by element, read before
+   * written), else rows before b that are done; never row b's own g or u (from 2 b F) */
+  for (int b = 0; b < B; b++) swiglu(F, gu + 2L * b * F, gu + 2L * b * F + F, gu + (long)b * F);
+  linear(down, B, gu, out);
   for (long i = 0; i < (long)B * E; i++) out[i] = h[i] + out[i];
-  free(h);
+  mlxnb_scratch_give(MLXNB_SCRATCH_LAYER, h);
   layer_calls++;
   return 0;
 }

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "helper.h"
+#include "scratch.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -480,9 +481,9 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
   float *xr = NULL; /* the rounded inputs, where the integer dots are on */
 #ifdef QMM_DOTS
   if (dots_fit(K, gs)) {
-    xr = aligned_alloc(64, (sizeof(float) * M * K + 63) / 64 * 64);
-    if (round_rows(M, K, x, xr)) { /* not finite: float inputs everywhere */
-      free(xr);
+    xr = mlxnb_scratch_take(MLXNB_SCRATCH_ROUNDED, sizeof(float) * M * K);
+    if (xr && round_rows(M, K, x, xr)) { /* not finite: float inputs everywhere */
+      mlxnb_scratch_give(MLXNB_SCRATCH_ROUNDED, xr);
       xr = NULL;
     } else
       x = xr;
@@ -496,11 +497,11 @@ int mlxnb_qmm(int M, int N, int K, int gs, int bits, const float *x, const uint3
     if (tail)
       vector_product(vector_path(tail), tail, N, K, gs, bits, x + (long)head * K, wb, sb,
                      out + (long)head * N);
-    free(xr);
+    mlxnb_scratch_give(MLXNB_SCRATCH_ROUNDED, xr);
     return 0;
   }
 #endif
   vector_product(path, M, N, K, gs, bits, x, wb, sb, out);
-  free(xr);
+  mlxnb_scratch_give(MLXNB_SCRATCH_ROUNDED, xr);
   return 0;
 }
