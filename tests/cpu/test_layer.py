@@ -108,13 +108,14 @@ def test_layer_out_equals_residuals_norm_and_swiglu_mlp(ext, quant, rows, gain):
     assert mx.allclose(got, want, atol=2e-5 * scale, rtol=1e-4).item()
 
 
-@pytest.mark.parametrize("dots", [False, True])
-def test_layer_out_keeps_its_scratch_between_calls_until_released(ext, dots):
+# float inputs: 40 rows on the row tiles, 70 widened for sgemm; integer sums and a tail
+@pytest.mark.parametrize("dots,rows", [(False, 40), (False, 70), (True, 40)])
+def test_layer_out_keeps_its_scratch_between_calls_until_released(ext, dots, rows):
     # A prefill chunk's scratch (tens of MB at 1B) came from malloc at each call: fresh
     # mmaps, every page faulted in again. It is kept now, and handed back on release.
     import mlx.core as mx
 
-    E, H, D, F, rows = 128, 4, 32, 192, 40  # 40 rows: the integer sums' path and a tail
+    E, H, D, F = 128, 4, 32, 192
     o, _ = _weights(E, H * D, (32, 4), seed=4)
     gu, _ = _weights(2 * F, E, (32, 4), seed=5)
     down, _ = _weights(E, F, (32, 4), seed=6)

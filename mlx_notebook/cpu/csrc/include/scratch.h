@@ -25,6 +25,8 @@ enum {
   MLXNB_SCRATCH_IG_SUMS,   /*   their groups' sums */
   MLXNB_SCRATCH_IG_OFF,    /*   symmetric blocks' offsets */
   MLXNB_SCRATCH_ROUNDED,   /* qmm.c: rows rounded for the other paths */
+  MLXNB_SCRATCH_ROWS,      /* qmm512.inc: the row tiles' interleaved inputs */
+  MLXNB_SCRATCH_WIDENED,   /* qmm_sgemm.inc: weight rows widened to float for sgemm */
   MLXNB_SCRATCH_SLOTS
 };
 
