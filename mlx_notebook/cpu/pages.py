@@ -222,9 +222,7 @@ def trim() -> None:
     blocks are freed) in its heap: measured, 0.6 GB of a converted 1B model's load
     stayed resident after it was freed, until this.
     """
-    from . import ext
-
-    mod = ext.loaded()
+    mod = _ext.loaded()
     if mod is not None:  # the kernels' kept scratch first, so that it goes back too
         mod.scratch_release()
     try:

@@ -2,10 +2,13 @@
  *
  * A prefill chunk's layer halves and products need tens of MB of scratch each call (a
  * 1B model's layer_out: 38 MB for a 511-row chunk). From malloc, blocks that large are
- * fresh mmaps, every page faulted in again at each call: about 1.5 us a 4 KiB page
- * here, 23 ms for 59 MB, against 0.6 ms to write it once resident. A slot keeps its
+ * fresh mmaps, every page faulted in again at each call: about 1.9 us a 4 KiB page
+ * here, 29 ms for 59 MB, against 1.5 ms to write it once resident
+ * (benchmarks/fault_cost.c). A slot keeps its
  * buffer between calls instead, and mlxnb_scratch_release hands every idle slot's back
- * (after a prefill and when the worker goes idle, as glibc's heap is trimmed).
+ * (after a prefill and when the worker goes idle, as glibc's heap is trimmed). A slot
+ * serves one call at a time: buffers that tasks on several threads hold at once (igemm's
+ * per-task widened weights and sums, a few hundred KB) stay per thread (ig_grow).
  */
 #ifndef MLXNB_SCRATCH_H
 #define MLXNB_SCRATCH_H
