@@ -84,7 +84,11 @@ enum { TILES_FROM = SMALL_M + 1 };
  * 1.57x (1.51-1.57) against one burst of the block 32 rows ahead, 8 rows the best of
  * 4, 8, 12, 16; into L1 (T0) only 1.05x, the L1's few miss buffers being the limit
  * (docs/performance-log.md, "Decode's weight streams"). The scales, a few bytes a row,
- * keep the burst, PREFETCH_ROWS ahead. */
+ * go in one burst a block of four rows, SCALES_AHEAD rows on, into L1: a scale's load
+ * starts each row's chain of float steps, and from L2 (32 rows on, as before) a 1B
+ * down product (K = 8192: its rounded inputs fill most of L1) ran 1.28x (1.23-1.38)
+ * slower from memory on one thread, 1.09x (0.85-1.37) on two, gate/up level
+ * (benchmarks/qmm_one_row.c; docs/performance.md, "Latest: decode's scales"). */
 #define AHEAD_ROWS 8
 #define PREFETCH_AHEAD(p, rb) _mm_prefetch((const char *)(p) + AHEAD_ROWS * (rb), _MM_HINT_T1)
 /* The same for a unit of ub bytes at byte `at` of row w that ends in a line no unit
@@ -93,9 +97,7 @@ enum { TILES_FROM = SMALL_M + 1 };
   do {                                                               \
     if (((at) + (ub) - 1) % 64 < (ub)) PREFETCH_AHEAD((w) + (at) + (ub) - 1, rb); \
   } while (0)
-#ifndef PREFETCH_ROWS
-#define PREFETCH_ROWS 32
-#endif
+#define SCALES_AHEAD 8
 
 /* A decode step's products (and a verify pass's) take OpenMP's threads only when they are
  * this large (an LM head). Measured on 2 cores: a second OpenMP thread spinning between
